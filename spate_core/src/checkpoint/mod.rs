@@ -1,0 +1,255 @@
+//! Checkpointing: from sink acknowledgements to committable watermarks.
+//!
+//! The [`Checkpointer`] is a pure, synchronous data structure owned by the
+//! controller thread: no I/O, no clocks. It learns about lanes when they are
+//! assigned ([`Checkpointer::add_lane`], which also yields the lane's
+//! [`PendingGate`]), about acknowledgements as the controller drains the
+//! sink's [`AckEvent`](crate::sink::AckEvent)s, and answers with the
+//! **acknowledged watermark** of each lane: the contiguous acknowledged
+//! prefix, as the next offset to read.
+//!
+//! Segments: the chain cuts each lane's stream into segments numbered
+//! `0, 1, 2, …` in reading order. A segment covers every message the lane
+//! read between the previous segment's end and its own `end` (inclusive),
+//! so the segments tile the partition without gaps even where Kafka offsets
+//! have holes (compaction, transaction markers). A segment may be split
+//! into `parts` pieces, one per shard chunk that holds some of its rows; it
+//! counts as acknowledged when every part is. The watermark of a lane is
+//! `end + 1` of the last segment of the longest fully acknowledged prefix
+//! `0..=k`. It can never pass a segment that is unacknowledged or failed.
+
+mod gate;
+
+pub use gate::PendingGate;
+
+use crate::record::{PartitionId, Watermark};
+use crate::source::LaneId;
+use std::collections::{BTreeMap, HashMap};
+
+/// One acknowledgeable piece of a lane's stream, carried by a shard chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AckRange {
+    /// The lane the rows came from.
+    pub lane: LaneId,
+    /// Segment number within the lane (0, 1, 2, … in reading order).
+    pub seq: u64,
+    /// How many parts (shard chunks) the segment was split into.
+    pub parts: u32,
+    /// First offset of the segment (diagnostics only).
+    pub start: i64,
+    /// Last offset the segment covers (inclusive).
+    pub end: i64,
+    /// Rows of this lane in this part.
+    pub rows: u64,
+}
+
+#[derive(Debug)]
+struct SegmentState {
+    parts_total: u32,
+    parts_acked: u32,
+    end: i64,
+}
+
+#[derive(Debug)]
+struct LaneTrack {
+    partition: PartitionId,
+    gate: PendingGate,
+    /// Next segment whose acknowledgement would advance the watermark.
+    next_seq: u64,
+    /// Segments beyond `next_seq` with at least one acknowledged part.
+    partial: BTreeMap<u64, SegmentState>,
+    /// First segment that failed (abandoned): the watermark stops below it.
+    failed_at: Option<u64>,
+    /// Acknowledged watermark (next offset to read), once known.
+    acked: Option<Watermark>,
+    /// Last watermark handed out for commit.
+    committed: Option<Watermark>,
+}
+
+/// What [`Checkpointer::ack`] made of an acknowledgement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AckOutcome {
+    /// Recorded; the watermark may have advanced.
+    Recorded,
+    /// The lane is gone (revoked or retired): ignored.
+    UnknownLane,
+    /// A part of a segment already fully acknowledged: ignored.
+    Duplicate,
+}
+
+/// Tracks acknowledgements per lane and yields committable watermarks.
+#[derive(Debug, Default)]
+pub struct Checkpointer {
+    lanes: HashMap<LaneId, LaneTrack>,
+}
+
+impl Checkpointer {
+    /// An empty checkpointer.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Start tracking `lane` (reading `partition`) and return its pending
+    /// gate with `ceiling` rows.
+    pub fn add_lane(&mut self, lane: LaneId, partition: PartitionId, ceiling: i64) -> PendingGate {
+        let gate = PendingGate::new(ceiling);
+        self.lanes.insert(
+            lane,
+            LaneTrack {
+                partition,
+                gate: gate.clone(),
+                next_seq: 0,
+                partial: BTreeMap::new(),
+                failed_at: None,
+                acked: None,
+                committed: None,
+            },
+        );
+        gate
+    }
+
+    /// Whether `lane` is tracked.
+    #[must_use]
+    pub fn has_lane(&self, lane: LaneId) -> bool {
+        self.lanes.contains_key(&lane)
+    }
+
+    /// The gate of a tracked lane.
+    #[must_use]
+    pub fn gate(&self, lane: LaneId) -> Option<&PendingGate> {
+        self.lanes.get(&lane).map(|t| &t.gate)
+    }
+
+    /// Record that the sink acknowledged `range`.
+    pub fn ack(&mut self, range: &AckRange) -> AckOutcome {
+        let Some(track) = self.lanes.get_mut(&range.lane) else {
+            return AckOutcome::UnknownLane;
+        };
+        if range.seq < track.next_seq {
+            return AckOutcome::Duplicate;
+        }
+        track.gate.released(range.rows as i64);
+        let seg = track.partial.entry(range.seq).or_insert(SegmentState {
+            parts_total: range.parts.max(1),
+            parts_acked: 0,
+            end: range.end,
+        });
+        seg.parts_acked += 1;
+        seg.end = seg.end.max(range.end);
+        track.advance();
+        AckOutcome::Recorded
+    }
+
+    /// Record that the sink gave up on `range` (abandoned at shutdown, or a
+    /// fatal insert error). The lane's watermark never passes it.
+    pub fn fail(&mut self, range: &AckRange) {
+        if let Some(track) = self.lanes.get_mut(&range.lane) {
+            if range.seq >= track.next_seq {
+                track.failed_at = Some(track.failed_at.map_or(range.seq, |f| f.min(range.seq)));
+            }
+        }
+    }
+
+    /// The acknowledged watermark of `lane`, if anything was acknowledged.
+    #[must_use]
+    pub fn watermark(&self, lane: LaneId) -> Option<Watermark> {
+        self.lanes.get(&lane).and_then(|t| t.acked)
+    }
+
+    /// Watermarks that moved past what was last handed out for commit,
+    /// marking them as handed out. Only tracked (owned) lanes appear.
+    pub fn take_committable(&mut self) -> Vec<(PartitionId, Watermark)> {
+        let mut out = Vec::new();
+        for track in self.lanes.values_mut() {
+            if let Some(acked) = track.acked {
+                if track.committed.is_none_or(|c| acked > c) {
+                    track.committed = Some(acked);
+                    out.push((track.partition.clone(), acked));
+                }
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// Forget that these watermarks were handed out (the commit failed), so
+    /// the next [`take_committable`](Self::take_committable) offers them again.
+    pub fn commit_failed(&mut self, watermarks: &[(PartitionId, Watermark)]) {
+        for track in self.lanes.values_mut() {
+            if watermarks.iter().any(|(p, w)| *p == track.partition && track.committed == Some(*w)) {
+                track.committed = None;
+            }
+        }
+    }
+
+    /// Every tracked lane's current acknowledged watermark.
+    #[must_use]
+    pub fn watermarks(&self) -> Vec<(PartitionId, Watermark)> {
+        let mut out: Vec<_> = self
+            .lanes
+            .values()
+            .filter_map(|t| t.acked.map(|w| (t.partition.clone(), w)))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// Stop tracking `lane`, closing its gate; returns its final
+    /// acknowledged watermark.
+    pub fn remove_lane(&mut self, lane: LaneId) -> Option<(PartitionId, Option<Watermark>)> {
+        self.lanes.remove(&lane).map(|t| {
+            t.gate.close();
+            (t.partition, t.acked)
+        })
+    }
+
+    /// Rows dispatched and not acknowledged, over the given lanes.
+    #[must_use]
+    pub fn pending_rows(&self, lanes: &[LaneId]) -> i64 {
+        lanes
+            .iter()
+            .filter_map(|l| self.lanes.get(l))
+            .map(|t| t.gate.pending())
+            .sum()
+    }
+
+    /// Rows dispatched and not acknowledged, over every lane.
+    #[must_use]
+    pub fn total_pending_rows(&self) -> i64 {
+        self.lanes.values().map(|t| t.gate.pending()).sum()
+    }
+
+    /// Whether any tracked lane has a failed segment.
+    #[must_use]
+    pub fn any_failed(&self) -> bool {
+        self.lanes.values().any(|t| t.failed_at.is_some())
+    }
+
+    /// Tracked lanes.
+    #[must_use]
+    pub fn lanes(&self) -> Vec<LaneId> {
+        self.lanes.keys().copied().collect()
+    }
+}
+
+impl LaneTrack {
+    fn advance(&mut self) {
+        loop {
+            if self.failed_at.is_some_and(|f| f <= self.next_seq) {
+                return;
+            }
+            match self.partial.get(&self.next_seq) {
+                Some(seg) if seg.parts_acked >= seg.parts_total => {
+                    self.acked = Some(Watermark(seg.end + 1));
+                    self.partial.remove(&self.next_seq);
+                    self.next_seq += 1;
+                }
+                _ => return,
+            }
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests;

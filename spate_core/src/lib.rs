@@ -1,0 +1,25 @@
+//! spate's runtime: it knows nothing about Kafka or ClickHouse. It defines
+//! the contracts a source ([`source`]) and a sink ([`sink`]) must meet, and
+//! runs them ([`pipeline`]).
+//!
+//! Layout:
+//! - [`pipeline`]: controller and pinned driver threads, process assembly,
+//!   the shutdown sequence and the [`ExitReport`](pipeline::ExitReport).
+//! - [`source`]: `Source` (controller side), `Lane` (driver side), the
+//!   drain barrier.
+//! - [`sink`]: shard queues, chunks, the chain's terminal stage, the
+//!   acknowledgement channel, drain and probe hooks.
+//! - [`checkpoint`]: acknowledged watermarks and the pending gate.
+//! - [`record`]: messages and typed offsets.
+//! - [`error`]: the error types of this layer, classified by fault.
+//! - [`metrics`] and [`admin`]: Prometheus registry and the admin server.
+
+pub mod admin;
+pub mod checkpoint;
+pub mod error;
+pub mod metrics;
+pub mod pipeline;
+pub mod record;
+pub mod sink;
+pub mod source;
+mod sync;

@@ -1,0 +1,503 @@
+//! The controller thread: owns the [`Source`] and the [`Checkpointer`].
+//!
+//! An explicit state machine:
+//!
+//! ```text
+//! Consuming ──(shutdown requested | fatal | Drained)──▶ Draining{deadline} ──(sink drained)──▶ Stopped
+//! ```
+//!
+//! *Consuming*: poll source events (assignments become `AddLane`, end of
+//! input becomes `FlushNow`, retired lanes become `DropLanes`), apply
+//! driver requests (pause/resume at the source, fatal reports), fold sink
+//! acknowledgements into the checkpointer, and commit acknowledged
+//! watermarks on the commit tick. Revocations arrive synchronously through
+//! [`Revoker`]: stop the lanes on their drivers, wait for their
+//! acknowledgements until the revoke deadline, hand back their watermarks
+//! for the source to commit before it gives the partitions up.
+//!
+//! *Draining*: stop polling the source, send `Shutdown` to every driver,
+//! tell main (which joins the drivers and drains the sink), keep folding
+//! acknowledgements, and once main reports the sink drained run the final
+//! drain + commit + `flush_commits`.
+
+use super::{DriverEvent, ThreadControl};
+use crate::checkpoint::{AckOutcome, Checkpointer};
+use crate::error::{Fault, FatalError};
+use crate::metrics::Metrics;
+use crate::record::{PartitionId, Watermark};
+use crate::sink::{AckEvent, AckReceiver, DrainReport};
+use crate::source::{BarrierOutcome, DrainBarrier, Lane, LaneId, Revoker, Source, SourceEvent};
+use crossbeam_channel::{select, Receiver, Sender};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Tunables of the controller.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ControllerConfig {
+    pub poll_timeout: Duration,
+    pub commit_interval: Duration,
+    pub shutdown_timeout: Duration,
+    pub revoke_timeout: Duration,
+    pub pending_ceiling: i64,
+}
+
+/// Controller → main.
+pub(crate) enum ToMain {
+    /// Drivers were told to shut down; wait on `barrier`, join them, drain
+    /// the sink by `deadline`.
+    Draining { barrier: DrainBarrier, deadline: Instant },
+}
+
+/// Main → controller.
+pub(crate) enum FromMain {
+    /// The sink drained (or could not be drained: `None`).
+    SinkDrained(Option<DrainReport>),
+}
+
+/// What the controller hands back when it stops.
+#[derive(Debug)]
+pub(crate) struct ControllerExit {
+    pub failure: Option<FatalError>,
+    pub drained: bool,
+    pub unacknowledged_rows: i64,
+    pub final_watermarks: Vec<(PartitionId, i64)>,
+    pub commit_error: Option<String>,
+}
+
+/// Readiness flags the controller maintains for `/readyz`.
+#[derive(Debug, Default)]
+pub struct SourceReadiness {
+    /// The source delivered its first assignment (joined its group).
+    pub joined: AtomicBool,
+    /// A shutdown is in progress.
+    pub shutting_down: AtomicBool,
+}
+
+/// Everything of the controller except the source, so the source can be
+/// polled with `&mut core` as its [`Revoker`].
+pub(crate) struct Core<L> {
+    checkpointer: Checkpointer,
+    drivers: Vec<Sender<ThreadControl<L>>>,
+    load: Vec<usize>,
+    home: HashMap<LaneId, (usize, PartitionId)>,
+    paused: HashSet<LaneId>,
+    acks: AckReceiver,
+    events: Receiver<DriverEvent>,
+    failure: Option<FatalError>,
+    drained: bool,
+    committed: BTreeMap<PartitionId, Watermark>,
+    metrics: Arc<Metrics>,
+    readiness: Arc<SourceReadiness>,
+    config: ControllerConfig,
+}
+
+pub(crate) struct Controller<S: Source> {
+    source: S,
+    core: Core<S::Lane>,
+    shutdown: Arc<AtomicBool>,
+    to_main: Sender<ToMain>,
+    from_main: Receiver<FromMain>,
+}
+
+impl<S: Source> Controller<S> {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        source: S,
+        drivers: Vec<Sender<ThreadControl<S::Lane>>>,
+        acks: AckReceiver,
+        events: Receiver<DriverEvent>,
+        shutdown: Arc<AtomicBool>,
+        to_main: Sender<ToMain>,
+        from_main: Receiver<FromMain>,
+        metrics: Arc<Metrics>,
+        readiness: Arc<SourceReadiness>,
+        config: ControllerConfig,
+    ) -> Self {
+        let n = drivers.len();
+        Self {
+            source,
+            core: Core {
+                checkpointer: Checkpointer::new(),
+                drivers,
+                load: vec![0; n],
+                home: HashMap::new(),
+                paused: HashSet::new(),
+                acks,
+                events,
+                failure: None,
+                drained: false,
+                committed: BTreeMap::new(),
+                metrics,
+                readiness,
+                config,
+            },
+            shutdown,
+            to_main,
+            from_main,
+        }
+    }
+
+    pub(crate) fn run(mut self) -> ControllerExit {
+        self.consume();
+        self.drain_and_stop()
+    }
+
+    /// State `Consuming`.
+    fn consume(&mut self) {
+        let mut next_commit = Instant::now() + self.core.config.commit_interval;
+        loop {
+            if self.shutdown.load(Ordering::Acquire) {
+                tracing::info!("shutdown requested; draining");
+                return;
+            }
+            if self.core.failure.is_some() {
+                return;
+            }
+            if self.core.drained {
+                tracing::info!("source drained; finishing");
+                return;
+            }
+            match self.source.poll_events(self.core.config.poll_timeout, &mut self.core) {
+                Ok(events) => {
+                    for event in events {
+                        self.core.on_source_event(event);
+                    }
+                }
+                Err(e) if e.is_retriable() => {
+                    tracing::warn!(error = %e, "source poll failed; retrying");
+                }
+                Err(e) => {
+                    self.core.fail(FatalError::new("source", e.to_string(), Fault::External));
+                }
+            }
+            self.core.apply_driver_events(&mut self.source);
+            self.core.apply_acks();
+            if Instant::now() >= next_commit {
+                self.core.commit(&mut self.source, false);
+                next_commit = Instant::now() + self.core.config.commit_interval;
+            }
+        }
+    }
+
+    /// States `Draining` and `Stopped`.
+    fn drain_and_stop(mut self) -> ControllerExit {
+        self.core.readiness.shutting_down.store(true, Ordering::Release);
+        let started = Instant::now();
+        let deadline = started + self.core.config.shutdown_timeout;
+        let barrier = DrainBarrier::new(self.core.drivers.len());
+        for tx in &self.core.drivers {
+            let _ = tx.send(ThreadControl::Shutdown {
+                barrier: barrier.clone(),
+                deadline,
+            });
+        }
+        let main_alive = self
+            .to_main
+            .send(ToMain::Draining { barrier, deadline })
+            .is_ok();
+        let mut drain_report = None;
+        if main_alive {
+            // Fold acknowledgements while main joins drivers and drains the sink.
+            loop {
+                select! {
+                    recv(self.from_main) -> msg => {
+                        if let Ok(FromMain::SinkDrained(r)) = msg { drain_report = r; }
+                        break;
+                    }
+                    recv(self.core.acks) -> ev => { if let Ok(ev) = ev { self.core.apply_ack(ev); } }
+                    recv(self.core.events) -> ev => { if let Ok(ev) = ev { self.core.on_driver_event_draining(ev); } }
+                }
+            }
+        }
+        // Every worker is done: whatever they acknowledged is in the channel.
+        self.core.apply_acks();
+        while let Ok(ev) = self.core.events.try_recv() {
+            self.core.on_driver_event_draining(ev);
+        }
+        let commit_error = self.core.final_commit(&mut self.source, deadline);
+        if let Some(report) = &drain_report {
+            if !report.is_clean() && self.core.failure.is_none() {
+                tracing::error!(
+                    abandoned_rows = report.abandoned_rows,
+                    "sink abandoned rows at the shutdown deadline; their offsets are not committed and will replay"
+                );
+            }
+        }
+        let unacknowledged_rows = self.core.checkpointer.total_pending_rows();
+        ControllerExit {
+            failure: self.core.failure.take(),
+            drained: self.core.drained,
+            unacknowledged_rows,
+            final_watermarks: self
+                .core
+                .committed
+                .iter()
+                .map(|(p, w)| (p.clone(), w.0))
+                .collect(),
+            commit_error,
+        }
+    }
+}
+
+impl<L: Lane> Core<L> {
+    fn fail(&mut self, error: FatalError) {
+        if self.failure.is_none() {
+            tracing::error!(component = %error.component, reason = %error.reason, "fatal error; stopping the pipeline");
+            self.failure = Some(error);
+        }
+    }
+
+    fn on_source_event(&mut self, event: SourceEvent<L>) {
+        match event {
+            SourceEvent::Assigned(lanes) => {
+                self.readiness.joined.store(true, Ordering::Release);
+                self.metrics.rebalances.with_label_values(&["assign"]).inc();
+                for lane in lanes {
+                    self.add_lane(lane);
+                }
+            }
+            SourceEvent::CommitReady(lanes) => {
+                let drivers: HashSet<usize> = lanes.iter().filter_map(|l| self.home.get(l).map(|h| h.0)).collect();
+                for d in drivers {
+                    let _ = self.drivers[d].send(ThreadControl::FlushNow);
+                }
+            }
+            SourceEvent::LanesRetired(lanes) => {
+                for (driver, ids) in self.group_by_driver(&lanes) {
+                    let _ = self.drivers[driver].send(ThreadControl::DropLanes { lanes: ids });
+                }
+                for lane in &lanes {
+                    self.forget(*lane);
+                }
+            }
+            SourceEvent::Lost(lanes) => {
+                self.metrics.rebalances.with_label_values(&["lost"]).inc();
+                tracing::warn!(?lanes, "partitions lost without revocation; their unacknowledged rows replay on the new owner");
+                let deadline = Instant::now();
+                for (driver, ids) in self.group_by_driver(&lanes) {
+                    let barrier = DrainBarrier::new(ids.len());
+                    let _ = self.drivers[driver].send(ThreadControl::StopLanes { lanes: ids, barrier, deadline });
+                }
+                for lane in &lanes {
+                    self.forget(*lane);
+                }
+            }
+            SourceEvent::Drained => self.drained = true,
+        }
+    }
+
+    fn add_lane(&mut self, lane: L) {
+        let id = lane.id();
+        let partition = lane.partition().clone();
+        let gate = self.checkpointer.add_lane(id, partition.clone(), self.config.pending_ceiling);
+        let driver = (0..self.load.len()).min_by_key(|&d| self.load[d]).unwrap_or(0);
+        self.load[driver] += 1;
+        self.home.insert(id, (driver, partition.clone()));
+        self.metrics.lanes_active.inc();
+        tracing::info!(lane = %id, %partition, driver, "lane assigned");
+        let _ = self.drivers[driver].send(ThreadControl::AddLane { lane, gate: Some(gate) });
+    }
+
+    /// Stop tracking a lane (retired, lost or revoked).
+    fn forget(&mut self, lane: LaneId) -> Option<(PartitionId, Option<Watermark>)> {
+        if let Some((driver, _)) = self.home.remove(&lane) {
+            self.load[driver] = self.load[driver].saturating_sub(1);
+            self.metrics.lanes_active.dec();
+        }
+        if self.paused.remove(&lane) {
+            self.metrics.lanes_paused.dec();
+        }
+        self.checkpointer.remove_lane(lane)
+    }
+
+    fn group_by_driver(&self, lanes: &[LaneId]) -> BTreeMap<usize, Vec<LaneId>> {
+        let mut by: BTreeMap<usize, Vec<LaneId>> = BTreeMap::new();
+        for lane in lanes {
+            if let Some((d, _)) = self.home.get(lane) {
+                by.entry(*d).or_default().push(*lane);
+            }
+        }
+        by
+    }
+
+    fn apply_driver_events<S: Source<Lane = L>>(&mut self, source: &mut S) {
+        while let Ok(ev) = self.events.try_recv() {
+            match ev {
+                DriverEvent::PauseLanes { lanes } => {
+                    let new: Vec<LaneId> = lanes
+                        .into_iter()
+                        .filter(|l| self.home.contains_key(l) && !self.paused.contains(l))
+                        .collect();
+                    if new.is_empty() {
+                        continue;
+                    }
+                    match source.pause(&new) {
+                        Ok(()) => {
+                            self.metrics.lanes_paused.add(new.len() as i64);
+                            self.paused.extend(new);
+                        }
+                        Err(e) => tracing::warn!(error = %e, "pausing lanes failed; the driver keeps them unpolled"),
+                    }
+                }
+                DriverEvent::ResumeLanes { lanes } => {
+                    let was: Vec<LaneId> = lanes.into_iter().filter(|l| self.paused.contains(l)).collect();
+                    if was.is_empty() {
+                        continue;
+                    }
+                    match source.resume(&was) {
+                        Ok(()) => {
+                            self.metrics.lanes_paused.sub(was.len() as i64);
+                            for l in &was {
+                                self.paused.remove(l);
+                            }
+                        }
+                        Err(e) => tracing::warn!(error = %e, "resuming lanes failed; will retry on the next request"),
+                    }
+                }
+                DriverEvent::Fatal { thread, error } => {
+                    tracing::error!(driver = thread, "driver reported a fatal error");
+                    self.fail(error);
+                }
+            }
+        }
+    }
+
+    fn on_driver_event_draining(&mut self, ev: DriverEvent) {
+        if let DriverEvent::Fatal { error, .. } = ev {
+            self.fail(error);
+        }
+    }
+
+    fn apply_acks(&mut self) {
+        while let Ok(ev) = self.acks.try_recv() {
+            self.apply_ack(ev);
+        }
+    }
+
+    fn apply_ack(&mut self, ev: AckEvent) {
+        match ev {
+            AckEvent::Acked(ranges) => {
+                for r in &ranges {
+                    if self.checkpointer.ack(r) == AckOutcome::Duplicate {
+                        tracing::warn!(lane = %r.lane, seq = r.seq, "duplicate acknowledgement ignored");
+                    }
+                }
+            }
+            AckEvent::Abandoned(ranges) => {
+                for r in &ranges {
+                    self.checkpointer.fail(r);
+                }
+            }
+            AckEvent::Fatal { ranges, error } => {
+                for r in &ranges {
+                    self.checkpointer.fail(r);
+                }
+                self.fail(error);
+            }
+        }
+    }
+
+    fn commit<S: Source<Lane = L>>(&mut self, source: &mut S, sync: bool) {
+        let watermarks = self.checkpointer.take_committable();
+        if watermarks.is_empty() {
+            return;
+        }
+        match source.commit(&watermarks, sync) {
+            Ok(()) => self.committed_ok(&watermarks),
+            Err(e) => {
+                self.metrics.commits.with_label_values(&["error"]).inc();
+                tracing::warn!(error = %e, "offset commit failed; will retry");
+                self.checkpointer.commit_failed(&watermarks);
+            }
+        }
+    }
+
+    fn committed_ok(&mut self, watermarks: &[(PartitionId, Watermark)]) {
+        self.metrics.commits.with_label_values(&["ok"]).inc();
+        for (p, w) in watermarks {
+            self.metrics
+                .committed_offset
+                .with_label_values(&[&*p.topic, &p.partition.to_string()])
+                .set(w.0);
+            let e = self.committed.entry(p.clone()).or_insert(*w);
+            if *w > *e {
+                *e = *w;
+            }
+        }
+    }
+
+    /// Final synchronous commit of every owned lane's acknowledged
+    /// watermark, then wait for outstanding commits.
+    fn final_commit<S: Source<Lane = L>>(&mut self, source: &mut S, deadline: Instant) -> Option<String> {
+        let watermarks = self.checkpointer.watermarks();
+        let mut error = None;
+        if !watermarks.is_empty() {
+            match source.commit(&watermarks, true) {
+                Ok(()) => self.committed_ok(&watermarks),
+                Err(e) => {
+                    self.metrics.commits.with_label_values(&["error"]).inc();
+                    tracing::error!(error = %e, "final offset commit failed; the acknowledged rows will replay after restart");
+                    error = Some(e.to_string());
+                }
+            }
+        }
+        let budget = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_secs(1));
+        if let Err(e) = source.flush_commits(budget) {
+            tracing::error!(error = %e, "waiting for outstanding commits failed");
+            error.get_or_insert(e.to_string());
+        }
+        error
+    }
+}
+
+impl<L: Lane> Revoker for Core<L> {
+    fn revoke(&mut self, lanes: &[LaneId]) -> Vec<(PartitionId, Watermark)> {
+        self.metrics.rebalances.with_label_values(&["revoke"]).inc();
+        let deadline = Instant::now() + self.config.revoke_timeout;
+        let by_driver = self.group_by_driver(lanes);
+        let expected: usize = by_driver.values().map(Vec::len).sum();
+        let barrier = DrainBarrier::new(expected);
+        for (driver, ids) in by_driver {
+            let _ = self.drivers[driver].send(ThreadControl::StopLanes {
+                lanes: ids,
+                barrier: barrier.clone(),
+                deadline,
+            });
+        }
+        if let BarrierOutcome::TimedOut { missing } = barrier.wait_until(deadline) {
+            tracing::warn!(missing, "drivers did not stop revoked lanes before the revoke deadline");
+        }
+        // Wait for the sink to acknowledge what the revoked lanes sent.
+        loop {
+            self.apply_acks();
+            let pending = self.checkpointer.pending_rows(lanes);
+            if pending <= 0 {
+                break;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                tracing::warn!(pending_rows = pending, "revoke deadline passed with rows unacknowledged; they will replay on the new owner");
+                break;
+            }
+            if let Ok(ev) = self.acks.recv_timeout(deadline - now) {
+                self.apply_ack(ev);
+            }
+        }
+        let mut out = Vec::new();
+        for lane in lanes {
+            // Committed even when unchanged since the last tick: the
+            // revocation's commit is synchronous, so it is known to be
+            // persisted before the partition changes hands.
+            if let Some((partition, Some(wm))) = self.forget(*lane) {
+                out.push((partition, wm));
+            }
+        }
+        tracing::info!(lanes = lanes.len(), commits = out.len(), "lanes revoked");
+        self.committed_ok(&out);
+        out
+    }
+}

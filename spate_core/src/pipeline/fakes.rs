@@ -1,0 +1,332 @@
+//! In-memory fakes for runtime tests: a bounded or unbounded source over
+//! vectors of payloads, a line-copying encoder, and a recording sink whose
+//! workers can be told to stall.
+
+use crate::checkpoint::AckRange;
+use crate::pipeline::{Chain, ChainCtx, ChainFactory, EncodeChain, SinkRuntime};
+use crate::record::{Message, PartitionId, Watermark};
+use crate::sink::{ack_channel, AckEvent, AckReceiver, AckSender, Chunk, DrainReport, EncodeFailure, RowEncode, ShardQueues};
+use crate::source::{Deliver, Lane, LaneError, LaneId, LanePoll, Revoker, Source, SourceEvent};
+use crate::error::SourceError;
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Everything the fake source did, for assertions.
+#[derive(Debug, Default)]
+pub(crate) struct SourceLog {
+    pub commits: Vec<(PartitionId, Watermark, bool)>,
+    pub paused: HashSet<LaneId>,
+    pub pause_calls: usize,
+    pub revoked_commits: Vec<(PartitionId, Watermark)>,
+}
+
+pub(crate) struct FakeSource {
+    partitions: Vec<(PartitionId, Arc<Vec<Vec<u8>>>)>,
+    bounded: bool,
+    assigned: bool,
+    next_lane: u64,
+    lanes: HashMap<LaneId, PartitionId>,
+    ended_tx: Sender<(LaneId, i64)>,
+    ended_rx: Receiver<(LaneId, i64)>,
+    ended: HashMap<LaneId, i64>,
+    retired: HashSet<LaneId>,
+    committed: HashMap<PartitionId, i64>,
+    pub log: Arc<Mutex<SourceLog>>,
+    /// When set, the next poll revokes every lane through the revoker.
+    pub revoke_now: Arc<AtomicBool>,
+}
+
+impl FakeSource {
+    pub(crate) fn new(partitions: Vec<Vec<Vec<u8>>>, bounded: bool) -> Self {
+        let (ended_tx, ended_rx) = unbounded();
+        Self {
+            partitions: partitions
+                .into_iter()
+                .enumerate()
+                .map(|(i, d)| (PartitionId::new("fake", i as i32), Arc::new(d)))
+                .collect(),
+            bounded,
+            assigned: false,
+            next_lane: 0,
+            lanes: HashMap::new(),
+            ended_tx,
+            ended_rx,
+            ended: HashMap::new(),
+            retired: HashSet::new(),
+            committed: HashMap::new(),
+            log: Arc::default(),
+            revoke_now: Arc::default(),
+        }
+    }
+}
+
+pub(crate) struct FakeLane {
+    id: LaneId,
+    partition: PartitionId,
+    data: Arc<Vec<Vec<u8>>>,
+    pos: usize,
+    bounded: bool,
+    ended_tx: Sender<(LaneId, i64)>,
+    told: bool,
+}
+
+impl Lane for FakeLane {
+    fn id(&self) -> LaneId {
+        self.id
+    }
+
+    fn partition(&self) -> &PartitionId {
+        &self.partition
+    }
+
+    fn poll(&mut self, max: usize, deliver: &mut Deliver<'_>) -> Result<LanePoll, LaneError> {
+        let mut n = 0;
+        while n < max && self.pos < self.data.len() {
+            let msg = Message {
+                topic: &self.partition.topic,
+                partition: self.partition.partition,
+                offset: self.pos as i64,
+                timestamp_ms: None,
+                key: None,
+                payload: Some(&self.data[self.pos]),
+            };
+            deliver(&msg)?;
+            self.pos += 1;
+            n += 1;
+        }
+        if n == 0 && self.bounded && self.pos == self.data.len() {
+            if !self.told {
+                self.told = true;
+                let _ = self.ended_tx.send((self.id, self.pos as i64));
+            }
+            return Ok(LanePoll::Ended);
+        }
+        Ok(LanePoll::Delivered(n))
+    }
+}
+
+impl Source for FakeSource {
+    type Lane = FakeLane;
+
+    fn poll_events(
+        &mut self,
+        timeout: Duration,
+        revoker: &mut dyn Revoker,
+    ) -> Result<Vec<SourceEvent<FakeLane>>, SourceError> {
+        let mut events = Vec::new();
+        if !self.assigned {
+            self.assigned = true;
+            let mut lanes = Vec::new();
+            for (partition, data) in &self.partitions {
+                self.next_lane += 1;
+                let id = LaneId(self.next_lane);
+                self.lanes.insert(id, partition.clone());
+                lanes.push(FakeLane {
+                    id,
+                    partition: partition.clone(),
+                    data: data.clone(),
+                    pos: 0,
+                    bounded: self.bounded,
+                    ended_tx: self.ended_tx.clone(),
+                    told: false,
+                });
+            }
+            events.push(SourceEvent::Assigned(lanes));
+            return Ok(events);
+        }
+        if self.revoke_now.swap(false, Ordering::AcqRel) {
+            let ids: Vec<LaneId> = self.lanes.keys().copied().collect();
+            let wms = revoker.revoke(&ids);
+            self.commit(&wms, true)?;
+            self.log.lock().unwrap().revoked_commits.extend(wms);
+            self.lanes.clear();
+            return Ok(events);
+        }
+        std::thread::sleep(timeout.min(Duration::from_millis(2)));
+        let mut ready = Vec::new();
+        while let Ok((lane, end)) = self.ended_rx.try_recv() {
+            self.ended.insert(lane, end);
+            ready.push(lane);
+        }
+        if !ready.is_empty() {
+            events.push(SourceEvent::CommitReady(ready));
+        }
+        let mut retire = Vec::new();
+        for (lane, end) in &self.ended {
+            if self.retired.contains(lane) {
+                continue;
+            }
+            let partition = &self.lanes[lane];
+            let done = *end == 0 || self.committed.get(partition).is_some_and(|c| c >= end);
+            if done {
+                retire.push(*lane);
+            }
+        }
+        if !retire.is_empty() {
+            self.retired.extend(retire.iter().copied());
+            events.push(SourceEvent::LanesRetired(retire));
+        }
+        if self.bounded && !self.lanes.is_empty() && self.retired.len() == self.lanes.len() {
+            events.push(SourceEvent::Drained);
+        }
+        Ok(events)
+    }
+
+    fn pause(&mut self, lanes: &[LaneId]) -> Result<(), SourceError> {
+        let mut log = self.log.lock().unwrap();
+        log.pause_calls += 1;
+        log.paused.extend(lanes.iter().copied());
+        Ok(())
+    }
+
+    fn resume(&mut self, lanes: &[LaneId]) -> Result<(), SourceError> {
+        let mut log = self.log.lock().unwrap();
+        for l in lanes {
+            log.paused.remove(l);
+        }
+        Ok(())
+    }
+
+    fn commit(&mut self, watermarks: &[(PartitionId, Watermark)], sync: bool) -> Result<(), SourceError> {
+        let mut log = self.log.lock().unwrap();
+        for (p, w) in watermarks {
+            log.commits.push((p.clone(), *w, sync));
+            self.committed.insert(p.clone(), w.0);
+        }
+        Ok(())
+    }
+
+    fn flush_commits(&mut self, _timeout: Duration) -> Result<(), SourceError> {
+        Ok(())
+    }
+
+    fn partition_of(&self, lane: LaneId) -> Option<PartitionId> {
+        self.lanes.get(&lane).cloned()
+    }
+}
+
+/// Copies the payload as one `\n`-terminated row; payloads starting with
+/// `bad` fail on column `n`.
+#[derive(Clone)]
+pub(crate) struct LineEncoder;
+
+impl RowEncode for LineEncoder {
+    fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<(), EncodeFailure> {
+        let payload = msg.payload.unwrap_or_default();
+        if payload.starts_with(b"bad") {
+            return Err(EncodeFailure {
+                column: Some("n".into()),
+                value: Some(String::from_utf8_lossy(payload).into_owned()),
+                reason: "not a number".into(),
+            });
+        }
+        if payload.starts_with(b"panic") {
+            panic!("encoder panicked on purpose");
+        }
+        out.extend_from_slice(payload);
+        out.push(b'\n');
+        Ok(())
+    }
+}
+
+pub(crate) fn line_chains() -> ChainFactory {
+    Box::new(|ctx: ChainCtx| Ok(Box::new(EncodeChain::new(LineEncoder, &ctx)) as Box<dyn Chain>))
+}
+
+/// What the recording sink inserted, per partition-independent row text.
+#[derive(Debug, Default)]
+pub(crate) struct SinkLog {
+    pub rows: Vec<String>,
+    pub chunks: usize,
+    pub acked: Vec<AckRange>,
+}
+
+/// A sink whose workers record rows and acknowledge them; while `stall` is
+/// set they hold chunks without acknowledging.
+pub(crate) struct RecordingSink {
+    pub runtime: SinkRuntime,
+    pub acks: (AckSender, AckReceiver),
+    pub log: Arc<Mutex<SinkLog>>,
+    pub stall: Arc<AtomicBool>,
+}
+
+pub(crate) fn recording_sink(io: &tokio::runtime::Handle, high_water: usize) -> RecordingSink {
+    let (queues, receivers) = ShardQueues::new(1, high_water, high_water / 2);
+    let (ack_tx, ack_rx) = ack_channel();
+    let log: Arc<Mutex<SinkLog>> = Arc::default();
+    let stall = Arc::new(AtomicBool::new(false));
+    let held: Arc<Mutex<BTreeMap<usize, Chunk>>> = Arc::default();
+    let mut tasks = Vec::new();
+    for mut rx in receivers {
+        let (log, stall, held, ack_tx) = (log.clone(), stall.clone(), held.clone(), ack_tx.clone());
+        tasks.push(io.spawn(async move {
+            let mut n = 0usize;
+            while let Some(chunk) = rx.recv().await {
+                n += 1;
+                let chunk = if stall.load(Ordering::Acquire) {
+                    held.lock().unwrap().insert(n, chunk);
+                    while stall.load(Ordering::Acquire) {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    match held.lock().unwrap().remove(&n) {
+                        Some(c) => c,
+                        None => continue, // abandoned by the drain
+                    }
+                } else {
+                    chunk
+                };
+                let mut l = log.lock().unwrap();
+                l.chunks += 1;
+                for row in chunk.data.split(|b| *b == b'\n').filter(|r| !r.is_empty()) {
+                    l.rows.push(String::from_utf8_lossy(row).into_owned());
+                }
+                l.acked.extend(chunk.acks.iter().copied());
+                drop(l);
+                let _ = ack_tx.send(AckEvent::Acked(chunk.acks.clone()));
+            }
+        }));
+    }
+    let drain_io = io.clone();
+    let drain_held = held.clone();
+    let drain_acks = ack_tx.clone();
+    let drain_log = log.clone();
+    let drain = Box::new(move |budget: Duration| {
+        let before = drain_log.lock().unwrap().chunks as u64;
+        let done = drain_io.block_on(async {
+            tokio::time::timeout(budget, async {
+                for t in tasks {
+                    let _ = t.await;
+                }
+            })
+            .await
+            .is_ok()
+        });
+        let mut report = DrainReport {
+            flushed_chunks: drain_log.lock().unwrap().chunks as u64 - before,
+            ..DrainReport::default()
+        };
+        if !done {
+            for (_, chunk) in std::mem::take(&mut *drain_held.lock().unwrap()) {
+                report.abandoned_chunks += 1;
+                report.abandoned_rows += chunk.rows;
+                let _ = drain_acks.send(AckEvent::Abandoned(chunk.acks.clone()));
+            }
+            report.reason = Some("stalled".into());
+        }
+        report
+    });
+    RecordingSink {
+        runtime: SinkRuntime {
+            queues: vec![queues],
+            drain,
+            probe: None,
+        },
+        acks: (ack_tx, ack_rx),
+        log,
+        stall,
+    }
+}
+

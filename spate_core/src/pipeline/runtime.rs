@@ -1,0 +1,451 @@
+//! [`PipelineRuntime`]: starts the controller and driver threads, serves
+//! admin, and runs the shutdown sequence from the main thread.
+//!
+//! Main's part of the shutdown: wait for the controller to announce
+//! `Draining`, wait on the drivers' barrier (bounded by the shutdown
+//! deadline) and join them (their chains drop, closing the shard queues),
+//! drop its own queue handles, run the sink drain hook with the remaining
+//! budget, hand the drain report to the controller for its final commit,
+//! join it, and build the [`ExitReport`].
+
+use super::builder::{ChainCtx, Pipeline};
+use super::controller::{Controller, ControllerConfig, ControllerExit, FromMain, ToMain};
+use super::driver::{Driver, DriverConfig};
+use super::{DriverEvent, ExitReport, ExitState, FatalErrorReport, SinkRuntime, ThreadControl};
+use crate::admin::{self, Readiness};
+use crate::error::{Fault, FatalError};
+use crate::metrics::{Metrics, METRIC_NAMES};
+use crate::pipeline::BuildError;
+use crate::sink::{DrainReport, ShardQueues};
+use crate::source::{DrainBarrier, Source};
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Runtime tunables.
+#[derive(Clone, Debug)]
+pub struct RuntimeOptions {
+    /// Driver threads.
+    pub drivers: usize,
+    /// Pin driver `i` to core `i % cores` (falls back to unpinned).
+    pub pin_drivers: bool,
+    /// Most messages taken from one lane per driver turn.
+    pub poll_batch: usize,
+    /// Longest a controller poll of the source blocks.
+    pub poll_timeout: Duration,
+    /// Commit tick.
+    pub commit_interval: Duration,
+    /// Budget of the whole shutdown sequence.
+    pub shutdown_timeout: Duration,
+    /// Budget of one revocation (must stay below the group session timeout).
+    pub revoke_timeout: Duration,
+    /// Pending-row ceiling per lane (the `PendingGate`).
+    pub pending_ceiling: i64,
+    /// Where to serve `/metrics`, `/healthz`, `/readyz`.
+    pub admin_addr: Option<SocketAddr>,
+    /// Sink probe period.
+    pub probe_interval: Duration,
+    /// The I/O runtime (admin server, probes, sink workers).
+    pub io: tokio::runtime::Handle,
+    /// Metrics registry.
+    pub metrics: Arc<Metrics>,
+}
+
+impl RuntimeOptions {
+    /// Defaults, running admin and probes on `io`.
+    #[must_use]
+    pub fn new(io: tokio::runtime::Handle) -> Self {
+        Self {
+            drivers: std::thread::available_parallelism().map_or(1, usize::from),
+            pin_drivers: true,
+            poll_batch: 1024,
+            poll_timeout: Duration::from_millis(50),
+            commit_interval: Duration::from_secs(1),
+            shutdown_timeout: Duration::from_secs(30),
+            revoke_timeout: Duration::from_secs(2),
+            pending_ceiling: 2_000_000,
+            admin_addr: None,
+            probe_interval: Duration::from_secs(5),
+            io,
+            metrics: Arc::new(Metrics::new()),
+        }
+    }
+}
+
+/// Names of every metric the runtime and its connectors export.
+#[must_use]
+pub fn metrics_settings() -> &'static [&'static str] {
+    METRIC_NAMES
+}
+
+/// Why a runtime could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// A thread could not be spawned.
+    #[error("spawning thread {name} failed: {source}")]
+    Spawn {
+        /// Thread name.
+        name: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The admin address could not be bound.
+    #[error("binding the admin address {addr} failed: {source}")]
+    Admin {
+        /// Address.
+        addr: SocketAddr,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A chain could not be built.
+    #[error(transparent)]
+    Build(#[from] BuildError),
+}
+
+/// Requests a shutdown from anywhere (signal handler, tests).
+#[derive(Clone, Debug, Default)]
+pub struct ShutdownHandle {
+    flag: Arc<AtomicBool>,
+}
+
+impl ShutdownHandle {
+    /// Ask the pipeline to stop: drain, commit, report.
+    pub fn shutdown(&self) {
+        self.flag.store(true, Ordering::Release);
+    }
+
+    /// Whether a shutdown was requested.
+    #[must_use]
+    pub fn is_requested(&self) -> bool {
+        self.flag.load(Ordering::Acquire)
+    }
+}
+
+type EmergencyStop = Box<dyn Fn(DrainBarrier, Instant) + Send>;
+
+/// A started pipeline.
+pub struct PipelineRuntime {
+    controller: Option<JoinHandle<ControllerExit>>,
+    drivers: Vec<JoinHandle<()>>,
+    emergency_stop: EmergencyStop,
+    sink: Option<SinkRuntime>,
+    to_main: Receiver<ToMain>,
+    from_main: Sender<FromMain>,
+    shutdown: ShutdownHandle,
+    io: tokio::runtime::Handle,
+    readiness: Arc<Readiness>,
+    admin_addr: Option<SocketAddr>,
+    shutdown_timeout: Duration,
+}
+
+impl PipelineRuntime {
+    /// Spawn the driver and controller threads and the admin server.
+    pub fn start<S: Source>(pipeline: Pipeline<S>, options: RuntimeOptions) -> Result<Self, StartError> {
+        let Pipeline {
+            source,
+            chains,
+            sink,
+            acks,
+            options: sink_options,
+        } = pipeline;
+        let metrics = options.metrics.clone();
+        let (event_tx, event_rx) = unbounded::<DriverEvent>();
+        let cores = if options.pin_drivers {
+            core_affinity::get_core_ids().unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let mut driver_txs = Vec::new();
+        let mut drivers = Vec::new();
+        let config = DriverConfig {
+            poll_batch: options.poll_batch.max(1),
+            idle_max: Duration::from_millis(5),
+        };
+        for thread in 0..options.drivers.max(1) {
+            let chain = chains(ChainCtx {
+                thread,
+                queues: sink.queues[0].clone(),
+                options: sink_options,
+                metrics: metrics.clone(),
+            })?;
+            let (tx, rx) = unbounded::<ThreadControl<S::Lane>>();
+            driver_txs.push(tx);
+            let driver = Driver::new(thread, chain, rx, event_tx.clone(), sink.queues[0].clone(), metrics.clone(), config);
+            let events = event_tx.clone();
+            let core = cores.get(thread % cores.len().max(1)).copied();
+            let name = format!("spate-driver-{thread}");
+            let handle = std::thread::Builder::new()
+                .name(name.clone())
+                .spawn(move || {
+                    if let Some(core) = core {
+                        if !core_affinity::set_for_current(core) {
+                            tracing::warn!(driver = thread, "pinning to a core failed; running unpinned");
+                        }
+                    }
+                    if let Err(panic) = catch_unwind(AssertUnwindSafe(|| driver.run())) {
+                        let reason = panic_message(&panic);
+                        tracing::error!(driver = thread, %reason, "driver thread panicked");
+                        let _ = events.send(DriverEvent::Fatal {
+                            thread,
+                            error: FatalError::new(format!("driver-{thread}"), format!("panicked: {reason}"), Fault::Internal),
+                        });
+                    }
+                })
+                .map_err(|source| StartError::Spawn { name, source })?;
+            drivers.push(handle);
+        }
+        drop(event_tx);
+
+        let readiness = Arc::new(Readiness::default());
+        let shutdown = ShutdownHandle::default();
+        let (to_main_tx, to_main_rx) = unbounded();
+        let (from_main_tx, from_main_rx) = unbounded();
+        let controller = Controller::new(
+            source,
+            driver_txs.clone(),
+            acks.1,
+            event_rx,
+            shutdown.flag.clone(),
+            to_main_tx,
+            from_main_rx,
+            metrics.clone(),
+            readiness.source.clone(),
+            ControllerConfig {
+                poll_timeout: options.poll_timeout,
+                commit_interval: options.commit_interval,
+                shutdown_timeout: options.shutdown_timeout,
+                revoke_timeout: options.revoke_timeout,
+                pending_ceiling: options.pending_ceiling,
+            },
+        );
+        drop(acks.0);
+        let controller = std::thread::Builder::new()
+            .name("spate-controller".into())
+            .spawn(move || controller.run())
+            .map_err(|source| StartError::Spawn {
+                name: "spate-controller".into(),
+                source,
+            })?;
+
+        let emergency_stop: EmergencyStop = Box::new(move |barrier, deadline| {
+            for tx in &driver_txs {
+                let _ = tx.send(ThreadControl::Shutdown {
+                    barrier: barrier.clone(),
+                    deadline,
+                });
+            }
+        });
+
+        let admin_addr = match options.admin_addr {
+            Some(addr) => Some(
+                options
+                    .io
+                    .block_on(admin::serve(addr, metrics.clone(), readiness.clone()))
+                    .map_err(|source| StartError::Admin { addr, source })?,
+            ),
+            None => None,
+        };
+        spawn_probe(&options, &sink, &readiness);
+        spawn_queue_gauges(&options, &sink.queues);
+
+        Ok(Self {
+            controller: Some(controller),
+            drivers,
+            emergency_stop,
+            sink: Some(sink),
+            to_main: to_main_rx,
+            from_main: from_main_tx,
+            shutdown,
+            io: options.io,
+            readiness,
+            admin_addr,
+            shutdown_timeout: options.shutdown_timeout,
+        })
+    }
+
+    /// A handle that requests shutdown.
+    #[must_use]
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        self.shutdown.clone()
+    }
+
+    /// The bound admin address, if serving.
+    #[must_use]
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
+    }
+
+    /// Readiness flags (as `/readyz` reports them).
+    #[must_use]
+    pub fn readiness(&self) -> Arc<Readiness> {
+        self.readiness.clone()
+    }
+
+    /// Run until the pipeline stops: on its own (drained, failed) or when
+    /// `shutdown` resolves. Blocks the calling thread, which must not be a
+    /// thread of the I/O runtime.
+    pub fn run(mut self, shutdown: impl Future<Output = ()> + Send + 'static) -> ExitReport {
+        let handle = self.shutdown.clone();
+        let watcher = self.io.spawn(async move {
+            shutdown.await;
+            handle.shutdown();
+        });
+        let (barrier, deadline, controller_alive) = match self.to_main.recv() {
+            Ok(ToMain::Draining { barrier, deadline }) => (barrier, deadline, true),
+            Err(_) => {
+                // The controller died without starting the drain: stop the
+                // drivers ourselves. Nothing more is committed.
+                let deadline = Instant::now() + self.shutdown_timeout;
+                let barrier = DrainBarrier::new(self.drivers.len());
+                (self.emergency_stop)(barrier.clone(), deadline);
+                (barrier, deadline, false)
+            }
+        };
+        watcher.abort();
+        let sink_drain = self.stop_drivers_and_drain(&barrier, deadline);
+        let _ = self.from_main.send(FromMain::SinkDrained(sink_drain.clone()));
+        let exit = self.controller.take().map(JoinHandle::join);
+        let exit = match exit {
+            Some(Ok(exit)) if controller_alive => Ok(exit),
+            Some(Err(panic)) => Err(format!("controller thread panicked: {}", panic_message(&panic))),
+            _ => Err("controller thread stopped without draining".to_string()),
+        };
+        let report = build_report(exit, sink_drain);
+        report.log();
+        report
+    }
+
+    fn stop_drivers_and_drain(&mut self, barrier: &DrainBarrier, deadline: Instant) -> Option<DrainReport> {
+        if let crate::source::BarrierOutcome::TimedOut { missing } = barrier.wait_until(deadline) {
+            tracing::error!(missing, "drivers did not flush before the shutdown deadline; abandoning them");
+        }
+        for handle in self.drivers.drain(..) {
+            if handle.is_finished() || barrier.remaining() == 0 {
+                let _ = handle.join();
+            }
+        }
+        let sink = self.sink.take()?;
+        let SinkRuntime { queues, drain, .. } = sink;
+        drop(queues);
+        let budget = deadline.saturating_duration_since(Instant::now());
+        let report = drain(budget);
+        if report.is_clean() {
+            tracing::info!(chunks = report.flushed_chunks, rows = report.flushed_rows, "sink drained");
+        } else {
+            tracing::error!(
+                abandoned_chunks = report.abandoned_chunks,
+                abandoned_rows = report.abandoned_rows,
+                reason = report.reason.as_deref().unwrap_or(""),
+                "sink abandoned data at the shutdown deadline; it was not committed and will replay"
+            );
+        }
+        Some(report)
+    }
+}
+
+fn build_report(exit: Result<ControllerExit, String>, sink_drain: Option<DrainReport>) -> ExitReport {
+    let failed = |component: &str, reason: String| {
+        ExitState::Failed(FatalErrorReport {
+            component: component.to_string(),
+            reason,
+        })
+    };
+    let (state, final_watermarks) = match exit {
+        Err(reason) => (failed("controller", reason), Vec::new()),
+        Ok(exit) => {
+            let state = if let Some(f) = exit.failure {
+                ExitState::Failed(FatalErrorReport {
+                    component: f.component,
+                    reason: f.reason,
+                })
+            } else if let Some(r) = sink_drain.as_ref().filter(|r| !r.is_clean()) {
+                failed(
+                    "sink",
+                    format!(
+                        "abandoned {} rows in {} batches at the shutdown deadline ({}); they were not committed and will replay",
+                        r.abandoned_rows,
+                        r.abandoned_chunks,
+                        r.reason.as_deref().unwrap_or("deadline")
+                    ),
+                )
+            } else if let Some(e) = exit.commit_error {
+                failed("checkpoint", format!("final offset commit failed: {e}"))
+            } else if exit.drained && exit.unacknowledged_rows > 0 {
+                failed(
+                    "checkpoint",
+                    format!("source drained but {} rows were never acknowledged", exit.unacknowledged_rows),
+                )
+            } else {
+                ExitState::Completed
+            };
+            (state, exit.final_watermarks)
+        }
+    };
+    ExitReport {
+        state,
+        sink_drain,
+        final_watermarks,
+    }
+}
+
+fn spawn_probe(options: &RuntimeOptions, sink: &SinkRuntime, readiness: &Arc<Readiness>) {
+    let Some(probe) = sink.probe.clone() else {
+        readiness.sinks_connected.store(true, Ordering::Release);
+        return;
+    };
+    let readiness = readiness.clone();
+    let interval = options.probe_interval;
+    options.io.spawn(async move {
+        loop {
+            match probe().await {
+                Ok(()) => {
+                    readiness.sinks_connected.store(true, Ordering::Release);
+                    if let Ok(mut e) = readiness.sink_error.lock() {
+                        *e = None;
+                    }
+                }
+                Err(why) => {
+                    readiness.sinks_connected.store(false, Ordering::Release);
+                    if let Ok(mut e) = readiness.sink_error.lock() {
+                        *e = Some(why);
+                    }
+                }
+            }
+            tokio::time::sleep(interval).await;
+        }
+    });
+}
+
+fn spawn_queue_gauges(options: &RuntimeOptions, queues: &[ShardQueues]) {
+    let metrics = options.metrics.clone();
+    // Depth views only: this task must not keep the queues open.
+    let views: Vec<_> = queues.iter().map(ShardQueues::depth_view).collect();
+    options.io.spawn(async move {
+        loop {
+            for view in &views {
+                for (shard, bytes) in view.bytes().into_iter().enumerate() {
+                    metrics.queue_bytes.with_label_values(&[&shard.to_string()]).set(bytes as i64);
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".to_string()
+    }
+}

@@ -1,0 +1,277 @@
+//! Runtime tests with in-memory fakes: completion, the shutdown order,
+//! the drain deadline, bad input, panics, backpressure and revocation.
+
+use super::fakes::{line_chains, recording_sink, FakeSource, RecordingSink};
+use super::*;
+use crate::record::Watermark;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+fn io() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn data(partitions: usize, rows: usize) -> Vec<Vec<Vec<u8>>> {
+    (0..partitions)
+        .map(|p| (0..rows).map(|o| format!("{p}-{o}").into_bytes()).collect())
+        .collect()
+}
+
+fn options(io: &tokio::runtime::Runtime) -> RuntimeOptions {
+    let mut o = RuntimeOptions::new(io.handle().clone());
+    o.drivers = 2;
+    o.pin_drivers = false;
+    o.poll_batch = 64;
+    o.poll_timeout = Duration::from_millis(5);
+    o.commit_interval = Duration::from_millis(20);
+    o.shutdown_timeout = Duration::from_secs(5);
+    o
+}
+
+fn sink_options(rows: u64) -> SinkOptions {
+    SinkOptions {
+        limits: crate::sink::BatchLimits {
+            rows,
+            bytes: 1 << 20,
+            interval: Duration::from_millis(20),
+            jitter: 0.1,
+        },
+    }
+}
+
+fn start(source: FakeSource, sink: RecordingSink, opts: RuntimeOptions, rows: u64) -> PipelineRuntime {
+    let pipeline = Pipeline::new(source, line_chains(), sink.runtime, sink.acks, sink_options(rows)).unwrap();
+    PipelineRuntime::start(pipeline, opts).unwrap()
+}
+
+/// Rows recorded by the sink, as offsets per partition.
+fn offsets(rows: &[String]) -> HashMap<i32, Vec<i64>> {
+    let mut out: HashMap<i32, Vec<i64>> = HashMap::new();
+    for r in rows {
+        let (p, o) = r.split_once('-').unwrap();
+        out.entry(p.parse().unwrap()).or_default().push(o.parse().unwrap());
+    }
+    for v in out.values_mut() {
+        v.sort_unstable();
+    }
+    out
+}
+
+fn never() -> impl std::future::Future<Output = ()> + Send + 'static {
+    std::future::pending()
+}
+
+fn after(ms: u64) -> impl std::future::Future<Output = ()> + Send + 'static {
+    async move { tokio::time::sleep(Duration::from_millis(ms)).await }
+}
+
+#[test]
+fn bounded_run_completes_with_every_row_and_final_watermarks() {
+    let io = io();
+    let source = FakeSource::new(data(3, 1000), true);
+    let source_log = source.log.clone();
+    let sink = recording_sink(io.handle(), 1 << 20);
+    let sink_log = sink.log.clone();
+    let report = start(source, sink, options(&io), 100).run(never());
+    assert_eq!(report.state, ExitState::Completed, "{report:?}");
+    assert_eq!(report.exit_code(), 0);
+    let by = offsets(&sink_log.lock().unwrap().rows);
+    for p in 0..3 {
+        assert_eq!(by[&p], (0..1000).collect::<Vec<i64>>(), "partition {p}: every row exactly once");
+    }
+    let mut wms = report.final_watermarks.clone();
+    wms.sort();
+    assert_eq!(
+        wms.iter().map(|(p, w)| (p.partition, *w)).collect::<Vec<_>>(),
+        vec![(0, 1000), (1, 1000), (2, 1000)]
+    );
+    assert!(report.sink_drain.as_ref().unwrap().is_clean());
+    // Every commit along the way stayed within what was acknowledged.
+    for (p, w, _) in &source_log.lock().unwrap().commits {
+        assert!(w.0 <= 1000, "{p} committed {w:?}");
+    }
+}
+
+#[test]
+fn shutdown_flushes_drivers_then_drains_sink_then_commits() {
+    let io = io();
+    // Unbounded source: only a shutdown stops it.
+    let source = FakeSource::new(data(2, 3000), false);
+    let source_log = source.log.clone();
+    let sink = recording_sink(io.handle(), 1 << 20);
+    let sink_log = sink.log.clone();
+    // Row limit never reached and a long age limit: without the shutdown
+    // flush, the tail would sit in the chains.
+    let mut opts = options(&io);
+    opts.commit_interval = Duration::from_secs(3600);
+    let pipeline = Pipeline::new(
+        source,
+        line_chains(),
+        sink.runtime,
+        sink.acks,
+        SinkOptions {
+            limits: crate::sink::BatchLimits {
+                rows: 1_000_000,
+                bytes: 1 << 30,
+                interval: Duration::from_secs(3600),
+                jitter: 0.0,
+            },
+        },
+    )
+    .unwrap();
+    let runtime = PipelineRuntime::start(pipeline, opts).unwrap();
+    let report = runtime.run(after(300));
+    assert_eq!(report.state, ExitState::Completed, "{report:?}");
+    let by = offsets(&sink_log.lock().unwrap().rows);
+    let commits = source_log.lock().unwrap().commits.clone();
+    // The only commit is the final synchronous one, after the drain: it
+    // covers exactly what the drivers flushed and the sink inserted.
+    assert!(commits.iter().all(|(_, _, sync)| *sync), "{commits:?}");
+    for (p, w, _) in &commits {
+        let got = &by[&p.partition];
+        assert_eq!(got.len() as i64, w.0, "{p}: committed {w:?} but {} rows inserted", got.len());
+        assert_eq!(*got, (0..w.0).collect::<Vec<_>>());
+    }
+    assert_eq!(commits.len(), 2);
+    // Limits were never reached: the only seals were the shutdown flushes,
+    // one per driver.
+    assert_eq!(sink_log.lock().unwrap().chunks, 2);
+    assert!(report.sink_drain.unwrap().is_clean());
+}
+
+#[test]
+fn stalled_sink_is_abandoned_at_the_deadline_and_nothing_is_committed() {
+    let io = io();
+    let source = FakeSource::new(data(2, 500), false);
+    let source_log = source.log.clone();
+    let sink = recording_sink(io.handle(), 1 << 20);
+    sink.stall.store(true, Ordering::Release);
+    let mut opts = options(&io);
+    opts.shutdown_timeout = Duration::from_millis(400);
+    let started = std::time::Instant::now();
+    let report = start(source, sink, opts, 50).run(after(100));
+    assert!(started.elapsed() < Duration::from_secs(3), "the deadline bounds the shutdown");
+    match &report.state {
+        ExitState::Failed(f) => {
+            assert_eq!(f.component, "sink");
+            assert!(f.reason.contains("will replay"), "{f}");
+        }
+        other => panic!("expected a failure, got {other:?}"),
+    }
+    let drain = report.sink_drain.clone().unwrap();
+    assert!(drain.abandoned_rows > 0 && drain.abandoned_chunks > 0, "{drain:?}");
+    assert!(report.final_watermarks.is_empty());
+    assert!(source_log.lock().unwrap().commits.is_empty(), "nothing was acknowledged");
+    assert_eq!(report.exit_code(), 1);
+}
+
+#[test]
+fn bad_message_fails_naming_its_position_and_commits_everything_before_it() {
+    let io = io();
+    let mut d = data(2, 1000);
+    d[0][500] = b"bad-value".to_vec();
+    let source = FakeSource::new(d, true);
+    let source_log = source.log.clone();
+    let sink = recording_sink(io.handle(), 1 << 20);
+    let sink_log = sink.log.clone();
+    let report = start(source, sink, options(&io), 64).run(never());
+    let ExitState::Failed(f) = &report.state else {
+        panic!("expected failure: {report:?}");
+    };
+    assert!(
+        f.reason.contains("topic fake partition 0 offset 500") && f.reason.contains("column `n`") && f.reason.contains("bad-value"),
+        "{f}"
+    );
+    let by = offsets(&sink_log.lock().unwrap().rows);
+    assert_eq!(by[&0], (0..500).collect::<Vec<i64>>(), "everything before the bad message, nothing after");
+    let p0: Vec<Watermark> = source_log
+        .lock()
+        .unwrap()
+        .commits
+        .iter()
+        .filter(|(p, _, _)| p.partition == 0)
+        .map(|c| c.1)
+        .collect();
+    assert_eq!(p0.iter().max(), Some(&Watermark(500)), "committed up to, never past, the bad offset");
+}
+
+#[test]
+fn driver_panic_becomes_a_fatal_report_not_a_hang() {
+    let io = io();
+    let mut d = data(1, 100);
+    d[0][10] = b"panic".to_vec();
+    let source = FakeSource::new(d, true);
+    let sink = recording_sink(io.handle(), 1 << 20);
+    let report = start(source, sink, options(&io), 64).run(never());
+    let ExitState::Failed(f) = &report.state else {
+        panic!("expected failure: {report:?}");
+    };
+    assert!(f.reason.contains("panicked"), "{f}");
+    assert!(f.component.starts_with("driver-"), "{f}");
+}
+
+#[test]
+fn backpressure_pauses_lanes_and_resumes_them_without_loss() {
+    let io = io();
+    let source = FakeSource::new(data(2, 2000), true);
+    let source_log = source.log.clone();
+    let sink = recording_sink(io.handle(), 256);
+    let stall = sink.stall.clone();
+    let sink_log = sink.log.clone();
+    stall.store(true, Ordering::Release);
+    let runtime = start(source, sink, options(&io), 16);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while source_log.lock().unwrap().paused.is_empty() {
+        assert!(std::time::Instant::now() < deadline, "lanes never paused");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    stall.store(false, Ordering::Release);
+    let report = runtime.run(never());
+    assert_eq!(report.state, ExitState::Completed, "{report:?}");
+    let log = source_log.lock().unwrap();
+    assert!(log.pause_calls > 0);
+    assert!(log.paused.is_empty(), "every paused lane was resumed: {:?}", log.paused);
+    let by = offsets(&sink_log.lock().unwrap().rows);
+    for p in 0..2 {
+        assert_eq!(by[&p], (0..2000).collect::<Vec<i64>>());
+    }
+}
+
+#[test]
+fn revocation_commits_the_acknowledged_watermark_before_returning() {
+    let io = io();
+    let source = FakeSource::new(data(2, 4000), false);
+    let source_log = source.log.clone();
+    let revoke = source.revoke_now.clone();
+    let sink = recording_sink(io.handle(), 1 << 20);
+    let sink_log = sink.log.clone();
+    let mut opts = options(&io);
+    opts.revoke_timeout = Duration::from_secs(2);
+    let runtime = start(source, sink, opts, 100);
+    std::thread::sleep(Duration::from_millis(100));
+    revoke.store(true, Ordering::Release);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while source_log.lock().unwrap().revoked_commits.is_empty() {
+        assert!(std::time::Instant::now() < deadline, "revocation never committed");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let report = runtime.run(after(50));
+    assert_eq!(report.state, ExitState::Completed, "{report:?}");
+    let revoked = source_log.lock().unwrap().revoked_commits.clone();
+    let by = offsets(&sink_log.lock().unwrap().rows);
+    assert_eq!(revoked.len(), 2, "{revoked:?}");
+    for (p, w) in &revoked {
+        // StopLanes flushed the chain and the revoke waited for the sink:
+        // the watermark covers everything the lane delivered.
+        assert_eq!(by[&p.partition], (0..w.0).collect::<Vec<_>>(), "{p}");
+    }
+    // Nothing is committed for revoked partitions afterwards.
+    let commits = source_log.lock().unwrap().commits.clone();
+    let last_sync: Vec<_> = commits.iter().filter(|c| c.2).collect();
+    assert_eq!(last_sync.len(), 2, "only the two revocation commits: {commits:?}");
+}

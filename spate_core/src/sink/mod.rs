@@ -1,0 +1,130 @@
+//! Sink contract: shard queues, chunks, acknowledgements, drain and probe.
+//!
+//! ```text
+//! driver k: chain ──Chunk──▶ ShardQueues[shard] ──▶ insert worker (tokio, sink crate)
+//!                                                     │ success: AckEvent::Acked(ranges)
+//! controller ◀──────────── AckSender (crossbeam) ◀────┘ give-up:  AckEvent::Abandoned / Fatal
+//! ```
+//!
+//! The chain's terminal stage (the [`ShardWriter`]) encodes rows with a
+//! sink-provided [`RowEncode`], appends them to the open chunk of their
+//! shard and pushes full chunks into [`ShardQueues`]. Each chunk carries the
+//! [`AckRange`]s of the lanes it completes; the worker that inserts it sends
+//! them back on the [`AckSender`]. A chunk's bytes count against its queue
+//! until the worker is done with it (inserted or abandoned), so the queue
+//! depth bounds the memory of queued *and* in-flight data.
+//!
+//! The runtime sees the sink only as a [`SinkRuntime`](crate::pipeline::SinkRuntime):
+//! queue handles for capacity introspection, a drain hook and a probe.
+
+mod queue;
+mod writer;
+
+pub use queue::{QueueDepths, QueueTicket, ShardQueues, ShardReceiver};
+pub use writer::{BatchLimits, ShardWriter};
+
+use crate::checkpoint::AckRange;
+use crate::error::FatalError;
+use crate::record::Message;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A sealed batch of encoded rows for one shard.
+#[derive(Debug)]
+pub struct Chunk {
+    /// Target shard.
+    pub shard: usize,
+    /// Rows encoded in `data`.
+    pub rows: u64,
+    /// The encoded rows, in the sink's wire format.
+    pub data: Vec<u8>,
+    /// The lane segments this chunk acknowledges once inserted.
+    pub acks: Vec<AckRange>,
+    /// Releases the chunk's bytes from its queue's depth when dropped.
+    pub ticket: Option<QueueTicket>,
+}
+
+/// What insert workers report back to the controller.
+#[derive(Debug)]
+pub enum AckEvent {
+    /// These ranges are durably in the sink.
+    Acked(Vec<AckRange>),
+    /// These ranges will never be acknowledged (abandoned at the shutdown
+    /// deadline): their offsets must never be committed.
+    Abandoned(Vec<AckRange>),
+    /// The sink cannot go on (non-retriable error); the ranges it was
+    /// inserting are failed and the pipeline must stop.
+    Fatal {
+        /// The ranges of the batch that failed.
+        ranges: Vec<AckRange>,
+        /// Why.
+        error: FatalError,
+    },
+}
+
+/// Sending side of the acknowledgement channel (sink workers → controller).
+pub type AckSender = crossbeam_channel::Sender<AckEvent>;
+/// Receiving side of the acknowledgement channel (owned by the controller).
+pub type AckReceiver = crossbeam_channel::Receiver<AckEvent>;
+
+/// A new acknowledgement channel.
+#[must_use]
+pub fn ack_channel() -> (AckSender, AckReceiver) {
+    crossbeam_channel::unbounded()
+}
+
+/// Why a row could not be encoded, as the sink's encoder reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EncodeFailure {
+    /// The column being filled, if any.
+    pub column: Option<String>,
+    /// The offending value, already cut short.
+    pub value: Option<String>,
+    /// Why.
+    pub reason: String,
+}
+
+/// Turns one message into one encoded row of the target table. Provided by
+/// the sink connector; one instance per driver thread (so it may keep
+/// scratch buffers and needs no locking).
+pub trait RowEncode: Send {
+    /// Append exactly one row for `msg` to `out`, or leave `out` unchanged
+    /// and report why not.
+    fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<(), EncodeFailure>;
+}
+
+/// What the sink reported when draining at shutdown.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DrainReport {
+    /// Chunks inserted during the drain.
+    pub flushed_chunks: u64,
+    /// Rows inserted during the drain.
+    pub flushed_rows: u64,
+    /// Chunks given up at the deadline (their acknowledgements failed).
+    pub abandoned_chunks: u64,
+    /// Rows given up at the deadline.
+    pub abandoned_rows: u64,
+    /// Why anything was abandoned.
+    pub reason: Option<String>,
+}
+
+impl DrainReport {
+    /// Whether everything queued was inserted.
+    #[must_use]
+    pub fn is_clean(&self) -> bool {
+        self.abandoned_chunks == 0
+    }
+}
+
+/// Drain hook: flush what's pending within the budget, fail the
+/// acknowledgements of anything abandoned, and report.
+pub type SinkDrainFn = Box<dyn FnOnce(Duration) -> DrainReport + Send>;
+
+/// Result of one connectivity probe: `Err` names what is unreachable.
+pub type ProbeResult = Result<(), String>;
+
+/// Connectivity probe driving the sinks-connected half of `/readyz`.
+pub type SinkProbeFn =
+    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = ProbeResult> + Send>> + Send + Sync>;

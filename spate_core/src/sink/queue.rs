@@ -1,0 +1,261 @@
+//! [`ShardQueues`]: per-shard chunk queues with byte accounting.
+//!
+//! Senders live in the chains (driver threads, non-blocking `push`);
+//! receivers live in the sink's insert workers (tokio, `recv().await`).
+//! Dropping every sender clone closes the queues, which is how the
+//! shutdown sequence tells workers that no more chunks will come.
+
+use super::Chunk;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+#[derive(Debug, Default)]
+struct Depth {
+    bytes: AtomicUsize,
+    chunks: AtomicUsize,
+    rows: AtomicU64,
+}
+
+/// Sending side of the per-shard chunk queues, with capacity introspection.
+#[derive(Clone)]
+pub struct ShardQueues {
+    senders: Arc<[mpsc::UnboundedSender<Chunk>]>,
+    depth: Arc<[Depth]>,
+    high_water: usize,
+    low_water: usize,
+}
+
+impl fmt::Debug for ShardQueues {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ShardQueues")
+            .field("shards", &self.senders.len())
+            .field("bytes", &self.depths())
+            .field("high_water", &self.high_water)
+            .field("low_water", &self.low_water)
+            .finish()
+    }
+}
+
+/// Read-only depth introspection (metrics), without a sender.
+#[derive(Clone)]
+pub struct QueueDepths {
+    depth: Arc<[Depth]>,
+}
+
+impl QueueDepths {
+    /// Bytes queued or in flight, per shard.
+    #[must_use]
+    pub fn bytes(&self) -> Vec<usize> {
+        self.depth.iter().map(|d| d.bytes.load(Ordering::Acquire)).collect()
+    }
+}
+
+/// Releases a chunk's bytes from its queue's depth when dropped.
+pub struct QueueTicket {
+    depth: Arc<[Depth]>,
+    shard: usize,
+    bytes: usize,
+    rows: u64,
+}
+
+impl fmt::Debug for QueueTicket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "QueueTicket(shard {}, {} bytes)", self.shard, self.bytes)
+    }
+}
+
+impl Drop for QueueTicket {
+    fn drop(&mut self) {
+        let d = &self.depth[self.shard];
+        d.bytes.fetch_sub(self.bytes, Ordering::AcqRel);
+        d.chunks.fetch_sub(1, Ordering::AcqRel);
+        d.rows.fetch_sub(self.rows, Ordering::AcqRel);
+    }
+}
+
+/// Receiving side of one shard's queue.
+pub struct ShardReceiver {
+    shard: usize,
+    rx: mpsc::UnboundedReceiver<Chunk>,
+}
+
+impl ShardReceiver {
+    /// The shard this receiver serves.
+    #[must_use]
+    pub fn shard(&self) -> usize {
+        self.shard
+    }
+
+    /// The next chunk, or `None` once every sender is gone and the queue is
+    /// empty.
+    pub async fn recv(&mut self) -> Option<Chunk> {
+        self.rx.recv().await
+    }
+
+    /// A chunk if one is queued right now.
+    pub fn try_recv(&mut self) -> Option<Chunk> {
+        self.rx.try_recv().ok()
+    }
+
+    /// Stop accepting chunks; queued ones can still be received.
+    pub fn close(&mut self) {
+        self.rx.close();
+    }
+}
+
+impl ShardQueues {
+    /// `shards` queues. A queue is *over* once its depth (queued plus
+    /// in-flight bytes) reaches `high_water`, and *clear* again only at or
+    /// below `low_water` (hysteresis).
+    #[must_use]
+    pub fn new(shards: usize, high_water: usize, low_water: usize) -> (Self, Vec<ShardReceiver>) {
+        let shards = shards.max(1);
+        let mut senders = Vec::with_capacity(shards);
+        let mut receivers = Vec::with_capacity(shards);
+        for shard in 0..shards {
+            let (tx, rx) = mpsc::unbounded_channel();
+            senders.push(tx);
+            receivers.push(ShardReceiver { shard, rx });
+        }
+        let depth: Vec<Depth> = (0..shards).map(|_| Depth::default()).collect();
+        (
+            Self {
+                senders: senders.into(),
+                depth: depth.into(),
+                high_water: high_water.max(1),
+                low_water: low_water.min(high_water),
+            },
+            receivers,
+        )
+    }
+
+    /// Number of shards.
+    #[must_use]
+    pub fn shards(&self) -> usize {
+        self.senders.len()
+    }
+
+    /// Queue a chunk. Never blocks; backpressure is the caller's job (see
+    /// [`is_over`](Self::is_over)).
+    pub fn push(&self, mut chunk: Chunk) -> Result<(), Chunk> {
+        let shard = chunk.shard;
+        let bytes = chunk.data.len();
+        let d = &self.depth[shard];
+        d.bytes.fetch_add(bytes, Ordering::AcqRel);
+        d.chunks.fetch_add(1, Ordering::AcqRel);
+        d.rows.fetch_add(chunk.rows, Ordering::AcqRel);
+        chunk.ticket = Some(QueueTicket {
+            depth: self.depth.clone(),
+            shard,
+            bytes,
+            rows: chunk.rows,
+        });
+        self.senders[shard].send(chunk).map_err(|e| {
+            let mut c = e.0;
+            c.ticket = None; // releases the accounting
+            c
+        })
+    }
+
+    /// A read-only view of the depths that does not keep the queues open.
+    #[must_use]
+    pub fn depth_view(&self) -> QueueDepths {
+        QueueDepths {
+            depth: self.depth.clone(),
+        }
+    }
+
+    /// Bytes queued or in flight for `shard`.
+    #[must_use]
+    pub fn depth_bytes(&self, shard: usize) -> usize {
+        self.depth[shard].bytes.load(Ordering::Acquire)
+    }
+
+    /// Chunks queued or in flight for `shard`.
+    #[must_use]
+    pub fn depth_chunks(&self, shard: usize) -> usize {
+        self.depth[shard].chunks.load(Ordering::Acquire)
+    }
+
+    /// Bytes queued or in flight, per shard.
+    #[must_use]
+    pub fn depths(&self) -> Vec<usize> {
+        (0..self.shards()).map(|s| self.depth_bytes(s)).collect()
+    }
+
+    /// Total bytes queued or in flight.
+    #[must_use]
+    pub fn total_bytes(&self) -> usize {
+        self.depths().iter().sum()
+    }
+
+    /// Whether `shard` is at or above its high-water mark.
+    #[must_use]
+    pub fn is_over(&self, shard: usize) -> bool {
+        self.depth_bytes(shard) >= self.high_water
+    }
+
+    /// Whether any shard is at or above its high-water mark.
+    #[must_use]
+    pub fn any_over(&self) -> bool {
+        (0..self.shards()).any(|s| self.is_over(s))
+    }
+
+    /// Whether every shard is at or below its low-water mark.
+    #[must_use]
+    pub fn all_clear(&self) -> bool {
+        (0..self.shards()).all(|s| self.depth_bytes(s) <= self.low_water)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(shard: usize, bytes: usize) -> Chunk {
+        Chunk {
+            shard,
+            rows: 1,
+            data: vec![0; bytes],
+            acks: Vec::new(),
+            ticket: None,
+        }
+    }
+
+    #[test]
+    fn depth_counts_until_the_worker_drops_the_chunk_with_hysteresis() {
+        let (q, mut rx) = ShardQueues::new(2, 100, 40);
+        q.push(chunk(1, 60)).unwrap();
+        assert!(!q.any_over());
+        q.push(chunk(1, 60)).unwrap();
+        assert!(q.is_over(1) && !q.is_over(0));
+        let first = rx[1].try_recv().unwrap();
+        assert_eq!(q.depth_bytes(1), 120, "in flight still counts");
+        drop(first);
+        assert_eq!(q.depth_bytes(1), 60);
+        assert!(!q.any_over() && !q.all_clear(), "between the marks");
+        drop(rx[1].try_recv().unwrap());
+        assert!(q.all_clear());
+        assert_eq!(q.depth_chunks(1), 0);
+    }
+
+    #[test]
+    fn dropping_every_sender_closes_the_queue() {
+        let (q, mut rx) = ShardQueues::new(1, 10, 5);
+        q.push(chunk(0, 1)).unwrap();
+        drop(q);
+        assert!(rx[0].try_recv().is_some());
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        assert!(rt.block_on(rx[0].recv()).is_none());
+    }
+
+    #[test]
+    fn push_to_closed_queue_returns_chunk_and_releases_accounting() {
+        let (q, mut rx) = ShardQueues::new(1, 10, 5);
+        rx[0].close();
+        assert!(q.push(chunk(0, 7)).is_err());
+        assert_eq!(q.depth_bytes(0), 0);
+    }
+}
