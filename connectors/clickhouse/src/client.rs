@@ -1,0 +1,382 @@
+//! [`ChClient`]: the HTTP connection to ClickHouse.
+//!
+//! Wraps `clickhouse::Client` (cheap to clone, shares one connection pool).
+//! Start-up code calls [`ChClient::connect`] and [`ChClient::describe`];
+//! insert workers (tokio tasks) call [`ChClient::insert`] concurrently; the
+//! readiness probe calls [`ChClient::ping`]. Every call is bounded by a
+//! timeout from [`ChClientOptions`].
+//!
+//! Validation of the `clickhouse` crate is off: spate's schema is only known
+//! at run time and servers as old as 18.16 must work.
+
+use crate::classify::{classify, parse_code, ErrorClass};
+use crate::schema::{Column, DefaultKind, ServerFeatures, VersionError};
+use crate::types::{parse_type, TypeError};
+use bytes::Bytes;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// Timeouts for [`ChClient`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChClientOptions {
+    /// Bound on `connect`, `describe` and `ping` round trips.
+    pub connect_timeout: Duration,
+    /// Bound on sending an insert body and, separately, on waiting for the
+    /// server's answer to it. Keep below Kafka's `max.poll.interval.ms`.
+    pub insert_timeout: Duration,
+}
+
+impl Default for ChClientOptions {
+    fn default() -> Self {
+        ChClientOptions {
+            connect_timeout: Duration::from_secs(10),
+            insert_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A failed non-insert request.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The request failed (network, timeout or server error).
+    #[error("{what}: {message}")]
+    Request {
+        /// What spate was doing.
+        what: &'static str,
+        /// Retry or not.
+        class: ErrorClass,
+        /// ClickHouse error code, if the server sent one.
+        code: Option<u32>,
+        /// Details.
+        message: String,
+    },
+    /// `SELECT version()` returned something unparsable.
+    #[error(transparent)]
+    Version(#[from] VersionError),
+    /// The target table does not exist (or has no columns visible to us).
+    #[error("table `{db}.{table}` does not exist or has no columns")]
+    UnknownTable {
+        /// Database.
+        db: String,
+        /// Table.
+        table: String,
+    },
+    /// A column has a type spate does not understand.
+    #[error("column `{column}`: {source}")]
+    ColumnType {
+        /// Column name.
+        column: String,
+        /// Parser error.
+        #[source]
+        source: TypeError,
+    },
+}
+
+impl ClientError {
+    /// Retry or not.
+    #[must_use]
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            ClientError::Request { class, .. } => *class,
+            _ => ErrorClass::Fatal,
+        }
+    }
+}
+
+/// A failed insert, classified.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("insert failed ({class:?}{}): {message}", code.map(|c| format!(", code {c}")).unwrap_or_default())]
+pub struct InsertError {
+    /// Retry or not.
+    pub class: ErrorClass,
+    /// ClickHouse error code, if the server sent one.
+    pub code: Option<u32>,
+    /// Details (server message or transport error).
+    pub message: String,
+}
+
+/// Map an error of the `clickhouse` crate to (class, code, message).
+///
+/// Pitfall: the crate folds the HTTP status into `BadResponse(String)` and
+/// only keeps it when the body is empty (`"500 Internal Server Error"`). For
+/// a body with `Code: N` the status is lost; ClickHouse answers most
+/// exceptions with 500, so 500 is assumed and the code decides.
+fn map_error(e: &clickhouse::error::Error) -> (ErrorClass, Option<u32>, String) {
+    use clickhouse::error::Error as E;
+    let message = e.to_string();
+    match e {
+        E::BadResponse(body) => {
+            let status = body
+                .get(..3)
+                .and_then(|s| s.parse::<u16>().ok())
+                .filter(|s| (100..600).contains(s));
+            (
+                classify(Some(status.unwrap_or(500)), body),
+                parse_code(body),
+                body.clone(),
+            )
+        }
+        E::Network(_) | E::TimedOut | E::Other(_) | E::Custom(_) => {
+            (ErrorClass::Retriable, None, message)
+        }
+        _ => (ErrorClass::Fatal, parse_code(&message), message),
+    }
+}
+
+fn request_error(what: &'static str, e: &clickhouse::error::Error) -> ClientError {
+    let (class, code, message) = map_error(e);
+    ClientError::Request {
+        what,
+        class,
+        code,
+        message,
+    }
+}
+
+fn timeout_error(what: &'static str, after: Duration) -> ClientError {
+    ClientError::Request {
+        what,
+        class: ErrorClass::Retriable,
+        code: None,
+        message: format!("timed out after {after:?}"),
+    }
+}
+
+/// Quote an identifier with backticks.
+fn ident(name: &str) -> String {
+    let mut s = String::with_capacity(name.len() + 2);
+    s.push('`');
+    for c in name.chars() {
+        if c == '`' || c == '\\' {
+            s.push('\\');
+        }
+        s.push(c);
+    }
+    s.push('`');
+    s
+}
+
+/// `INSERT INTO db.table (cols) FORMAT fmt`.
+fn insert_sql(db: &str, table: &str, columns: &[String], format: &str) -> String {
+    let mut sql = format!("INSERT INTO {}.{} (", ident(db), ident(table));
+    for (i, c) in columns.iter().enumerate() {
+        if i > 0 {
+            sql.push_str(", ");
+        }
+        sql.push_str(&ident(c));
+    }
+    // Infallible: writing to a String.
+    let _ = write!(sql, ") FORMAT {format}");
+    sql
+}
+
+/// A connection to one ClickHouse server (HTTP interface).
+#[derive(Clone, Debug)]
+pub struct ChClient {
+    inner: clickhouse::Client,
+    features: ServerFeatures,
+    version: String,
+    opts: ChClientOptions,
+}
+
+impl ChClient {
+    /// Connect with default timeouts; runs `SELECT version()`.
+    pub async fn connect(
+        url: &str,
+        user: Option<&str>,
+        password: Option<&str>,
+    ) -> Result<ChClient, ClientError> {
+        Self::connect_with(url, user, password, ChClientOptions::default()).await
+    }
+
+    /// Connect with explicit timeouts; runs `SELECT version()`.
+    pub async fn connect_with(
+        url: &str,
+        user: Option<&str>,
+        password: Option<&str>,
+        opts: ChClientOptions,
+    ) -> Result<ChClient, ClientError> {
+        let mut inner = clickhouse::Client::default()
+            .with_url(url)
+            .with_validation(false);
+        if let Some(u) = user {
+            inner = inner.with_user(u);
+        }
+        if let Some(p) = password {
+            inner = inner.with_password(p);
+        }
+        let query = inner.query("SELECT version()").fetch_one::<String>();
+        let version = tokio::time::timeout(opts.connect_timeout, query)
+            .await
+            .map_err(|_| timeout_error("SELECT version()", opts.connect_timeout))?
+            .map_err(|e| request_error("SELECT version()", &e))?;
+        let features = ServerFeatures::from_version(&version)?;
+        Ok(ChClient {
+            inner,
+            features,
+            version,
+            opts,
+        })
+    }
+
+    /// What the server supports.
+    #[must_use]
+    pub fn features(&self) -> ServerFeatures {
+        self.features
+    }
+
+    /// The server's `version()`.
+    #[must_use]
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// The columns of `db.table` in table order, from `system.columns`.
+    pub async fn describe(&self, db: &str, table: &str) -> Result<Vec<Column>, ClientError> {
+        const WHAT: &str = "reading system.columns";
+        let order = if self.features.columns_position {
+            " ORDER BY position"
+        } else {
+            ""
+        };
+        let sql = format!("SELECT name, type, default_kind FROM system.columns WHERE database = ? AND table = ?{order}");
+        let query = self
+            .inner
+            .query(&sql)
+            .bind(db)
+            .bind(table)
+            .fetch_all::<(String, String, String)>();
+        let rows = tokio::time::timeout(self.opts.connect_timeout, query)
+            .await
+            .map_err(|_| timeout_error(WHAT, self.opts.connect_timeout))?
+            .map_err(|e| request_error(WHAT, &e))?;
+        if rows.is_empty() {
+            return Err(ClientError::UnknownTable {
+                db: db.to_owned(),
+                table: table.to_owned(),
+            });
+        }
+        rows.into_iter()
+            .map(|(name, ty, kind)| {
+                let ty = parse_type(&ty).map_err(|source| ClientError::ColumnType {
+                    column: name.clone(),
+                    source,
+                })?;
+                Ok(Column {
+                    name,
+                    ty,
+                    default_kind: DefaultKind::parse(&kind),
+                })
+            })
+            .collect()
+    }
+
+    /// Send one pre-encoded batch: `INSERT INTO db.table (columns) FORMAT
+    /// format` with `body` as the data. `settings` are sent as query
+    /// settings (set every insert setting spate relies on explicitly).
+    pub async fn insert(
+        &self,
+        db: &str,
+        table: &str,
+        columns: &[String],
+        format: &str,
+        body: Bytes,
+        settings: &[(String, String)],
+    ) -> Result<(), InsertError> {
+        let sql = insert_sql(db, table, columns, format);
+        let t = Some(self.opts.insert_timeout);
+        let mut insert = self.inner.insert_formatted_with(sql).with_timeouts(t, t);
+        for (k, v) in settings {
+            insert = insert.with_setting(k.clone(), v.clone());
+        }
+        let to_err = |e: clickhouse::error::Error| {
+            let (class, code, message) = map_error(&e);
+            InsertError {
+                class,
+                code,
+                message,
+            }
+        };
+        insert.send(body).await.map_err(to_err)?;
+        insert.end().await.map_err(to_err)
+    }
+
+    /// `SELECT 1`, for readiness.
+    pub async fn ping(&self) -> Result<(), ClientError> {
+        let query = self.inner.query("SELECT 1").fetch_one::<u8>();
+        let one = tokio::time::timeout(self.opts.connect_timeout, query)
+            .await
+            .map_err(|_| timeout_error("SELECT 1", self.opts.connect_timeout))?
+            .map_err(|e| request_error("SELECT 1", &e))?;
+        if one == 1 {
+            Ok(())
+        } else {
+            Err(ClientError::Request {
+                what: "SELECT 1",
+                class: ErrorClass::Retriable,
+                code: None,
+                message: format!("unexpected answer {one}"),
+            })
+        }
+    }
+
+    /// Run a statement (DDL, settings); for tests and tooling.
+    pub async fn execute(&self, sql: &str, settings: &[(&str, &str)]) -> Result<(), ClientError> {
+        let mut q = self.inner.query(sql);
+        for (k, v) in settings {
+            q = q.with_setting(*k, *v);
+        }
+        tokio::time::timeout(self.opts.insert_timeout, q.execute())
+            .await
+            .map_err(|_| timeout_error("executing a statement", self.opts.insert_timeout))?
+            .map_err(|e| request_error("executing a statement", &e))
+    }
+
+    /// Fetch the raw output of a query in `format` (e.g. `JSONEachRow`);
+    /// for tests and tooling.
+    pub async fn fetch_text(&self, sql: &str, format: &str) -> Result<String, ClientError> {
+        let fetch = async {
+            let mut cursor = self.inner.query(sql).fetch_bytes(format)?;
+            cursor.collect().await
+        };
+        let bytes = tokio::time::timeout(self.opts.insert_timeout, fetch)
+            .await
+            .map_err(|_| timeout_error("fetching", self.opts.insert_timeout))?
+            .map_err(|e| request_error("fetching", &e))?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builds_insert_sql() {
+        let cols = vec!["a".to_owned(), "we`ird".to_owned()];
+        assert_eq!(
+            insert_sql("db", "t", &cols, "RowBinary"),
+            "INSERT INTO `db`.`t` (`a`, `we\\`ird`) FORMAT RowBinary"
+        );
+    }
+
+    #[test]
+    fn maps_crate_errors() {
+        use clickhouse::error::Error as E;
+        let (c, code, _) = map_error(&E::BadResponse(
+            "Code: 60, e.displayText() = DB::Exception: Table x.y doesn't exist".into(),
+        ));
+        assert_eq!((c, code), (ErrorClass::Fatal, Some(60)));
+        let (c, code, _) = map_error(&E::BadResponse("Code: 241, Memory limit".into()));
+        assert_eq!((c, code), (ErrorClass::Retriable, Some(241)));
+        let (c, _, _) = map_error(&E::BadResponse("503 Service Unavailable".into()));
+        assert_eq!(c, ErrorClass::Retriable);
+        let (c, _, _) = map_error(&E::BadResponse("403 Forbidden".into()));
+        assert_eq!(c, ErrorClass::Fatal);
+        let (c, _, _) = map_error(&E::TimedOut);
+        assert_eq!(c, ErrorClass::Retriable);
+        let (c, _, _) = map_error(&E::Network("reset".into()));
+        assert_eq!(c, ErrorClass::Retriable);
+    }
+}

@@ -1,0 +1,26 @@
+//! JSON → RowBinary encoding.
+//!
+//! Owns [`RowEncoder`]: one per chain/lane thread (it keeps reusable scratch
+//! buffers, so it is `&mut` and not shared). The lane calls
+//! [`RowEncoder::encode`] once per Kafka message, appending one RowBinary row
+//! to the batch buffer that is later handed to an insert worker as `Bytes`.
+//!
+//! Layout:
+//! - `json`: zero-copy scanner (validates, reports value spans);
+//! - `number`, `time`: exact text → integer/decimal/float/temporal parsing;
+//! - `value`: per-type RowBinary writers and zero values;
+//! - `encoder`: the column plan, key lookup table, metadata columns, errors.
+//!
+//! Steady state makes no heap allocation per row: spans and scratch buffers
+//! live in the encoder and are reused (proved by `tests/alloc_free.rs`).
+
+mod encoder;
+mod json;
+mod number;
+mod time;
+mod value;
+
+pub use encoder::{EncoderOptions, RowEncoder, RowError, SchemaError};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,30 @@
+//! ClickHouse sink for spate.
+//!
+//! What this crate owns:
+//! - [`types`]: ClickHouse type strings → [`ChType`];
+//! - [`schema`]: the target table's [`Column`]s and the server's
+//!   [`ServerFeatures`];
+//! - [`encode`]: [`RowEncoder`], JSON message → one RowBinary row, with no
+//!   per-row allocation;
+//! - [`classify`]: retry-or-not decision for ClickHouse errors;
+//! - [`client`]: [`ChClient`], connect / describe / insert / ping over HTTP
+//!   via the `clickhouse` crate.
+//!
+//! Threads: a lane (chain) thread owns one `RowEncoder` per table and calls
+//! `encode` per message into a batch buffer; insert workers (tokio tasks)
+//! share one `ChClient` and call `insert` with finished batches, feeding
+//! failures through [`classify()`]. Start-up code calls `connect` and
+//! `describe` once. Shard queues and insert workers (`pool`, `worker`) are
+//! added next to these modules.
+
+pub mod classify;
+pub mod client;
+pub mod encode;
+pub mod schema;
+pub mod types;
+
+pub use classify::{classify, parse_code, ErrorClass};
+pub use client::{ChClient, ChClientOptions, ClientError, InsertError};
+pub use encode::{EncoderOptions, RowEncoder, RowError, SchemaError};
+pub use schema::{Column, DefaultKind, ServerFeatures, VersionError};
+pub use types::{parse_type, ChType, TypeError};

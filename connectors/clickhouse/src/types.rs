@@ -1,0 +1,688 @@
+//! ClickHouse data types as `system.columns.type` prints them.
+//!
+//! Owns [`ChType`] and its parser [`parse_type`]. Pure and synchronous: used
+//! once per table at start-up (schema discovery) by the thread that builds a
+//! [`crate::RowEncoder`].
+
+use std::fmt;
+
+/// A ClickHouse column type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ChType {
+    /// `UInt8`.
+    UInt8,
+    /// `UInt16`.
+    UInt16,
+    /// `UInt32`.
+    UInt32,
+    /// `UInt64`.
+    UInt64,
+    /// `UInt128`.
+    UInt128,
+    /// `Int8`.
+    Int8,
+    /// `Int16`.
+    Int16,
+    /// `Int32`.
+    Int32,
+    /// `Int64`.
+    Int64,
+    /// `Int128`.
+    Int128,
+    /// `Float32`.
+    Float32,
+    /// `Float64`.
+    Float64,
+    /// `String`.
+    String,
+    /// `FixedString(N)`.
+    FixedString(usize),
+    /// `Date` (u16 days since 1970-01-01).
+    Date,
+    /// `DateTime` or `DateTime('tz')` (u32 seconds).
+    DateTime(Option<String>),
+    /// `DateTime64(precision[, 'tz'])` (i64 ticks of 10^-precision s).
+    DateTime64(u8, Option<String>),
+    /// `Nullable(T)`.
+    Nullable(Box<ChType>),
+    /// `Array(T)`.
+    Array(Box<ChType>),
+    /// `LowCardinality(T)`; encoded in RowBinary exactly as `T`.
+    LowCardinality(Box<ChType>),
+    /// `UUID`.
+    Uuid,
+    /// `Enum8('name' = value, ...)` in declaration order.
+    Enum8(Vec<(String, i8)>),
+    /// `Enum16('name' = value, ...)` in declaration order.
+    Enum16(Vec<(String, i16)>),
+    /// `Decimal(P, S)`; `Decimal32/64/128(S)` are normalised to P = 9/18/38.
+    Decimal {
+        /// Total number of digits (1..=38 supported by the encoder).
+        precision: u8,
+        /// Digits after the decimal point.
+        scale: u8,
+    },
+    /// `Bool`.
+    Bool,
+    /// `Map(K, V)`.
+    Map(Box<ChType>, Box<ChType>),
+    /// `IPv4`.
+    IPv4,
+    /// `IPv6`.
+    IPv6,
+    /// `Tuple(T1, T2)` or named `Tuple(a T1, b T2)`.
+    Tuple(Vec<(Option<String>, ChType)>),
+    /// `Nothing`.
+    Nothing,
+}
+
+/// Why a type string could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TypeError {
+    /// The type name is well-formed but spate cannot encode it.
+    #[error("unsupported ClickHouse type `{0}`")]
+    Unsupported(String),
+    /// The text is not a valid type expression.
+    #[error("malformed ClickHouse type `{text}` at byte {at}: {reason}")]
+    Malformed {
+        /// The whole type string.
+        text: String,
+        /// Byte offset of the problem.
+        at: usize,
+        /// What was expected.
+        reason: &'static str,
+    },
+}
+
+/// Parse a type string as printed by `system.columns.type`.
+pub fn parse_type(s: &str) -> Result<ChType, TypeError> {
+    let mut p = Parser {
+        s: s.as_bytes(),
+        text: s,
+        pos: 0,
+    };
+    let ty = p.ty(0)?;
+    p.ws();
+    if p.pos != p.s.len() {
+        return Err(p.err("trailing characters"));
+    }
+    Ok(ty)
+}
+
+const MAX_DEPTH: usize = 64;
+
+struct Parser<'a> {
+    s: &'a [u8],
+    text: &'a str,
+    pos: usize,
+}
+
+impl Parser<'_> {
+    fn err(&self, reason: &'static str) -> TypeError {
+        TypeError::Malformed {
+            text: self.text.to_owned(),
+            at: self.pos,
+            reason,
+        }
+    }
+
+    fn ws(&mut self) {
+        while self
+            .s
+            .get(self.pos)
+            .is_some_and(|c| c.is_ascii_whitespace())
+        {
+            self.pos += 1;
+        }
+    }
+
+    fn peek(&mut self) -> Option<u8> {
+        self.ws();
+        self.s.get(self.pos).copied()
+    }
+
+    fn eat(&mut self, c: u8) -> bool {
+        if self.peek() == Some(c) {
+            self.pos += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn expect(&mut self, c: u8, reason: &'static str) -> Result<(), TypeError> {
+        if self.eat(c) {
+            Ok(())
+        } else {
+            Err(self.err(reason))
+        }
+    }
+
+    fn ident(&mut self) -> Result<&str, TypeError> {
+        self.ws();
+        let start = self.pos;
+        while self
+            .s
+            .get(self.pos)
+            .is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_')
+        {
+            self.pos += 1;
+        }
+        if start == self.pos {
+            return Err(self.err("expected a type name"));
+        }
+        Ok(&self.text[start..self.pos])
+    }
+
+    fn number(&mut self) -> Result<i64, TypeError> {
+        self.ws();
+        let start = self.pos;
+        if self.s.get(self.pos) == Some(&b'-') {
+            self.pos += 1;
+        }
+        while self.s.get(self.pos).is_some_and(u8::is_ascii_digit) {
+            self.pos += 1;
+        }
+        self.text[start..self.pos]
+            .parse()
+            .map_err(|_| self.err("expected a number"))
+    }
+
+    /// A quoted string (`'..'` or `` `..` ``) with backslash escapes.
+    fn quoted(&mut self, quote: u8) -> Result<String, TypeError> {
+        self.expect(quote, "expected a quoted string")?;
+        let mut out = Vec::new();
+        loop {
+            let Some(&c) = self.s.get(self.pos) else {
+                return Err(self.err("unterminated quoted string"));
+            };
+            self.pos += 1;
+            match c {
+                b'\\' => {
+                    let Some(&e) = self.s.get(self.pos) else {
+                        return Err(self.err("unterminated escape"));
+                    };
+                    self.pos += 1;
+                    out.push(match e {
+                        b'n' => b'\n',
+                        b't' => b'\t',
+                        b'r' => b'\r',
+                        b'0' => 0,
+                        b'b' => 8,
+                        b'f' => 12,
+                        b'a' => 7,
+                        b'v' => 11,
+                        other => other,
+                    });
+                }
+                c if c == quote => {
+                    // SQL style doubled quote.
+                    if self.s.get(self.pos) == Some(&quote) {
+                        self.pos += 1;
+                        out.push(quote);
+                    } else {
+                        break;
+                    }
+                }
+                c => out.push(c),
+            }
+        }
+        String::from_utf8(out).map_err(|_| self.err("quoted string is not UTF-8"))
+    }
+
+    fn inner(&mut self, depth: usize) -> Result<Box<ChType>, TypeError> {
+        self.expect(b'(', "expected `(`")?;
+        let t = self.ty(depth + 1)?;
+        self.expect(b')', "expected `)`")?;
+        Ok(Box::new(t))
+    }
+
+    fn ty(&mut self, depth: usize) -> Result<ChType, TypeError> {
+        if depth > MAX_DEPTH {
+            return Err(self.err("type nested too deeply"));
+        }
+        let name = self.ident()?.to_owned();
+        Ok(match name.as_str() {
+            "UInt8" => ChType::UInt8,
+            "UInt16" => ChType::UInt16,
+            "UInt32" => ChType::UInt32,
+            "UInt64" => ChType::UInt64,
+            "UInt128" => ChType::UInt128,
+            "Int8" => ChType::Int8,
+            "Int16" => ChType::Int16,
+            "Int32" => ChType::Int32,
+            "Int64" => ChType::Int64,
+            "Int128" => ChType::Int128,
+            "Float32" => ChType::Float32,
+            "Float64" => ChType::Float64,
+            "String" => ChType::String,
+            "UUID" => ChType::Uuid,
+            "Bool" => ChType::Bool,
+            "IPv4" => ChType::IPv4,
+            "IPv6" => ChType::IPv6,
+            "Nothing" => ChType::Nothing,
+            "Date" => ChType::Date,
+            "FixedString" => {
+                self.expect(b'(', "expected `(`")?;
+                let n = self.number()?;
+                self.expect(b')', "expected `)`")?;
+                let n = usize::try_from(n).map_err(|_| self.err("bad FixedString length"))?;
+                if n == 0 {
+                    return Err(self.err("FixedString length must be positive"));
+                }
+                ChType::FixedString(n)
+            }
+            "DateTime" => {
+                let tz = if self.eat(b'(') {
+                    let tz = self.quoted(b'\'')?;
+                    self.expect(b')', "expected `)`")?;
+                    Some(tz)
+                } else {
+                    None
+                };
+                ChType::DateTime(tz)
+            }
+            "DateTime64" => {
+                self.expect(b'(', "expected `(`")?;
+                let p = self.number()?;
+                let p = u8::try_from(p).ok().filter(|p| *p <= 9);
+                let Some(p) = p else {
+                    return Err(self.err("DateTime64 precision must be 0..=9"));
+                };
+                let tz = if self.eat(b',') {
+                    Some(self.quoted(b'\'')?)
+                } else {
+                    None
+                };
+                self.expect(b')', "expected `)`")?;
+                ChType::DateTime64(p, tz)
+            }
+            "Nullable" => ChType::Nullable(self.inner(depth)?),
+            "Array" => ChType::Array(self.inner(depth)?),
+            "LowCardinality" => ChType::LowCardinality(self.inner(depth)?),
+            "Map" => {
+                self.expect(b'(', "expected `(`")?;
+                let k = self.ty(depth + 1)?;
+                self.expect(b',', "expected `,`")?;
+                let v = self.ty(depth + 1)?;
+                self.expect(b')', "expected `)`")?;
+                ChType::Map(Box::new(k), Box::new(v))
+            }
+            "Tuple" => self.tuple(depth)?,
+            "Enum8" => ChType::Enum8(self.enum_items::<i8>()?),
+            "Enum16" => ChType::Enum16(self.enum_items::<i16>()?),
+            "Decimal" => {
+                self.expect(b'(', "expected `(`")?;
+                let p = self.number()?;
+                self.expect(b',', "expected `,`")?;
+                let s = self.number()?;
+                self.expect(b')', "expected `)`")?;
+                self.decimal(p, s)?
+            }
+            "Decimal32" | "Decimal64" | "Decimal128" | "Decimal256" => {
+                self.expect(b'(', "expected `(`")?;
+                let s = self.number()?;
+                self.expect(b')', "expected `)`")?;
+                let p = match name.as_str() {
+                    "Decimal32" => 9,
+                    "Decimal64" => 18,
+                    "Decimal128" => 38,
+                    _ => 76,
+                };
+                self.decimal(p, s)?
+            }
+            _ => return Err(TypeError::Unsupported(self.text.to_owned())),
+        })
+    }
+
+    fn decimal(&self, p: i64, s: i64) -> Result<ChType, TypeError> {
+        if !(1..=76).contains(&p) || s < 0 || s > p {
+            return Err(self.err("bad Decimal precision/scale"));
+        }
+        if p > 38 {
+            return Err(TypeError::Unsupported(self.text.to_owned()));
+        }
+        // Both fit in u8: checked by the ranges above.
+        Ok(ChType::Decimal {
+            precision: p as u8,
+            scale: s as u8,
+        })
+    }
+
+    fn enum_items<T: TryFrom<i64>>(&mut self) -> Result<Vec<(String, T)>, TypeError> {
+        self.expect(b'(', "expected `(`")?;
+        let mut items = Vec::new();
+        loop {
+            self.ws();
+            let name = self.quoted(b'\'')?;
+            self.expect(b'=', "expected `=` in enum")?;
+            let v = self.number()?;
+            let v = T::try_from(v).map_err(|_| self.err("enum value out of range"))?;
+            items.push((name, v));
+            if self.eat(b')') {
+                break;
+            }
+            self.expect(b',', "expected `,` or `)` in enum")?;
+        }
+        Ok(items)
+    }
+
+    fn tuple(&mut self, depth: usize) -> Result<ChType, TypeError> {
+        self.expect(b'(', "expected `(`")?;
+        let mut items = Vec::new();
+        loop {
+            let name = self.tuple_element_name()?;
+            let t = self.ty(depth + 1)?;
+            items.push((name, t));
+            if self.eat(b')') {
+                break;
+            }
+            self.expect(b',', "expected `,` or `)` in Tuple")?;
+        }
+        Ok(ChType::Tuple(items))
+    }
+
+    /// A named tuple element is `name Type`: a name (bare or back-quoted)
+    /// followed by whitespace and the start of a type name.
+    fn tuple_element_name(&mut self) -> Result<Option<String>, TypeError> {
+        if self.peek() == Some(b'`') {
+            return Ok(Some(self.quoted(b'`')?));
+        }
+        let save = self.pos;
+        let Ok(first) = self.ident().map(str::to_owned) else {
+            self.pos = save;
+            return Ok(None);
+        };
+        let after = self.pos;
+        self.ws();
+        let named = self.pos > after
+            && self
+                .s
+                .get(self.pos)
+                .is_some_and(|c| c.is_ascii_alphabetic() || *c == b'_');
+        if named {
+            Ok(Some(first))
+        } else {
+            self.pos = save;
+            Ok(None)
+        }
+    }
+}
+
+fn quote(f: &mut fmt::Formatter<'_>, s: &str) -> fmt::Result {
+    f.write_str("'")?;
+    for c in s.chars() {
+        match c {
+            '\'' => f.write_str("\\'")?,
+            '\\' => f.write_str("\\\\")?,
+            c => write!(f, "{c}")?,
+        }
+    }
+    f.write_str("'")
+}
+
+impl fmt::Display for ChType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ChType::UInt8 => f.write_str("UInt8"),
+            ChType::UInt16 => f.write_str("UInt16"),
+            ChType::UInt32 => f.write_str("UInt32"),
+            ChType::UInt64 => f.write_str("UInt64"),
+            ChType::UInt128 => f.write_str("UInt128"),
+            ChType::Int8 => f.write_str("Int8"),
+            ChType::Int16 => f.write_str("Int16"),
+            ChType::Int32 => f.write_str("Int32"),
+            ChType::Int64 => f.write_str("Int64"),
+            ChType::Int128 => f.write_str("Int128"),
+            ChType::Float32 => f.write_str("Float32"),
+            ChType::Float64 => f.write_str("Float64"),
+            ChType::String => f.write_str("String"),
+            ChType::FixedString(n) => write!(f, "FixedString({n})"),
+            ChType::Date => f.write_str("Date"),
+            ChType::DateTime(None) => f.write_str("DateTime"),
+            ChType::DateTime(Some(tz)) => {
+                f.write_str("DateTime(")?;
+                quote(f, tz)?;
+                f.write_str(")")
+            }
+            ChType::DateTime64(p, None) => write!(f, "DateTime64({p})"),
+            ChType::DateTime64(p, Some(tz)) => {
+                write!(f, "DateTime64({p}, ")?;
+                quote(f, tz)?;
+                f.write_str(")")
+            }
+            ChType::Nullable(t) => write!(f, "Nullable({t})"),
+            ChType::Array(t) => write!(f, "Array({t})"),
+            ChType::LowCardinality(t) => write!(f, "LowCardinality({t})"),
+            ChType::Uuid => f.write_str("UUID"),
+            ChType::Enum8(items) => {
+                write_enum(f, "Enum8", items.iter().map(|(n, v)| (n, i16::from(*v))))
+            }
+            ChType::Enum16(items) => write_enum(f, "Enum16", items.iter().map(|(n, v)| (n, *v))),
+            ChType::Decimal { precision, scale } => write!(f, "Decimal({precision}, {scale})"),
+            ChType::Bool => f.write_str("Bool"),
+            ChType::Map(k, v) => write!(f, "Map({k}, {v})"),
+            ChType::IPv4 => f.write_str("IPv4"),
+            ChType::IPv6 => f.write_str("IPv6"),
+            ChType::Tuple(items) => {
+                f.write_str("Tuple(")?;
+                for (i, (name, t)) in items.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    if let Some(n) = name {
+                        write!(f, "{n} ")?;
+                    }
+                    write!(f, "{t}")?;
+                }
+                f.write_str(")")
+            }
+            ChType::Nothing => f.write_str("Nothing"),
+        }
+    }
+}
+
+fn write_enum<'a>(
+    f: &mut fmt::Formatter<'_>,
+    name: &str,
+    items: impl Iterator<Item = (&'a String, i16)>,
+) -> fmt::Result {
+    write!(f, "{name}(")?;
+    for (i, (n, v)) in items.enumerate() {
+        if i > 0 {
+            f.write_str(", ")?;
+        }
+        quote(f, n)?;
+        write!(f, " = {v}")?;
+    }
+    f.write_str(")")
+}
+
+impl ChType {
+    /// The type with `LowCardinality` wrappers removed at this level.
+    #[must_use]
+    pub fn strip_low_cardinality(&self) -> &ChType {
+        match self {
+            ChType::LowCardinality(t) => t.strip_low_cardinality(),
+            t => t,
+        }
+    }
+
+    /// Whether the type (ignoring `LowCardinality`) is an integer type.
+    #[must_use]
+    pub fn is_integer(&self) -> bool {
+        matches!(
+            self.strip_low_cardinality(),
+            ChType::UInt8
+                | ChType::UInt16
+                | ChType::UInt32
+                | ChType::UInt64
+                | ChType::UInt128
+                | ChType::Int8
+                | ChType::Int16
+                | ChType::Int32
+                | ChType::Int64
+                | ChType::Int128
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(t: ChType) -> Box<ChType> {
+        Box::new(t)
+    }
+
+    #[test]
+    fn scalars() {
+        for (s, t) in [
+            ("UInt8", ChType::UInt8),
+            ("UInt64", ChType::UInt64),
+            ("Int128", ChType::Int128),
+            ("UInt128", ChType::UInt128),
+            ("Float32", ChType::Float32),
+            ("String", ChType::String),
+            ("UUID", ChType::Uuid),
+            ("Bool", ChType::Bool),
+            ("IPv4", ChType::IPv4),
+            ("IPv6", ChType::IPv6),
+            ("Nothing", ChType::Nothing),
+            ("Date", ChType::Date),
+            ("DateTime", ChType::DateTime(None)),
+            ("FixedString(16)", ChType::FixedString(16)),
+        ] {
+            assert_eq!(parse_type(s), Ok(t), "{s}");
+        }
+    }
+
+    #[test]
+    fn parameterised() {
+        assert_eq!(
+            parse_type("DateTime('Europe/Moscow')"),
+            Ok(ChType::DateTime(Some("Europe/Moscow".into())))
+        );
+        assert_eq!(parse_type("DateTime64(3)"), Ok(ChType::DateTime64(3, None)));
+        assert_eq!(
+            parse_type("DateTime64(6, 'UTC')"),
+            Ok(ChType::DateTime64(6, Some("UTC".into())))
+        );
+        assert_eq!(
+            parse_type("Decimal(10, 2)"),
+            Ok(ChType::Decimal {
+                precision: 10,
+                scale: 2
+            })
+        );
+        assert_eq!(
+            parse_type("Decimal32(4)"),
+            Ok(ChType::Decimal {
+                precision: 9,
+                scale: 4
+            })
+        );
+        assert_eq!(
+            parse_type("Decimal64(4)"),
+            Ok(ChType::Decimal {
+                precision: 18,
+                scale: 4
+            })
+        );
+        assert_eq!(
+            parse_type("Decimal128(0)"),
+            Ok(ChType::Decimal {
+                precision: 38,
+                scale: 0
+            })
+        );
+        assert!(matches!(
+            parse_type("Decimal256(2)"),
+            Err(TypeError::Unsupported(_))
+        ));
+        assert!(parse_type("DateTime64(10)").is_err());
+        assert!(parse_type("Decimal(5, 6)").is_err());
+    }
+
+    #[test]
+    fn nested() {
+        assert_eq!(
+            parse_type("Array(Nullable(LowCardinality(String)))"),
+            Ok(ChType::Array(b(ChType::Nullable(b(
+                ChType::LowCardinality(b(ChType::String))
+            )))))
+        );
+        assert_eq!(
+            parse_type("Map(String, Array(Tuple(UInt8, String)))"),
+            Ok(ChType::Map(
+                b(ChType::String),
+                b(ChType::Array(b(ChType::Tuple(vec![
+                    (None, ChType::UInt8),
+                    (None, ChType::String)
+                ]))))
+            ))
+        );
+        assert_eq!(
+            parse_type("Tuple(a UInt8, `b c` Nullable(String), d DateTime64(3, 'UTC'))"),
+            Ok(ChType::Tuple(vec![
+                (Some("a".into()), ChType::UInt8),
+                (Some("b c".into()), ChType::Nullable(b(ChType::String))),
+                (Some("d".into()), ChType::DateTime64(3, Some("UTC".into()))),
+            ]))
+        );
+    }
+
+    #[test]
+    fn enums_with_escapes_commas_and_parens() {
+        let t = parse_type(r"Enum8('a' = 1, 'it\'s, (odd)' = -2, 'back\\slash' = 3, '' = 0)");
+        assert_eq!(
+            t,
+            Ok(ChType::Enum8(vec![
+                ("a".into(), 1),
+                ("it's, (odd)".into(), -2),
+                ("back\\slash".into(), 3),
+                (String::new(), 0),
+            ]))
+        );
+        assert_eq!(
+            parse_type("Enum16('x' = 1000)"),
+            Ok(ChType::Enum16(vec![("x".into(), 1000)]))
+        );
+        assert!(parse_type("Enum8('x' = 1000)").is_err());
+    }
+
+    #[test]
+    fn display_round_trips() {
+        for s in [
+            "Array(Nullable(String))",
+            "Map(String, UInt64)",
+            "Tuple(a UInt8, b String)",
+            r"Enum8('it\'s' = 1, 'b' = 2)",
+            "DateTime64(3, 'UTC')",
+            "Decimal(10, 2)",
+            "LowCardinality(Nullable(String))",
+        ] {
+            let t = parse_type(s).unwrap();
+            assert_eq!(t.to_string(), s);
+            assert_eq!(parse_type(&t.to_string()), Ok(t));
+        }
+    }
+
+    #[test]
+    fn malformed() {
+        for s in [
+            "",
+            "Array(",
+            "Array(String",
+            "Nullable(String))",
+            "Foo",
+            "Enum8('a)",
+            "FixedString(0)",
+            "Map(String)",
+        ] {
+            assert!(parse_type(s).is_err(), "{s:?}");
+        }
+    }
+}

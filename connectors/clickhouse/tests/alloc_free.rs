@@ -1,0 +1,133 @@
+//! Proves `RowEncoder::encode` makes no heap allocation per row after
+//! warm-up. Alone in its test binary because it installs a counting global
+//! allocator.
+
+use spate_clickhouse::{parse_type, Column, DefaultKind, EncoderOptions, RowEncoder};
+use spate_core::record::Message;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+struct Counting;
+
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// Count only on the measuring thread: the test harness's other threads
+    /// may allocate meanwhile.
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+}
+
+fn count() {
+    if COUNTING.try_with(Cell::get).unwrap_or(false) {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count();
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count();
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn col(name: &str, ty: &str) -> Column {
+    Column {
+        name: name.into(),
+        ty: parse_type(ty).expect("type"),
+        default_kind: DefaultKind::None,
+    }
+}
+
+fn msg(p: &str) -> Message<'_> {
+    Message {
+        topic: "t",
+        partition: 0,
+        offset: 7,
+        timestamp_ms: Some(1),
+        key: None,
+        payload: Some(p.as_bytes()),
+    }
+}
+
+#[test]
+fn encode_allocates_nothing_per_row() {
+    let cols = vec![
+        col("ts", "DateTime"),
+        col("user_id", "UInt64"),
+        col("session", "Int32"),
+        col("score", "Float64"),
+        col("ratio", "Float32"),
+        col("country", "LowCardinality(String)"),
+        col("tags", "Array(String)"),
+        col("event", "LowCardinality(String)"),
+        col("_offset", "UInt64"),
+        col("note", "String"),
+    ];
+    let payloads: Vec<String> = (0..64)
+        .map(|i| {
+            format!(
+                r#"{{"ts":"2024-05-{:02}T10:11:12Z","user_id":{},"session":-{},"score":{}.25,"ratio":0.5,"country":"DE","tags":["a","b\u00e9","c{}"],"event":"click","note":"line\n{}","extra":{{"x":[1,2]}}}}"#,
+                i % 28 + 1,
+                1_000_000 + i,
+                i,
+                i,
+                i,
+                i
+            )
+        })
+        .collect();
+    let mut enc = RowEncoder::new(&cols, EncoderOptions::default()).expect("encoder");
+    let mut out = Vec::with_capacity(1 << 20);
+    // Warm-up: scratch buffers reach their steady size.
+    for p in &payloads {
+        enc.encode(&msg(p), &mut out).expect("warm-up row");
+    }
+    out.clear();
+    let rows = 20_000;
+    let start = Instant::now();
+    COUNTING.with(|c| c.set(true));
+    let before = ALLOCS.load(Ordering::Relaxed);
+    for i in 0..rows {
+        if out.len() > (1 << 20) - 4096 {
+            out.clear();
+        }
+        enc.encode(&msg(&payloads[i % payloads.len()]), &mut out)
+            .expect("row");
+    }
+    let after = ALLOCS.load(Ordering::Relaxed);
+    COUNTING.with(|c| c.set(false));
+    let elapsed = start.elapsed();
+    eprintln!(
+        "encode: {:.0} ns/row ({} byte payloads, debug/release as built)",
+        elapsed.as_nanos() as f64 / rows as f64,
+        payloads[0].len()
+    );
+    // The counter itself must work, or this test cannot fail.
+    COUNTING.with(|c| c.set(true));
+    let probe = ALLOCS.load(Ordering::Relaxed);
+    drop(std::hint::black_box(vec![1u8; 16]));
+    let probed = ALLOCS.load(Ordering::Relaxed) - probe;
+    COUNTING.with(|c| c.set(false));
+    assert!(probed >= 1, "the counting allocator does not count");
+    assert_eq!(
+        after - before,
+        0,
+        "encode allocated {} times in {rows} rows",
+        after - before
+    );
+}
