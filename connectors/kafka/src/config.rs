@@ -1,0 +1,163 @@
+//! Kafka source settings and the librdkafka properties derived from them.
+
+use rdkafka::ClientConfig;
+use std::time::Duration;
+
+/// Settings of the Kafka source.
+#[derive(Clone, Debug)]
+pub struct KafkaSourceConfig {
+    /// Bootstrap brokers, `host:port[,host:port…]`.
+    pub brokers: String,
+    /// Topics to consume (several topics may feed one table).
+    pub topics: Vec<String>,
+    /// Consumer group id.
+    pub group: String,
+    /// Stop each lane at its partition's end (librdkafka partition EOF).
+    pub until_end: bool,
+    /// librdkafka properties given by the user (`-X key=value`), applied
+    /// after spate's defaults.
+    pub properties: Vec<(String, String)>,
+    /// The runtime's revoke budget; must stay below `session.timeout.ms`.
+    pub revoke_timeout: Duration,
+}
+
+/// Invalid Kafka settings.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A required setting is empty.
+    #[error("{0} must not be empty")]
+    Empty(&'static str),
+    /// A property value does not parse.
+    #[error("librdkafka property {key}={value} is invalid: {reason}")]
+    Property {
+        /// Property name.
+        key: String,
+        /// Given value.
+        value: String,
+        /// Why.
+        reason: String,
+    },
+    /// The revoke budget does not fit in the session timeout.
+    #[error("--revoke-timeout ({revoke_ms} ms) must be below session.timeout.ms ({session_ms} ms), or the group evicts this member while it drains")]
+    RevokeTimeout {
+        /// Revoke budget.
+        revoke_ms: u128,
+        /// Session timeout.
+        session_ms: u128,
+    },
+    /// rdkafka refused the configuration.
+    #[error("kafka client configuration rejected: {0}")]
+    Client(String),
+}
+
+impl KafkaSourceConfig {
+    /// Check rules spanning fields.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.brokers.trim().is_empty() {
+            return Err(ConfigError::Empty("--brokers"));
+        }
+        if self.topics.is_empty() || self.topics.iter().any(|t| t.trim().is_empty()) {
+            return Err(ConfigError::Empty("--topic"));
+        }
+        if self.group.trim().is_empty() {
+            return Err(ConfigError::Empty("--group"));
+        }
+        let session_ms = self.session_timeout_ms()?;
+        if self.revoke_timeout.as_millis() >= u128::from(session_ms) {
+            return Err(ConfigError::RevokeTimeout {
+                revoke_ms: self.revoke_timeout.as_millis(),
+                session_ms: u128::from(session_ms),
+            });
+        }
+        Ok(())
+    }
+
+    /// The effective `session.timeout.ms`.
+    pub fn session_timeout_ms(&self) -> Result<u64, ConfigError> {
+        let value = self.property("session.timeout.ms").unwrap_or("45000");
+        value.parse::<u64>().map_err(|e| ConfigError::Property {
+            key: "session.timeout.ms".into(),
+            value: value.into(),
+            reason: e.to_string(),
+        })
+    }
+
+    fn property(&self, key: &str) -> Option<&str> {
+        self.properties
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The librdkafka configuration: spate's defaults, then the user's.
+    #[must_use]
+    pub fn client_config(&self) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &self.brokers)
+            .set("group.id", &self.group)
+            // Offsets are committed by spate, explicitly, only up to the
+            // acknowledged watermark: never by librdkafka on its own.
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            // A new group starts at the beginning: never skip data that is
+            // already in the topic.
+            .set("auto.offset.reset", "earliest")
+            // Incremental rebalancing: partitions that stay with this member
+            // keep flowing during a rebalance.
+            .set("partition.assignment.strategy", "cooperative-sticky")
+            // Bounded runs (--until-end) end each lane at partition EOF.
+            .set("enable.partition.eof", if self.until_end { "true" } else { "false" })
+            // Lanes poll their partition queues; keep each one's prefetch
+            // moderate so memory stays bounded with many partitions.
+            .set("queued.max.messages.kbytes", "32768")
+            .set("client.id", "spate");
+        for (k, v) in &self.properties {
+            c.set(k, v);
+        }
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> KafkaSourceConfig {
+        KafkaSourceConfig {
+            brokers: "127.0.0.1:9092".into(),
+            topics: vec!["t".into()],
+            group: "g".into(),
+            until_end: false,
+            properties: vec![],
+            revoke_timeout: Duration::from_secs(2),
+        }
+    }
+
+    #[test]
+    fn user_properties_override_defaults() {
+        let mut c = cfg();
+        c.properties.push(("partition.assignment.strategy".into(), "range".into()));
+        let cc = c.client_config();
+        assert_eq!(cc.get("partition.assignment.strategy"), Some("range"));
+        assert_eq!(cc.get("enable.auto.commit"), Some("false"));
+    }
+
+    #[test]
+    fn revoke_timeout_must_fit_in_session_timeout() {
+        let mut c = cfg();
+        c.properties.push(("session.timeout.ms".into(), "6000".into()));
+        c.revoke_timeout = Duration::from_secs(6);
+        assert!(matches!(c.validate(), Err(ConfigError::RevokeTimeout { .. })));
+        c.revoke_timeout = Duration::from_secs(2);
+        assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn empty_settings_are_rejected() {
+        let mut c = cfg();
+        c.topics.clear();
+        assert!(matches!(c.validate(), Err(ConfigError::Empty("--topic"))));
+    }
+}

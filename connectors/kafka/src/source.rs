@@ -1,0 +1,253 @@
+//! [`KafkaSource`]: the controller-side half of the Kafka source.
+//!
+//! Owns the rdkafka consumer (through an `Arc`, because lanes' partition
+//! queues keep it alive) and turns what its callbacks recorded into
+//! [`SourceEvent`]s. End of input (`--until-end`): a lane reports its end
+//! (`CommitReady`); once the broker confirms a commit at or past that end
+//! the lane is retired (`LanesRetired`); when every assigned lane is
+//! retired the source is `Drained`.
+
+use crate::config::{ConfigError, KafkaSourceConfig};
+use crate::context::{commit_list, lock, record_max, LentRevoker, SpateContext};
+use crate::lane::{KafkaLane, LaneEnd};
+use crossbeam_channel::{unbounded, Receiver};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::message::Message as _;
+use rdkafka::topic_partition_list::TopicPartitionList;
+use spate_core::error::SourceError;
+use spate_core::record::{PartitionId, Watermark};
+use spate_core::source::{LaneId, Revoker, Source, SourceEvent};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Kafka consumer-group source.
+pub struct KafkaSource {
+    consumer: Arc<BaseConsumer<SpateContext>>,
+    ended_rx: Receiver<LaneEnd>,
+    /// Lanes that reached their end: next offset after their last message.
+    ended: HashMap<LaneId, Option<i64>>,
+    retired: HashSet<LaneId>,
+    until_end: bool,
+    drained_reported: bool,
+}
+
+impl KafkaSource {
+    /// Create the consumer and subscribe to the topics.
+    pub fn new(config: &KafkaSourceConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let (ended_tx, ended_rx) = unbounded();
+        let context = SpateContext::new(config.until_end, ended_tx);
+        let consumer: BaseConsumer<SpateContext> = config
+            .client_config()
+            .create_with_context(context)
+            .map_err(|e| ConfigError::Client(e.to_string()))?;
+        let consumer = Arc::new(consumer);
+        let _ = consumer.context().me.set(Arc::downgrade(&consumer));
+        let topics: Vec<&str> = config.topics.iter().map(String::as_str).collect();
+        consumer
+            .subscribe(&topics)
+            .map_err(|e| ConfigError::Client(e.to_string()))?;
+        Ok(Self {
+            consumer,
+            ended_rx,
+            ended: HashMap::new(),
+            retired: HashSet::new(),
+            until_end: config.until_end,
+            drained_reported: false,
+        })
+    }
+
+    fn tpl(&self, lanes: &[LaneId]) -> Result<TopicPartitionList, SourceError> {
+        let shared = lock(&self.consumer.context().shared);
+        let mut tpl = TopicPartitionList::new();
+        for lane in lanes {
+            if let Some(p) = shared.by_id.get(lane) {
+                tpl.add_partition(&p.topic, p.partition);
+            }
+        }
+        Ok(tpl)
+    }
+
+    /// Lanes that ended and whose end the broker confirmed as committed.
+    fn retirable(&self) -> Vec<LaneId> {
+        let shared = lock(&self.consumer.context().shared);
+        self.ended
+            .iter()
+            .filter(|(lane, _)| !self.retired.contains(*lane))
+            .filter(|(lane, end)| {
+                let Some(p) = shared.by_id.get(*lane) else {
+                    return false;
+                };
+                match end {
+                    // Delivered nothing: nothing to commit.
+                    None => true,
+                    Some(end) => shared.committed.get(p).is_some_and(|c| c >= end),
+                }
+            })
+            .map(|(lane, _)| *lane)
+            .collect()
+    }
+}
+
+impl Source for KafkaSource {
+    type Lane = KafkaLane;
+
+    fn poll_events(
+        &mut self,
+        timeout: Duration,
+        revoker: &mut dyn Revoker,
+    ) -> Result<Vec<SourceEvent<KafkaLane>>, SourceError> {
+        let ctx = self.consumer.context();
+        {
+            let raw: *mut (dyn Revoker + '_) = revoker;
+            // SAFETY: lifetime erasure only; the pointer is cleared below,
+            // before `revoker`'s borrow ends, and used only inside `poll`.
+            let raw: *mut (dyn Revoker + 'static) = unsafe { std::mem::transmute(raw) };
+            *lock(&ctx.revoker) = Some(LentRevoker(raw));
+        }
+        let polled = self.consumer.poll(timeout);
+        *lock(&ctx.revoker) = None;
+        match polled {
+            None => {}
+            Some(Ok(m)) => {
+                // Every assigned partition's queue is split before assign,
+                // so the consumer queue never carries messages. If one shows
+                // up, stop rather than guess: nothing past it is committed.
+                return Err(SourceError::Fatal(format!(
+                    "message of topic {} partition {} offset {} arrived on the consumer queue instead of its lane",
+                    m.topic(),
+                    m.partition(),
+                    m.offset()
+                )));
+            }
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "consumer error");
+            }
+        }
+        let mut events = Vec::new();
+        let (new_lanes, lost, revoked, fatal) = {
+            let mut shared = lock(&ctx.shared);
+            (
+                std::mem::take(&mut shared.new_lanes),
+                std::mem::take(&mut shared.lost),
+                std::mem::take(&mut shared.revoked),
+                shared.fatal.take(),
+            )
+        };
+        if let Some(f) = fatal {
+            return Err(SourceError::Fatal(f));
+        }
+        for lane in revoked.iter().chain(lost.iter()) {
+            self.ended.remove(lane);
+            self.retired.remove(lane);
+        }
+        if !lost.is_empty() {
+            events.push(SourceEvent::Lost(lost));
+        }
+        if !new_lanes.is_empty() {
+            events.push(SourceEvent::Assigned(new_lanes));
+        }
+        let mut ready = Vec::new();
+        while let Ok(end) = self.ended_rx.try_recv() {
+            if lock(&ctx.shared).by_id.contains_key(&end.lane) {
+                self.ended.insert(end.lane, end.next_offset);
+                ready.push(end.lane);
+            }
+        }
+        if !ready.is_empty() {
+            events.push(SourceEvent::CommitReady(ready));
+        }
+        let retire = self.retirable();
+        if !retire.is_empty() {
+            self.retired.extend(retire.iter().copied());
+            events.push(SourceEvent::LanesRetired(retire));
+        }
+        if self.until_end && !self.drained_reported {
+            let shared = lock(&ctx.shared);
+            if !shared.by_id.is_empty() && shared.by_id.keys().all(|l| self.retired.contains(l)) {
+                self.drained_reported = true;
+                events.push(SourceEvent::Drained);
+            }
+        }
+        Ok(events)
+    }
+
+    fn pause(&mut self, lanes: &[LaneId]) -> Result<(), SourceError> {
+        let tpl = self.tpl(lanes)?;
+        if tpl.count() == 0 {
+            return Ok(());
+        }
+        self.consumer
+            .pause(&tpl)
+            .map_err(|e| SourceError::Transient(format!("pause: {e}")))
+    }
+
+    fn resume(&mut self, lanes: &[LaneId]) -> Result<(), SourceError> {
+        let tpl = self.tpl(lanes)?;
+        if tpl.count() == 0 {
+            return Ok(());
+        }
+        self.consumer
+            .resume(&tpl)
+            .map_err(|e| SourceError::Transient(format!("resume: {e}")))
+    }
+
+    fn commit(&mut self, watermarks: &[(PartitionId, Watermark)], sync: bool) -> Result<(), SourceError> {
+        // Only partitions this member still owns: a commit for a revoked
+        // partition could clobber its new owner's progress.
+        let owned: Vec<(PartitionId, Watermark)> = {
+            let shared = lock(&self.consumer.context().shared);
+            watermarks
+                .iter()
+                .filter(|(p, _)| shared.lanes.contains_key(p))
+                .cloned()
+                .collect()
+        };
+        if owned.is_empty() {
+            return Ok(());
+        }
+        let tpl = commit_list(&owned).map_err(|e| SourceError::Fatal(format!("commit list: {e}")))?;
+        let mode = if sync { CommitMode::Sync } else { CommitMode::Async };
+        self.consumer
+            .commit(&tpl, mode)
+            .map_err(|e| SourceError::Transient(format!("commit: {e}")))?;
+        let mut shared = lock(&self.consumer.context().shared);
+        for (p, w) in &owned {
+            if sync {
+                record_max(&mut shared.committed, p, w.0);
+            } else {
+                record_max(&mut shared.sent, p, w.0);
+            }
+        }
+        Ok(())
+    }
+
+    fn flush_commits(&mut self, timeout: Duration) -> Result<(), SourceError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let outstanding = {
+                let shared = lock(&self.consumer.context().shared);
+                shared
+                    .sent
+                    .iter()
+                    .any(|(p, s)| shared.lanes.contains_key(p) && shared.committed.get(p).is_none_or(|c| c < s))
+            };
+            if !outstanding {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(SourceError::Transient(
+                    "asynchronous commits still unconfirmed at the deadline".into(),
+                ));
+            }
+            // Serves the commit callbacks. Lanes are gone by now, so a
+            // message here is not processed and replays after restart.
+            let _ = self.consumer.poll(Duration::from_millis(50));
+        }
+    }
+
+    fn partition_of(&self, lane: LaneId) -> Option<PartitionId> {
+        lock(&self.consumer.context().shared).by_id.get(&lane).cloned()
+    }
+}
