@@ -1,0 +1,40 @@
+# spate: build, local services, tests, demo. `make help` lists the targets.
+# Services (Kafka via tansu, ClickHouse 18.16) are managed by scripts/services.sh;
+# their addresses are in build/services.env after `make services`.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+CARGO ?= cargo
+# Extra arguments for `cargo test`, e.g. make test TEST_ARGS='-- --nocapture'
+TEST_ARGS ?=
+SERVICES := scripts/services.sh
+ENV_FILE := $(or $(SPATE_BUILD_DIR),build)/services.env
+
+.PHONY: help build services services-down services-status test demo clean-services
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
+	    awk 'BEGIN {FS = ":.*## "}; {printf "  make %-16s %s\n", $$1, $$2}'
+
+build: ## cargo build --release
+	$(CARGO) build --release
+
+services: ## start Kafka (tansu) and ClickHouse, installing them if missing
+	$(SERVICES) up
+
+services-down: ## stop the services started by `make services`
+	$(SERVICES) down
+
+services-status: ## show whether the services run and answer
+	$(SERVICES) status
+
+clean-services: ## stop the services and delete their data (build/services)
+	$(SERVICES) clean
+
+test: services ## services up, then cargo test --workspace --release against them
+	source $(ENV_FILE) && $(CARGO) test --workspace --release --no-fail-fast $(TEST_ARGS)
+
+demo: ## gen DEMO_COUNT (1000000) events, load them with spate run, show rows/s
+	scripts/demo.sh
