@@ -14,17 +14,21 @@
 //! `encode` per message into a batch buffer; insert workers (tokio tasks)
 //! share one `ChClient` and call `insert` with finished batches, feeding
 //! failures through [`classify()`]. Start-up code calls `connect` and
-//! `describe` once. Shard queues and insert workers (`pool`, `worker`) are
-//! added next to these modules.
+//! `describe` once;
+//! - [`sink`]: [`SinkPool`], shard queues and insert workers with retry,
+//!   the drain hook and the readiness probe.
 
 pub mod classify;
 pub mod client;
 pub mod encode;
 pub mod schema;
+pub mod sink;
 pub mod types;
 
 pub use classify::{classify, parse_code, ErrorClass};
 pub use client::{ChClient, ChClientOptions, ClientError, InsertError};
 pub use encode::{EncoderOptions, RowEncoder, RowError, SchemaError};
 pub use schema::{Column, DefaultKind, ServerFeatures, VersionError};
+pub use sink::{RetryPolicy, SinkError, SinkPool, SinkSpec, TableRef};
+pub use sink::ChRowEncoder;
 pub use types::{parse_type, ChType, TypeError};
