@@ -217,6 +217,7 @@ impl ConsumerContext for SpateContext {
     }
 
     fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
+        tracing::debug!(?result, ?offsets, "commit callback");
         match result {
             Ok(()) => {
                 let mut shared = lock(&self.shared);

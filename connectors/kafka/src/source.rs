@@ -208,7 +208,21 @@ impl Source for KafkaSource {
             return Ok(());
         }
         let tpl = commit_list(&owned).map_err(|e| SourceError::Fatal(format!("commit list: {e}")))?;
+        // A commit that reaches the end of an ended lane is made
+        // synchronously: retiring the lane (and finishing a bounded run)
+        // needs the broker's confirmation, and asynchronous commit results
+        // are not reliably reported back through the consumer queue.
+        let completes_lane = {
+            let shared = lock(&self.consumer.context().shared);
+            self.ended.iter().any(|(lane, end)| {
+                shared.by_id.get(lane).is_some_and(|p| {
+                    owned.iter().any(|(q, w)| q == p && end.is_some_and(|e| w.0 >= e))
+                })
+            })
+        };
+        let sync = sync || completes_lane;
         let mode = if sync { CommitMode::Sync } else { CommitMode::Async };
+        tracing::debug!(?owned, sync, "committing");
         self.consumer
             .commit(&tpl, mode)
             .map_err(|e| SourceError::Transient(format!("commit: {e}")))?;
@@ -224,27 +238,27 @@ impl Source for KafkaSource {
     }
 
     fn flush_commits(&mut self, timeout: Duration) -> Result<(), SourceError> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let outstanding = {
-                let shared = lock(&self.consumer.context().shared);
-                shared
-                    .sent
-                    .iter()
-                    .any(|(p, s)| shared.lanes.contains_key(p) && shared.committed.get(p).is_none_or(|c| c < s))
-            };
-            if !outstanding {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(SourceError::Transient(
-                    "asynchronous commits still unconfirmed at the deadline".into(),
-                ));
-            }
-            // Serves the commit callbacks. Lanes are gone by now, so a
-            // message here is not processed and replays after restart.
-            let _ = self.consumer.poll(Duration::from_millis(50));
+        // Re-send, synchronously, every asynchronous commit the broker has
+        // not confirmed: commits are idempotent, and a synchronous answer
+        // is the only confirmation that does not depend on callbacks.
+        let unconfirmed: Vec<(PartitionId, Watermark)> = {
+            let shared = lock(&self.consumer.context().shared);
+            shared
+                .sent
+                .iter()
+                .filter(|(p, s)| shared.lanes.contains_key(*p) && shared.committed.get(*p).is_none_or(|c| c < *s))
+                .map(|(p, s)| (p.clone(), Watermark(*s)))
+                .collect()
+        };
+        if unconfirmed.is_empty() {
+            return Ok(());
         }
+        let started = Instant::now();
+        let result = self.commit(&unconfirmed, true);
+        if started.elapsed() > timeout {
+            tracing::warn!(elapsed = ?started.elapsed(), "confirming commits took longer than the budget");
+        }
+        result
     }
 
     fn partition_of(&self, lane: LaneId) -> Option<PartitionId> {

@@ -1,0 +1,142 @@
+//! Command line: `spate run` and `spate gen`. Every flag also reads an
+//! environment variable `SPATE_<FLAG>`; flags win over the environment.
+
+use crate::units::{parse_bytes, parse_duration, parse_property};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// spate: Kafka to ClickHouse, at-least-once, committed only up to what
+/// ClickHouse acknowledged.
+#[derive(Debug, Parser)]
+#[command(name = "spate", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Consume topics with a consumer group and insert every message as a
+    /// row of a ClickHouse table.
+    Run(RunArgs),
+    /// Produce generated demo events (JSON) into a topic.
+    Gen(GenArgs),
+}
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Kafka bootstrap brokers, HOST:PORT[,HOST:PORT...].
+    #[arg(long, env = "SPATE_BROKERS")]
+    pub brokers: String,
+    /// Topic to consume; repeat the flag to feed several topics into the
+    /// one table.
+    #[arg(long = "topic", env = "SPATE_TOPIC", required = true, value_delimiter = ',')]
+    pub topics: Vec<String>,
+    /// Consumer group id; offsets are committed for this group.
+    #[arg(long, env = "SPATE_GROUP")]
+    pub group: String,
+    /// ClickHouse HTTP interface URL, e.g. http://127.0.0.1:8123.
+    #[arg(long, env = "SPATE_CLICKHOUSE_URL")]
+    pub clickhouse_url: String,
+    /// Target table, [DB.]TABLE (database `default` when omitted). Its
+    /// columns are read from ClickHouse at start.
+    #[arg(long, env = "SPATE_TABLE")]
+    pub table: String,
+    /// ClickHouse user.
+    #[arg(long, env = "SPATE_USER")]
+    pub user: Option<String>,
+    /// ClickHouse password.
+    #[arg(long, env = "SPATE_PASSWORD", hide_env_values = true)]
+    pub password: Option<String>,
+    /// Bounded run: stop each partition at its end (partition EOF), flush,
+    /// commit, and exit 0 once everything is acknowledged.
+    #[arg(long, env = "SPATE_UNTIL_END")]
+    pub until_end: bool,
+    /// Reject messages with keys that are not columns of the table
+    /// (default: ignore them).
+    #[arg(long, env = "SPATE_STRICT")]
+    pub strict: bool,
+    /// Insert a batch when it reaches this many rows.
+    #[arg(long, env = "SPATE_BATCH_ROWS", default_value_t = 100_000)]
+    pub batch_rows: u64,
+    /// Insert a batch when it reaches this many bytes (K, M, G suffixes).
+    #[arg(long, env = "SPATE_BATCH_BYTES", default_value = "16MiB", value_parser = parse_bytes)]
+    pub batch_bytes: usize,
+    /// Insert a non-empty batch at the latest this long after its first row.
+    #[arg(long, env = "SPATE_FLUSH_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    pub flush_interval: Duration,
+    /// Commit acknowledged offsets this often.
+    #[arg(long, env = "SPATE_COMMIT_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    pub commit_interval: Duration,
+    /// Driver threads [default: one per core, each pinned to its core;
+    /// unpinned if pinning fails].
+    #[arg(long, env = "SPATE_DRIVERS")]
+    pub drivers: Option<usize>,
+    /// Budget of the whole shutdown: flush, drain the sink, final commit.
+    /// What ClickHouse has not acknowledged by then is not committed and
+    /// replays after a restart.
+    #[arg(long, env = "SPATE_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub shutdown_timeout: Duration,
+    /// Budget of one partition revocation (flush + acknowledgements + commit)
+    /// [default: a third of session.timeout.ms, at most 10s]; must be below
+    /// session.timeout.ms.
+    #[arg(long, env = "SPATE_REVOKE_TIMEOUT", value_parser = parse_duration)]
+    pub revoke_timeout: Option<Duration>,
+    /// Timeout of one insert attempt (sending, then waiting for the answer);
+    /// a timed-out insert is retried with the same rows.
+    #[arg(long, env = "SPATE_INSERT_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub insert_timeout: Duration,
+    /// Concurrent inserts per shard.
+    #[arg(long, env = "SPATE_INSERT_WORKERS", default_value_t = 2)]
+    pub insert_workers: usize,
+    /// Memory budget for batches queued or in flight to ClickHouse; lanes
+    /// pause above it and resume below half of it.
+    #[arg(long, env = "SPATE_MAX_BUFFERED_BYTES", default_value = "256MiB", value_parser = parse_bytes)]
+    pub max_buffered_bytes: usize,
+    /// Serve Prometheus /metrics, /healthz and /readyz on this address.
+    #[arg(long, env = "SPATE_ADMIN_ADDR")]
+    pub admin_addr: Option<SocketAddr>,
+    /// librdkafka property KEY=VALUE, applied after spate's defaults
+    /// (repeatable; in SPATE_PROPERTY separate them with `;`).
+    #[arg(short = 'X', long = "property", env = "SPATE_PROPERTY", value_name = "KEY=VALUE", value_parser = parse_property, value_delimiter = ';')]
+    pub properties: Vec<(String, String)>,
+    /// Log format.
+    #[arg(long, env = "SPATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Log level or filter (RUST_LOG syntax); RUST_LOG wins when set.
+    #[arg(long, env = "SPATE_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+}
+
+#[derive(Debug, Args)]
+pub struct GenArgs {
+    /// Kafka bootstrap brokers.
+    #[arg(long, env = "SPATE_BROKERS")]
+    pub brokers: String,
+    /// Topic to produce into (created with --partitions if missing).
+    #[arg(long, env = "SPATE_TOPIC")]
+    pub topic: String,
+    /// Number of events.
+    #[arg(long, env = "SPATE_GEN_COUNT", default_value_t = 1_000_000)]
+    pub count: u64,
+    /// Partitions of the topic when spate creates it; events are spread
+    /// round-robin over the topic's partitions.
+    #[arg(long, env = "SPATE_GEN_PARTITIONS", default_value_t = 4)]
+    pub partitions: i32,
+    /// librdkafka producer property KEY=VALUE (repeatable).
+    #[arg(short = 'X', long = "property", value_name = "KEY=VALUE", value_parser = parse_property)]
+    pub properties: Vec<(String, String)>,
+    /// Log level.
+    #[arg(long, env = "SPATE_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+}

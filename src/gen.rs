@@ -1,0 +1,141 @@
+//! `spate gen`: produce generated demo events, so the demo and the
+//! benchmarks need no other Kafka tooling.
+//!
+//! Each event is one JSON object of about 200 bytes:
+//! `{"ts":…,"user_id":…,"event":"…","value":…,"tags":[…]}`. Events are
+//! spread round-robin over the topic's partitions.
+
+use crate::cli::GenArgs;
+use crate::Exit;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::ClientConfig;
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+const EVENTS: [&str; 6] = ["view", "click", "purchase", "signup", "logout", "search"];
+const TAGS: [&str; 5] = ["mobile", "web", "beta", "eu", "us"];
+
+pub fn run(args: GenArgs) -> Result<(), Exit> {
+    if args.partitions < 1 {
+        return Err(Exit::usage("--partitions must be at least 1"));
+    }
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", &args.brokers)
+        // Throughput over latency: larger batches, a short linger.
+        .set("linger.ms", "20")
+        .set("batch.num.messages", "10000")
+        .set("queue.buffering.max.messages", "1000000")
+        .set("queue.buffering.max.kbytes", "1048576");
+    for (k, v) in &args.properties {
+        config.set(k, v);
+    }
+    let io = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Exit::failed(format!("runtime: {e}")))?;
+    io.block_on(ensure_topic(&config, &args.topic, args.partitions))?;
+    let producer: BaseProducer = config
+        .create()
+        .map_err(|e| Exit::usage(format!("kafka producer configuration: {e}")))?;
+    let partitions = topic_partitions(&producer, &args.topic).unwrap_or(args.partitions);
+    let started = Instant::now();
+    let mut payload = String::with_capacity(256);
+    for i in 0..args.count {
+        payload.clear();
+        event(i, &mut payload);
+        let partition = (i % partitions as u64) as i32;
+        loop {
+            let record = BaseRecord::<(), str>::to(&args.topic)
+                .payload(payload.as_str())
+                .partition(partition);
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((e, _)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) => {
+                    producer.poll(Duration::from_millis(10));
+                }
+                Err((e, _)) => return Err(Exit::failed(format!("producing event {i}: {e}"))),
+            }
+        }
+        if i % 1000 == 0 {
+            producer.poll(Duration::ZERO);
+        }
+    }
+    producer
+        .flush(Duration::from_secs(120))
+        .map_err(|e| Exit::failed(format!("flushing produced events: {e}")))?;
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "spate gen: produced {} events to {} ({} partitions) in {:.1}s ({:.0} events/s)",
+        args.count,
+        args.topic,
+        partitions,
+        secs,
+        args.count as f64 / secs.max(1e-9)
+    );
+    Ok(())
+}
+
+async fn ensure_topic(config: &ClientConfig, topic: &str, partitions: i32) -> Result<(), Exit> {
+    let admin: AdminClient<DefaultClientContext> = config
+        .create()
+        .map_err(|e| Exit::usage(format!("kafka admin configuration: {e}")))?;
+    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    match admin.create_topics([&new], &opts).await {
+        Ok(results) => {
+            for r in results {
+                match r {
+                    Ok(_) => tracing::info!(topic, partitions, "topic created"),
+                    Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                    Err((t, e)) => return Err(Exit::failed(format!("creating topic {t}: {e}"))),
+                }
+            }
+            Ok(())
+        }
+        Err(e) => Err(Exit::failed(format!("creating topic {topic}: {e}"))),
+    }
+}
+
+fn topic_partitions(producer: &BaseProducer, topic: &str) -> Option<i32> {
+    let md = producer
+        .client()
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .ok()?;
+    let n = md.topics().first()?.partitions().len() as i32;
+    (n > 0).then_some(n)
+}
+
+/// The `i`-th demo event, deterministic, about 200 bytes.
+pub fn event(i: u64, out: &mut String) {
+    let ts = 1_700_000_000 + i / 100;
+    let user = i.wrapping_mul(2_654_435_761) % 100_000;
+    let kind = EVENTS[(i % EVENTS.len() as u64) as usize];
+    let value = (i % 10_000) as f64 / 100.0;
+    let _ = write!(
+        out,
+        "{{\"ts\":{ts},\"user_id\":{user},\"event\":\"{kind}\",\"value\":{value},\"tags\":[\"{}\",\"{}\"],\"session\":\"s-{:016x}\",\"page\":\"/products/{}/details?ref=campaign-{}\"}}",
+        TAGS[(i % 5) as usize],
+        TAGS[((i / 5) % 5) as usize],
+        i.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        i % 977,
+        i % 31
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_are_json_of_about_200_bytes() {
+        let mut s = String::new();
+        event(123_456, &mut s);
+        let v: serde_json::Value = serde_json::from_str(&s).unwrap();
+        assert_eq!(v["event"], "click");
+        assert!((150..260).contains(&s.len()), "{} bytes: {s}", s.len());
+    }
+}
