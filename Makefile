@@ -12,7 +12,7 @@ TEST_ARGS ?=
 SERVICES := scripts/services.sh
 ENV_FILE := $(or $(SPATE_BUILD_DIR),build)/services.env
 
-.PHONY: help build services services-down services-status test demo clean-services
+.PHONY: help build services services-down services-status test loom demo clean-services
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -33,8 +33,12 @@ services-status: ## show whether the services run and answer
 clean-services: ## stop the services and delete their data (build/services)
 	$(SERVICES) clean
 
-test: services ## services up, then cargo test --workspace --release against them
+test: services ## services up, then every test (unit, fakes, proptest, integration, loom) against them
 	source $(ENV_FILE) && $(CARGO) test --workspace --release --no-fail-fast $(TEST_ARGS)
+	$(MAKE) loom
+
+loom: ## model-check the drain barrier and the pending gate with loom
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p spate_core --lib loom
 
 demo: ## gen DEMO_COUNT (1000000) events, load them with spate run, show rows/s
 	scripts/demo.sh

@@ -22,7 +22,7 @@ use rdkafka::ClientContext;
 use spate_core::record::{PartitionId, Watermark};
 use spate_core::source::{LaneId, Revoker};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
 /// The runtime's revoker, lent to the context for the duration of one
@@ -62,6 +62,9 @@ pub(crate) struct SpateContext {
     pub(crate) shared: Mutex<Shared>,
     pub(crate) until_end: bool,
     pub(crate) ended: Sender<LaneEnd>,
+    /// The source is being dropped: the final commit is done, and the
+    /// revocation librdkafka runs while closing has nothing left to commit.
+    pub(crate) closing: AtomicBool,
     next_lane: AtomicU64,
 }
 
@@ -77,6 +80,7 @@ impl SpateContext {
             shared: Mutex::new(Shared::default()),
             until_end,
             ended,
+            closing: AtomicBool::new(false),
             next_lane: AtomicU64::new(0),
         }
     }
@@ -128,8 +132,12 @@ impl SpateContext {
             // SAFETY: see `LentRevoker`: we are inside the `poll` call that
             // lent this pointer, on the thread that owns the borrow.
             Some(r) => unsafe { (*r.0).revoke(&lanes) },
+            None if self.closing.load(Ordering::Acquire) => {
+                tracing::debug!(?partitions, "partitions released while closing");
+                Vec::new()
+            }
             None => {
-                tracing::warn!(?partitions, "revoked outside of a poll (closing); unacknowledged rows replay");
+                tracing::warn!(?partitions, "revoked outside of a poll; unacknowledged rows replay on the new owner");
                 Vec::new()
             }
         };
@@ -191,6 +199,11 @@ impl ClientContext for SpateContext {
     }
 
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        if matches!(error, rdkafka::error::KafkaError::PartitionEOF(_)) {
+            // Expected with --until-end; the lane reports it.
+            tracing::debug!(target: "librdkafka", "{reason}");
+            return;
+        }
         tracing::warn!(target: "librdkafka", error = %error, "{reason}");
     }
 }

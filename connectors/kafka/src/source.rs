@@ -90,6 +90,15 @@ impl KafkaSource {
     }
 }
 
+impl Drop for KafkaSource {
+    fn drop(&mut self) {
+        self.consumer
+            .context()
+            .closing
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
 impl Source for KafkaSource {
     type Lane = KafkaLane;
 
