@@ -25,6 +25,9 @@ pub fn run(args: RunArgs) -> Result<(), Exit> {
     if args.batch_rows == 0 {
         return Err(Exit::usage("--batch-rows must be at least 1"));
     }
+    if args.drivers == Some(0) {
+        return Err(Exit::usage("--drivers must be at least 1"));
+    }
     let io = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("spate-io")
@@ -33,7 +36,15 @@ pub fn run(args: RunArgs) -> Result<(), Exit> {
         .map_err(|e| Exit::failed(format!("starting the I/O runtime: {e}")))?;
     let metrics = Arc::new(Metrics::new());
     let acks = ack_channel();
-    let high_water = (args.max_buffered_bytes / 2).max(args.batch_bytes);
+    let drivers = args.drivers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+    let budget = Budget::split(args.max_buffered_bytes, args.batch_bytes, drivers);
+    if budget.batch_bytes < args.batch_bytes {
+        tracing::info!(
+            batch_bytes = budget.batch_bytes,
+            "--batch-bytes lowered so {drivers} drivers' open batches fit in a quarter of --max-buffered-bytes"
+        );
+    }
+    let high_water = budget.queue_high_water;
     let spec = SinkSpec {
         url: args.clickhouse_url.clone(),
         user: args.user.clone(),
@@ -64,7 +75,7 @@ pub fn run(args: RunArgs) -> Result<(), Exit> {
     let sink_options = SinkOptions {
         limits: BatchLimits {
             rows: args.batch_rows,
-            bytes: args.batch_bytes,
+            bytes: budget.batch_bytes,
             interval: args.flush_interval,
             jitter: 0.1,
         },
@@ -72,12 +83,7 @@ pub fn run(args: RunArgs) -> Result<(), Exit> {
     let pipeline = Pipeline::new(source, chains, pool.into_runtime(), acks, sink_options)
         .map_err(|e| Exit::failed(e.to_string()))?;
     let mut options = RuntimeOptions::new(io.handle().clone());
-    if let Some(n) = args.drivers {
-        if n == 0 {
-            return Err(Exit::usage("--drivers must be at least 1"));
-        }
-        options.drivers = n;
-    }
+    options.drivers = drivers;
     options.commit_interval = args.commit_interval;
     options.shutdown_timeout = args.shutdown_timeout;
     options.revoke_timeout = kafka.revoke_timeout;
@@ -111,6 +117,26 @@ pub fn run(args: RunArgs) -> Result<(), Exit> {
         }
         ExitState::Failed(f) => Err(Exit::failed(f.to_string())),
         _ => Err(Exit::failed("pipeline ended in an unknown state")),
+    }
+}
+
+/// How `--max-buffered-bytes` is shared: a quarter for the drivers' open
+/// batches, half for batches queued or in flight to ClickHouse (lanes
+/// pause above it, resume below half of it), the rest for the Kafka
+/// client's prefetch and decoding scratch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Budget {
+    batch_bytes: usize,
+    queue_high_water: usize,
+}
+
+impl Budget {
+    fn split(total: usize, batch_bytes: usize, drivers: usize) -> Self {
+        let per_driver = (total / 4 / drivers.max(1)).max(64 << 10);
+        Self {
+            batch_bytes: batch_bytes.min(per_driver).max(1),
+            queue_high_water: (total / 2).max(1),
+        }
     }
 }
 
@@ -150,6 +176,20 @@ fn start_sink(
             }
             Err(e) => return Err(Exit::failed(format!("{e} (gave up after {}s)", STARTUP_RETRY.as_secs()))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Budget;
+
+    #[test]
+    fn budget_keeps_open_batches_within_a_quarter() {
+        let b = Budget::split(256 << 20, 16 << 20, 2);
+        assert_eq!(b, Budget { batch_bytes: 16 << 20, queue_high_water: 128 << 20 });
+        let b = Budget::split(256 << 20, 16 << 20, 64);
+        assert_eq!(b.batch_bytes, 1 << 20);
+        assert!(b.batch_bytes * 64 <= (256 << 20) / 4);
     }
 }
 

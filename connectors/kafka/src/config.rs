@@ -111,7 +111,7 @@ impl KafkaSourceConfig {
             .set("enable.partition.eof", if self.until_end { "true" } else { "false" })
             // Lanes poll their partition queues; keep each one's prefetch
             // moderate so memory stays bounded with many partitions.
-            .set("queued.max.messages.kbytes", "32768")
+            .set("queued.max.messages.kbytes", "8192")
             .set("client.id", "spate");
         for (k, v) in &self.properties {
             c.set(k, v);
