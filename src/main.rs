@@ -53,7 +53,17 @@ fn init_logging(level: &str, format: LogFormat) {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(), // --help, --version
+        Err(e) => {
+            let _ = e.print();
+            let what = e.to_string();
+            let first = what.lines().next().unwrap_or("invalid arguments");
+            eprintln!("spate: error: {}", first.trim_start_matches("error: "));
+            std::process::exit(2);
+        }
+    };
     let result = match cli.command {
         Command::Run(args) => {
             init_logging(&args.log_level, args.log_format);

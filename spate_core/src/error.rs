@@ -100,7 +100,8 @@ impl fmt::Display for DecodeError {
             write!(f, ", column `{column}`")?;
         }
         if let Some(value) = &self.value {
-            write!(f, ", value {value:?}")?;
+            // The encoder hands the value as its JSON text, already cut short.
+            write!(f, ", value {value}")?;
         }
         write!(f, ": {}", self.reason)
     }
@@ -174,7 +175,7 @@ mod tests {
         let text = e.to_string();
         assert_eq!(
             text,
-            "bad message at topic events partition 3 offset 42, column `user_id`, value \"\\\"abc\\\"\": not an integer"
+            "bad message at topic events partition 3 offset 42, column `user_id`, value \"abc\": not an integer"
         );
     }
 }

@@ -1,0 +1,98 @@
+//! `Ch`: a ClickHouse connection with blocking helpers for tests.
+
+use super::env::{block_on, unique, wait_for};
+use spate_clickhouse::ChClient;
+use std::time::Duration;
+
+/// A ClickHouse connection for the test, with blocking helpers.
+pub struct Ch {
+    pub client: ChClient,
+    pub url: String,
+}
+
+impl Ch {
+    /// Connect (retrying for up to 30 s).
+    pub fn connect(url: &str) -> Ch {
+        let client = wait_for(
+            "ClickHouse to answer",
+            Duration::from_secs(30),
+            Duration::from_millis(200),
+            || block_on(ChClient::connect(url, None, None)).map_err(|e| e.to_string()),
+        );
+        Ch {
+            client,
+            url: url.to_owned(),
+        }
+    }
+
+    /// Run a statement; panics on error.
+    pub fn exec(&self, sql: &str) {
+        self.exec_with(sql, &[]);
+    }
+
+    /// Run a statement with settings; panics on error.
+    pub fn exec_with(&self, sql: &str, settings: &[(&str, &str)]) {
+        block_on(self.client.execute(sql, settings))
+            .unwrap_or_else(|e| panic!("ClickHouse: {sql}: {e}"));
+    }
+
+    /// Raw output of `sql` in `format`, or the error text.
+    pub fn try_text(&self, sql: &str, format: &str) -> Result<String, String> {
+        block_on(self.client.fetch_text(sql, format)).map_err(|e| e.to_string())
+    }
+
+    /// Raw output of `sql` in `format`; panics on error.
+    pub fn text(&self, sql: &str, format: &str) -> String {
+        self.try_text(sql, format)
+            .unwrap_or_else(|e| panic!("ClickHouse: {sql}: {e}"))
+    }
+
+    /// A query returning one unsigned integer, or the error text.
+    pub fn try_u64(&self, sql: &str) -> Result<u64, String> {
+        let t = self.try_text(sql, "TabSeparated")?;
+        t.trim()
+            .parse::<u64>()
+            .map_err(|e| format!("{sql}: not a number: {t:?}: {e}"))
+    }
+
+    /// A query returning one unsigned integer; panics on error.
+    pub fn u64(&self, sql: &str) -> u64 {
+        self.try_u64(sql)
+            .unwrap_or_else(|e| panic!("ClickHouse: {e}"))
+    }
+
+    /// Rows of tab-separated unsigned integers.
+    pub fn u64_rows(&self, sql: &str) -> Vec<Vec<u64>> {
+        self.text(sql, "TabSeparated")
+            .lines()
+            .map(|l| {
+                l.split('\t')
+                    .map(|f| {
+                        f.parse::<u64>()
+                            .unwrap_or_else(|e| panic!("{sql}: {l:?}: {e}"))
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Create a fresh database named after `prefix`; returns its name.
+    pub fn fresh_db(&self, prefix: &str) -> String {
+        let db = unique(prefix);
+        self.exec(&format!("CREATE DATABASE {db}"));
+        db
+    }
+
+    /// Wait until ClickHouse answers `SELECT 1` (fresh connections).
+    pub fn wait_up(url: &str, timeout: Duration) {
+        wait_for(
+            "ClickHouse to answer",
+            timeout,
+            Duration::from_millis(200),
+            || {
+                let c = block_on(ChClient::connect(url, None, None)).map_err(|e| e.to_string())?;
+                block_on(c.ping()).map_err(|e| e.to_string())
+            },
+        );
+    }
+}

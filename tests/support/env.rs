@@ -1,0 +1,185 @@
+//! Service addresses from the environment, unique names, the ClickHouse
+//! lock, the shared tokio runtime and `wait_for`.
+
+use std::fs::File;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The librdkafka session timeout every spate run and every test consumer
+/// uses: tansu only completes a group join after `session.timeout.ms / 2`.
+pub const SESSION_TIMEOUT_MS: &str = "6000";
+
+/// Addresses of the services under test.
+#[derive(Clone, Debug)]
+pub struct Services {
+    /// `host:port` of the Kafka-protocol broker.
+    pub brokers: String,
+    /// `http://host:port` of ClickHouse's HTTP interface.
+    pub clickhouse_url: String,
+    /// `scripts/services.sh`, for tests that stop/start ClickHouse.
+    pub services_sh: Option<String>,
+    /// PID file of the local clickhouse-server (absent with docker-compose).
+    pub clickhouse_pid_file: Option<String>,
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// True if the user explicitly asked to skip the integration tests.
+pub fn skip_requested() -> bool {
+    if var("SPATE_SKIP_INTEGRATION").as_deref() == Some("1") {
+        eprintln!("!!! SPATE_SKIP_INTEGRATION=1: SKIPPING this integration test !!!");
+        true
+    } else {
+        false
+    }
+}
+
+/// The services under test; `None` only when `SPATE_SKIP_INTEGRATION=1`.
+/// Panics with instructions when the environment is missing.
+pub fn services() -> Option<Services> {
+    if skip_requested() {
+        return None;
+    }
+    const HOW: &str = "run `make services` and `source build/services.env` \
+                       (or export SPATE_SKIP_INTEGRATION=1 to skip the integration tests explicitly)";
+    let brokers =
+        var("SPATE_TEST_BROKERS").unwrap_or_else(|| panic!("SPATE_TEST_BROKERS is not set: {HOW}"));
+    let clickhouse_url = var("SPATE_TEST_CLICKHOUSE_URL")
+        .unwrap_or_else(|| panic!("SPATE_TEST_CLICKHOUSE_URL is not set: {HOW}"));
+    Some(Services {
+        brokers,
+        clickhouse_url,
+        services_sh: var("SPATE_SERVICES_SH"),
+        clickhouse_pid_file: var("SPATE_TEST_CLICKHOUSE_PID_FILE"),
+    })
+}
+
+/// A name unique to this process and moment: `{prefix}_{pid}_{nanos}`.
+/// Valid as a Kafka topic, a ClickHouse identifier and a group id.
+pub fn unique(prefix: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{prefix}_{}_{nanos}", std::process::id())
+}
+
+/// Directory for logs of spawned spate processes (under `target/`).
+pub fn log_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("e2e-logs");
+    std::fs::create_dir_all(&dir).expect("create log dir");
+    dir
+}
+
+/// A held `flock` on the ClickHouse lock file; released on drop.
+pub struct ChLock {
+    _file: File,
+}
+
+fn ch_lock(op: libc::c_int) -> ChLock {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("build");
+    std::fs::create_dir_all(&dir).expect("create build dir");
+    let path = dir.join("ch-outage.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        // SAFETY: flock on a file descriptor we own.
+        let rc = unsafe {
+            use std::os::fd::AsRawFd;
+            libc::flock(file.as_raw_fd(), op | libc::LOCK_NB)
+        };
+        if rc == 0 {
+            return ChLock { _file: file };
+        }
+        let err = std::io::Error::last_os_error();
+        assert!(
+            err.raw_os_error() == Some(libc::EWOULDBLOCK),
+            "flock {}: {err}",
+            path.display()
+        );
+        assert!(
+            Instant::now() < deadline,
+            "timed out after 600 s waiting for the lock {}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Held by every test that uses ClickHouse, so the outage test cannot stop
+/// the server under it.
+pub fn ch_shared_lock() -> ChLock {
+    ch_lock(libc::LOCK_SH)
+}
+
+/// Held by the test that stops ClickHouse.
+pub fn ch_exclusive_lock() -> ChLock {
+    ch_lock(libc::LOCK_EX)
+}
+
+/// Run a future to completion on the shared test runtime.
+pub fn block_on<F: Future>(f: F) -> F::Output {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("tokio runtime")
+    })
+    .block_on(f)
+}
+
+/// Poll `cond` every `every` until it returns `Some`, or panic after
+/// `timeout` with `what` and the last observation.
+pub fn wait_for<T>(
+    what: &str,
+    timeout: Duration,
+    every: Duration,
+    mut cond: impl FnMut() -> Result<T, String>,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match cond() {
+            Ok(v) => return v,
+            Err(last) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "timed out after {timeout:?} waiting for {what}; last: {last}"
+                );
+            }
+        }
+        std::thread::sleep(every);
+    }
+}
+
+/// Print how long a test took.
+pub struct Timer {
+    name: &'static str,
+    started: Instant,
+}
+
+impl Timer {
+    pub fn start(name: &'static str) -> Timer {
+        Timer {
+            name,
+            started: Instant::now(),
+        }
+    }
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        eprintln!("[timing] {} took {:.1?}", self.name, self.started.elapsed());
+    }
+}

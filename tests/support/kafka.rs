@@ -1,0 +1,255 @@
+//! Kafka helpers: create a topic, produce quickly with delivery reports,
+//! read a group's committed offsets.
+
+use super::env::{block_on, wait_for, SESSION_TIMEOUT_MS};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{DeliveryResult, Message as _};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Create `topic` with `partitions` partitions and wait until the broker's
+/// metadata shows all of them.
+pub fn create_topic(brokers: &str, topic: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .expect("admin client");
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(20)));
+    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let res = block_on(admin.create_topics([&new], &opts)).expect("CreateTopics request");
+    for r in res {
+        if let Err((name, code)) = r {
+            panic!("CreateTopics {name}: {code:?}");
+        }
+    }
+    let consumer = metadata_client(brokers);
+    wait_for(
+        "the new topic in the metadata",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || {
+            let md = consumer
+                .fetch_metadata(Some(topic), Duration::from_secs(5))
+                .map_err(|e| e.to_string())?;
+            let n = md
+                .topics()
+                .iter()
+                .find(|t| t.name() == topic)
+                .map(|t| t.partitions().len())
+                .unwrap_or(0);
+            if n == partitions as usize {
+                Ok(())
+            } else {
+                Err(format!("{n} partitions"))
+            }
+        },
+    );
+}
+
+fn metadata_client(brokers: &str) -> BaseConsumer {
+    ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("allow.auto.create.topics", "false")
+        .create()
+        .expect("metadata client")
+}
+
+/// One message to produce.
+pub struct Msg {
+    pub partition: i32,
+    pub key: Option<String>,
+    pub payload: String,
+    /// CreateTime in milliseconds; `None` lets the producer stamp it.
+    pub timestamp_ms: Option<i64>,
+}
+
+/// Where each produced message landed.
+#[derive(Debug)]
+pub struct Produced {
+    /// `(partition, offset)` per message index.
+    pub placement: Vec<(i32, i64)>,
+    /// Messages per partition, which is the end offset (offsets are checked
+    /// to be exactly `0..count`).
+    pub counts: Vec<i64>,
+}
+
+impl Produced {
+    /// Total messages.
+    pub fn total(&self) -> i64 {
+        self.counts.iter().sum()
+    }
+
+    /// `index_at[partition][offset]` = message index.
+    pub fn index_at(&self) -> Vec<Vec<usize>> {
+        let mut v: Vec<Vec<usize>> = self
+            .counts
+            .iter()
+            .map(|&c| vec![usize::MAX; c as usize])
+            .collect();
+        for (i, &(p, o)) in self.placement.iter().enumerate() {
+            v[p as usize][o as usize] = i;
+        }
+        v
+    }
+}
+
+#[derive(Default)]
+struct DeliveryLog {
+    ok: Vec<(usize, i32, i64)>,
+    errors: Vec<(usize, String)>,
+}
+
+struct Recorder {
+    log: Mutex<DeliveryLog>,
+}
+
+impl ClientContext for Recorder {}
+
+impl ProducerContext for Recorder {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, index: usize) {
+        let mut log = self.log.lock().expect("delivery log");
+        match result {
+            Ok(m) => log.ok.push((index, m.partition(), m.offset())),
+            Err((e, _)) => log.errors.push((index, e.to_string())),
+        }
+    }
+}
+
+/// Produce `count` messages built by `make(index)` to `topic` (which has
+/// `partitions` partitions) without waiting for each, then flush with a
+/// deadline. Panics unless every message was acknowledged and each
+/// partition's offsets are exactly `0..count`.
+pub fn produce(
+    brokers: &str,
+    topic: &str,
+    partitions: i32,
+    count: usize,
+    mut make: impl FnMut(usize) -> Msg,
+) -> Produced {
+    let started = Instant::now();
+    let producer: BaseProducer<Recorder> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("linger.ms", "5")
+        .set("batch.num.messages", "10000")
+        .set("queue.buffering.max.messages", "1000000")
+        .set("queue.buffering.max.kbytes", "1048576")
+        .set("message.timeout.ms", "120000")
+        .create_with_context(Recorder {
+            log: Mutex::new(DeliveryLog::default()),
+        })
+        .expect("producer");
+    let deadline = started + Duration::from_secs(180);
+    for i in 0..count {
+        let m = make(i);
+        assert!(
+            m.partition < partitions,
+            "message {i}: partition out of range"
+        );
+        let mut rec = BaseRecord::with_opaque_to(topic, i)
+            .partition(m.partition)
+            .payload(&m.payload);
+        if let Some(k) = &m.key {
+            rec = rec.key(k);
+        }
+        if let Some(ts) = m.timestamp_ms {
+            rec = rec.timestamp(ts);
+        }
+        loop {
+            match producer.send(rec) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    assert!(
+                        Instant::now() < deadline,
+                        "producing timed out (queue full)"
+                    );
+                    rec = r;
+                    producer.poll(Duration::from_millis(10));
+                }
+                Err((e, _)) => panic!("produce message {i}: {e}"),
+            }
+        }
+        if i % 1000 == 0 {
+            producer.poll(Duration::ZERO);
+        }
+    }
+    let left = deadline.saturating_duration_since(Instant::now());
+    producer
+        .flush(left)
+        .unwrap_or_else(|e| panic!("flush of {count} messages to {topic}: {e}"));
+    let log = std::mem::take(&mut *producer.context().log.lock().expect("log"));
+    assert!(
+        log.errors.is_empty(),
+        "{} messages failed, first: {:?}",
+        log.errors.len(),
+        &log.errors[..log.errors.len().min(5)]
+    );
+    assert_eq!(log.ok.len(), count, "delivery reports");
+    let mut placement = vec![(-1, -1); count];
+    let mut counts = vec![0i64; partitions as usize];
+    for &(i, p, o) in &log.ok {
+        placement[i] = (p, o);
+        counts[p as usize] += 1;
+    }
+    // Offsets must be exactly 0..count per partition.
+    let mut seen: Vec<Vec<bool>> = counts.iter().map(|&c| vec![false; c as usize]).collect();
+    for &(p, o) in &placement {
+        let slot = seen[p as usize].get_mut(o as usize).unwrap_or_else(|| {
+            panic!(
+                "partition {p}: offset {o} outside 0..{}",
+                counts[p as usize]
+            )
+        });
+        assert!(!*slot, "partition {p}: offset {o} delivered twice");
+        *slot = true;
+    }
+    eprintln!(
+        "[support] produced {count} messages to {topic} in {:.1?} (per partition {counts:?})",
+        started.elapsed()
+    );
+    Produced { placement, counts }
+}
+
+/// The group's committed offset per partition `0..partitions` (`None`: no
+/// commit). Reads with a group-less BaseConsumer that never subscribes.
+pub fn committed(brokers: &str, group: &str, topic: &str, partitions: i32) -> Vec<Option<i64>> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .set("session.timeout.ms", SESSION_TIMEOUT_MS)
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    let got = wait_for(
+        "committed offsets",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || {
+            consumer
+                .committed_offsets(tpl.clone(), Duration::from_secs(10))
+                .map_err(|e| e.to_string())
+        },
+    );
+    (0..partitions)
+        .map(|p| {
+            let e = got
+                .find_partition(topic, p)
+                .unwrap_or_else(|| panic!("no committed entry for partition {p}"));
+            match e.offset() {
+                Offset::Offset(o) => Some(o),
+                _ => None,
+            }
+        })
+        .collect()
+}

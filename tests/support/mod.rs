@@ -1,0 +1,40 @@
+//! Shared code for spate's end-to-end tests (`tests/e2e_*.rs`, `tests/cli.rs`).
+//!
+//! Every test runs the real `spate` binary against a real Kafka-protocol
+//! broker and a real ClickHouse server; addresses come only from the
+//! environment written by `make services` (`build/services.env`):
+//! `SPATE_TEST_BROKERS`, `SPATE_TEST_CLICKHOUSE_URL`, `SPATE_SERVICES_SH`.
+//! Without them a test fails loudly, unless `SPATE_SKIP_INTEGRATION=1`
+//! asks explicitly to skip.
+//!
+//! Isolation: each test creates its own topic (never deleted or reused:
+//! librdkafka 2.12 crashes when a topic a live client knows is recreated),
+//! its own ClickHouse database and its own consumer group, all with unique
+//! names from [`unique`]. The ClickHouse-outage test takes
+//! [`ch_exclusive_lock`]; every other test holds [`ch_shared_lock`], so the
+//! outage never hits another test even when test binaries run in parallel.
+//!
+//! Async code (ClickHouse client, rdkafka admin futures) runs on one
+//! process-wide tokio runtime ([`block_on`]); the tests themselves are plain
+//! synchronous `#[test]` functions. Every wait polls a condition with a
+//! deadline.
+
+//! Layout: `env` (service addresses, unique names, the ClickHouse lock,
+//! the shared runtime, `wait_for`), `clickhouse` (`Ch`), `kafka` (topics,
+//! producing, committed offsets), `process` (running the binary) and
+//! `checks` (assertions shared by several tests).
+
+#![allow(dead_code, unused_imports)] // each test binary uses a different subset
+#![allow(unknown_lints, clippy::manual_is_multiple_of)] // MSRV 1.85
+
+mod checks;
+mod clickhouse;
+mod env;
+mod kafka;
+mod process;
+
+pub use checks::*;
+pub use clickhouse::*;
+pub use env::*;
+pub use kafka::*;
+pub use process::*;

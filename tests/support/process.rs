@@ -1,0 +1,238 @@
+//! Running the `spate` binary with a deadline, stderr captured to a file.
+
+use super::env::{log_dir, unique, Services, SESSION_TIMEOUT_MS};
+use std::fs::File;
+use std::io::{Read as _, Seek as _, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// Arguments every `spate run` of a test passes.
+pub fn run_args(svc: &Services, topic: &str, group: &str, table: &str) -> Vec<String> {
+    [
+        "run",
+        "--brokers",
+        &svc.brokers,
+        "--topic",
+        topic,
+        "--group",
+        group,
+        "--clickhouse-url",
+        &svc.clickhouse_url,
+        "--table",
+        table,
+        "-X",
+        &format!("session.timeout.ms={SESSION_TIMEOUT_MS}"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// A running spate process; killed on drop if still running.
+pub struct Running {
+    child: Option<Child>,
+    pub stderr_path: PathBuf,
+    pub started: Instant,
+    pub label: String,
+}
+
+/// A finished spate process.
+#[derive(Debug)]
+pub struct Finished {
+    pub status: ExitStatus,
+    pub stderr: String,
+    pub stderr_path: PathBuf,
+    pub elapsed: Duration,
+    pub label: String,
+}
+
+impl Finished {
+    /// Exit code (`None` if killed by a signal).
+    pub fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+
+    /// The last `n` lines of stderr, for assertion messages.
+    pub fn tail(&self, n: usize) -> String {
+        tail_lines(&self.stderr, n)
+    }
+
+    /// The last non-empty stderr line.
+    pub fn last_line(&self) -> &str {
+        self.stderr
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("")
+    }
+
+    /// Panic with the stderr tail unless the exit code is `code`.
+    pub fn assert_code(&self, code: i32) {
+        assert_eq!(
+            self.code(),
+            Some(code),
+            "{}: expected exit code {code}, got {:?} after {:.1?}; stderr ({}) tail:\n{}",
+            self.label,
+            self.status,
+            self.elapsed,
+            self.stderr_path.display(),
+            self.tail(40)
+        );
+    }
+}
+
+fn tail_lines(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Spawn the spate binary with `args`; stderr goes to a file under
+/// `target/tmp/e2e-logs/`. Inherited `SPATE_*` variables are removed so the
+/// binary's env-var fallbacks never pick up the test environment.
+pub fn spawn(label: &str, args: &[String]) -> Running {
+    spawn_with_env(label, args, &[])
+}
+
+/// Like [`spawn`] with extra environment variables.
+pub fn spawn_with_env(label: &str, args: &[String], env: &[(&str, &str)]) -> Running {
+    let stderr_path = log_dir().join(format!("{}.stderr", unique(label)));
+    let stdout_path = stderr_path.with_extension("stdout");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_spate"));
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(File::create(&stdout_path).expect("stdout file"))
+        .stderr(File::create(&stderr_path).expect("stderr file"));
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("SPATE_") {
+            cmd.env_remove(&k);
+        }
+    }
+    cmd.env_remove("RUST_LOG");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    eprintln!(
+        "[support] {label}: spate {} (stderr: {})",
+        args.join(" "),
+        stderr_path.display()
+    );
+    let child = cmd.spawn().expect("spawn spate");
+    Running {
+        child: Some(child),
+        stderr_path,
+        started: Instant::now(),
+        label: label.to_owned(),
+    }
+}
+
+/// Spawn and wait (see [`Running::wait`]).
+pub fn run(label: &str, args: &[String], timeout: Duration) -> Finished {
+    spawn(label, args).wait(timeout)
+}
+
+impl Running {
+    /// PID of the process.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(Child::id).expect("child")
+    }
+
+    /// `true` once the process has exited (does not reap the status).
+    pub fn has_exited(&mut self) -> bool {
+        let child = self.child.as_mut().expect("child");
+        matches!(child.try_wait(), Ok(Some(_)))
+    }
+
+    /// Send SIGTERM.
+    pub fn sigterm(&self) {
+        let pid = self.pid() as libc::pid_t;
+        // SAFETY: plain kill(2) on our own child's pid.
+        let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
+        assert_eq!(
+            rc,
+            0,
+            "kill -TERM {pid}: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+
+    /// The stderr written so far.
+    pub fn stderr_so_far(&self) -> String {
+        read_lossy(&self.stderr_path)
+    }
+
+    /// Wait for exit within `timeout` (from now); on timeout kill the
+    /// process and panic with the stderr tail.
+    pub fn wait(mut self, timeout: Duration) -> Finished {
+        let deadline = Instant::now() + timeout;
+        let mut child = self.child.take().expect("child");
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    let stderr = read_lossy(&self.stderr_path);
+                    let fin = Finished {
+                        status,
+                        stderr,
+                        stderr_path: self.stderr_path.clone(),
+                        elapsed: self.started.elapsed(),
+                        label: self.label.clone(),
+                    };
+                    eprintln!(
+                        "[support] {}: exited {:?} after {:.1?}; last line: {}",
+                        fin.label,
+                        fin.status,
+                        fin.elapsed,
+                        fin.last_line()
+                    );
+                    return fin;
+                }
+                Ok(None) => {}
+                Err(e) => panic!("{}: wait: {e}", self.label),
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "{}: spate did not exit within {timeout:?} (killed); stderr ({}) tail:\n{}",
+                    self.label,
+                    self.stderr_path.display(),
+                    tail_lines(&read_lossy(&self.stderr_path), 40)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            if let Ok(None) = child.try_wait() {
+                let _ = child.kill();
+                let _ = child.wait();
+                eprintln!(
+                    "[support] {}: killed on drop; stderr tail:\n{}",
+                    self.label,
+                    tail_lines(&read_lossy(&self.stderr_path), 20)
+                );
+            }
+        }
+    }
+}
+
+fn read_lossy(path: &Path) -> String {
+    let mut f = match File::open(path) {
+        Ok(f) => f,
+        Err(e) => return format!("<cannot open {}: {e}>", path.display()),
+    };
+    // Cap at the last 4 MiB: enough for any assertion, bounded for a noisy run.
+    const CAP: u64 = 4 << 20;
+    if let Ok(len) = f.metadata().map(|m| m.len()) {
+        if len > CAP {
+            let _ = f.seek(SeekFrom::Start(len - CAP));
+        }
+    }
+    let mut buf = Vec::new();
+    let _ = f.read_to_end(&mut buf);
+    String::from_utf8_lossy(&buf).into_owned()
+}
