@@ -12,7 +12,7 @@ TEST_ARGS ?=
 SERVICES := scripts/services.sh
 ENV_FILE := $(or $(SPATE_BUILD_DIR),build)/services.env
 
-.PHONY: help build services services-down services-status test loom demo clean-services
+.PHONY: help build services services-down services-status test loom bench demo clean-services
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -39,6 +39,10 @@ test: services ## services up, then every test (unit, fakes, proptest, integrati
 
 loom: ## model-check the drain barrier and the pending gate with loom
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p spate_core --lib loom
+
+bench: services ## end-to-end benchmarks (BENCH_SUITE, BENCH_MESSAGES); results in bench/results/
+	$(CARGO) build --release
+	source $(ENV_FILE) && python3 bench/bench.py
 
 demo: ## gen DEMO_COUNT (1000000) events, load them with spate run, show rows/s
 	scripts/demo.sh

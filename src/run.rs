@@ -25,6 +25,13 @@ pub fn run(args: RunArgs) -> Result<(), Exit> {
     if args.batch_rows == 0 {
         return Err(Exit::usage("--batch-rows must be at least 1"));
     }
+    let max_poll = kafka.max_poll_interval_ms().map_err(|e| Exit::usage(e.to_string()))?;
+    if args.insert_timeout.as_millis() >= u128::from(max_poll) {
+        return Err(Exit::usage(format!(
+            "--insert-timeout ({} ms) must be below max.poll.interval.ms ({max_poll} ms)",
+            args.insert_timeout.as_millis()
+        )));
+    }
     if args.drivers == Some(0) {
         return Err(Exit::usage("--drivers must be at least 1"));
     }
@@ -122,8 +129,8 @@ pub fn run(args: RunArgs) -> Result<(), Exit> {
 
 /// How `--max-buffered-bytes` is shared: a quarter for the drivers' open
 /// batches, half for batches queued or in flight to ClickHouse (lanes
-/// pause above it, resume below half of it), the rest for the Kafka
-/// client's prefetch and decoding scratch.
+/// pause above it, resume below half of it), a quarter for the Kafka
+/// client's prefetch (see `kafka_config`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Budget {
     batch_bytes: usize,
@@ -148,6 +155,9 @@ fn kafka_config(args: &RunArgs) -> Result<KafkaSourceConfig, Exit> {
         until_end: args.until_end,
         properties: args.properties.clone(),
         revoke_timeout: Duration::from_secs(10),
+        // A quarter of the budget for librdkafka's prefetch, spread over
+        // up to 8 partitions (each partition has its own prefetch queue).
+        prefetch_kbytes: args.max_buffered_bytes / 4 / 8 / 1024,
     };
     let session_ms = kafka.session_timeout_ms().map_err(|e| Exit::usage(e.to_string()))?;
     kafka.revoke_timeout = args

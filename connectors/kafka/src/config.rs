@@ -19,6 +19,9 @@ pub struct KafkaSourceConfig {
     pub properties: Vec<(String, String)>,
     /// The runtime's revoke budget; must stay below `session.timeout.ms`.
     pub revoke_timeout: Duration,
+    /// librdkafka's prefetch per partition (`queued.max.messages.kbytes`),
+    /// derived from the memory budget.
+    pub prefetch_kbytes: usize,
 }
 
 /// Invalid Kafka settings.
@@ -73,6 +76,16 @@ impl KafkaSourceConfig {
         Ok(())
     }
 
+    /// The effective `max.poll.interval.ms`.
+    pub fn max_poll_interval_ms(&self) -> Result<u64, ConfigError> {
+        let value = self.property("max.poll.interval.ms").unwrap_or("300000");
+        value.parse::<u64>().map_err(|e| ConfigError::Property {
+            key: "max.poll.interval.ms".into(),
+            value: value.into(),
+            reason: e.to_string(),
+        })
+    }
+
     /// The effective `session.timeout.ms`.
     pub fn session_timeout_ms(&self) -> Result<u64, ConfigError> {
         let value = self.property("session.timeout.ms").unwrap_or("45000");
@@ -109,9 +122,9 @@ impl KafkaSourceConfig {
             .set("partition.assignment.strategy", "cooperative-sticky")
             // Bounded runs (--until-end) end each lane at partition EOF.
             .set("enable.partition.eof", if self.until_end { "true" } else { "false" })
-            // Lanes poll their partition queues; keep each one's prefetch
-            // moderate so memory stays bounded with many partitions.
-            .set("queued.max.messages.kbytes", "8192")
+            // Lanes poll their partition queues; each one's prefetch is a
+            // share of the memory budget, so memory stays bounded.
+            .set("queued.max.messages.kbytes", self.prefetch_kbytes.clamp(1024, 65536).to_string())
             .set("client.id", "spate");
         for (k, v) in &self.properties {
             c.set(k, v);
@@ -132,6 +145,7 @@ mod tests {
             until_end: false,
             properties: vec![],
             revoke_timeout: Duration::from_secs(2),
+            prefetch_kbytes: 8192,
         }
     }
 

@@ -127,15 +127,18 @@ impl SpateContext {
             shared.lost.extend(lanes);
             return;
         }
+        if self.closing.load(Ordering::Acquire) {
+            tracing::debug!(?partitions, "partitions released while closing");
+            let mut shared = lock(&self.shared);
+            forget(&mut shared, &partitions);
+            return;
+        }
+        tracing::info!(?partitions, "partitions revoked");
         let lent = lock(&self.revoker).take();
         let watermarks = match &lent {
             // SAFETY: see `LentRevoker`: we are inside the `poll` call that
             // lent this pointer, on the thread that owns the borrow.
             Some(r) => unsafe { (*r.0).revoke(&lanes) },
-            None if self.closing.load(Ordering::Acquire) => {
-                tracing::debug!(?partitions, "partitions released while closing");
-                Vec::new()
-            }
             None => {
                 tracing::warn!(?partitions, "revoked outside of a poll; unacknowledged rows replay on the new owner");
                 Vec::new()
@@ -199,7 +202,7 @@ impl ClientContext for SpateContext {
     }
 
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
-        if matches!(error, rdkafka::error::KafkaError::PartitionEOF(_)) {
+        if error.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::PartitionEOF) {
             // Expected with --until-end; the lane reports it.
             tracing::debug!(target: "librdkafka", "{reason}");
             return;

@@ -87,6 +87,9 @@ pub(crate) struct Core<L> {
     events: Receiver<DriverEvent>,
     failure: Option<FatalError>,
     drained: bool,
+    /// Drivers are gone and the sink drained: revocations hand back the
+    /// acknowledged watermarks without stopping anything.
+    draining: bool,
     committed: BTreeMap<PartitionId, Watermark>,
     metrics: Arc<Metrics>,
     readiness: Arc<SourceReadiness>,
@@ -128,6 +131,7 @@ impl<S: Source> Controller<S> {
                 events,
                 failure: None,
                 drained: false,
+                draining: false,
                 committed: BTreeMap::new(),
                 metrics,
                 readiness,
@@ -213,6 +217,7 @@ impl<S: Source> Controller<S> {
         }
         // Every worker is done: whatever they acknowledged is in the channel.
         self.core.apply_acks();
+        self.core.draining = true;
         while let Ok(ev) = self.core.events.try_recv() {
             self.core.on_driver_event_draining(ev);
         }
@@ -431,15 +436,35 @@ impl<L: Lane> Core<L> {
     /// Final synchronous commit of every owned lane's acknowledged
     /// watermark, then wait for outstanding commits.
     fn final_commit<S: Source<Lane = L>>(&mut self, source: &mut S, deadline: Instant) -> Option<String> {
-        let watermarks = self.checkpointer.watermarks();
+        // At least a couple of seconds, even when the drain used the budget:
+        // a missed final commit turns acknowledged rows into duplicates.
+        let deadline = deadline.max(Instant::now() + Duration::from_secs(2));
         let mut error = None;
-        if !watermarks.is_empty() {
+        loop {
+            let watermarks = self.checkpointer.watermarks();
+            if watermarks.is_empty() {
+                break;
+            }
             match source.commit(&watermarks, true) {
-                Ok(()) => self.committed_ok(&watermarks),
+                Ok(()) => {
+                    self.committed_ok(&watermarks);
+                    break;
+                }
+                Err(e) if e.is_retriable() && Instant::now() < deadline => {
+                    // Typically the group is rebalancing (another member
+                    // joined or left) and our generation is stale: serve
+                    // the rebalance, then commit again. Revocations during
+                    // the drain hand back the acknowledged watermarks at
+                    // once (see `Revoker for Core`).
+                    self.metrics.commits.with_label_values(&["error"]).inc();
+                    tracing::warn!(error = %e, "final offset commit refused; serving the group's rebalance and retrying");
+                    self.serve_source_while_draining(source);
+                }
                 Err(e) => {
                     self.metrics.commits.with_label_values(&["error"]).inc();
                     tracing::error!(error = %e, "final offset commit failed; the acknowledged rows will replay after restart");
                     error = Some(e.to_string());
+                    break;
                 }
             }
         }
@@ -452,11 +477,48 @@ impl<L: Lane> Core<L> {
         }
         error
     }
+
+    /// Poll the source once while draining: new assignments are not
+    /// started (this member is leaving), lost lanes are forgotten.
+    fn serve_source_while_draining<S: Source<Lane = L>>(&mut self, source: &mut S) {
+        let events = match source.poll_events(Duration::from_millis(200), self) {
+            Ok(events) => events,
+            Err(e) => {
+                tracing::warn!(error = %e, "source poll failed while draining");
+                return;
+            }
+        };
+        for event in events {
+            match event {
+                SourceEvent::Assigned(lanes) => {
+                    tracing::info!(lanes = lanes.len(), "partitions assigned while shutting down; not started");
+                }
+                SourceEvent::Lost(lanes) => {
+                    for lane in lanes {
+                        self.forget(lane);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
 }
 
 impl<L: Lane> Revoker for Core<L> {
     fn revoke(&mut self, lanes: &[LaneId]) -> Vec<(PartitionId, Watermark)> {
         self.metrics.rebalances.with_label_values(&["revoke"]).inc();
+        if self.draining {
+            // Drivers already flushed and left, the sink already drained:
+            // what is acknowledged now is final.
+            let mut out = Vec::new();
+            for lane in lanes {
+                if let Some((partition, Some(wm))) = self.forget(*lane) {
+                    out.push((partition, wm));
+                }
+            }
+            self.committed_ok(&out);
+            return out;
+        }
         let deadline = Instant::now() + self.config.revoke_timeout;
         let by_driver = self.group_by_driver(lanes);
         let expected: usize = by_driver.values().map(Vec::len).sum();

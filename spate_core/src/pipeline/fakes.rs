@@ -37,6 +37,11 @@ pub(crate) struct FakeSource {
     pub log: Arc<Mutex<SourceLog>>,
     /// When set, the next poll revokes every lane through the revoker.
     pub revoke_now: Arc<AtomicBool>,
+    /// Refuse this many synchronous commits with a retriable error (a
+    /// group generation gone stale during a rebalance); each refusal is
+    /// cleared by the next poll, as serving the rebalance would.
+    pub refuse_sync_commits: usize,
+    stale_generation: bool,
 }
 
 impl FakeSource {
@@ -59,6 +64,8 @@ impl FakeSource {
             committed: HashMap::new(),
             log: Arc::default(),
             revoke_now: Arc::default(),
+            refuse_sync_commits: 0,
+            stale_generation: false,
         }
     }
 }
@@ -117,6 +124,7 @@ impl Source for FakeSource {
         revoker: &mut dyn Revoker,
     ) -> Result<Vec<SourceEvent<FakeLane>>, SourceError> {
         let mut events = Vec::new();
+        self.stale_generation = false;
         if !self.assigned {
             self.assigned = true;
             let mut lanes = Vec::new();
@@ -191,6 +199,13 @@ impl Source for FakeSource {
     }
 
     fn commit(&mut self, watermarks: &[(PartitionId, Watermark)], sync: bool) -> Result<(), SourceError> {
+        if sync && (self.stale_generation || self.refuse_sync_commits > 0) {
+            if !self.stale_generation {
+                self.refuse_sync_commits -= 1;
+            }
+            self.stale_generation = true;
+            return Err(SourceError::Transient("IllegalGeneration".into()));
+        }
         let mut log = self.log.lock().unwrap();
         for (p, w) in watermarks {
             log.commits.push((p.clone(), *w, sync));

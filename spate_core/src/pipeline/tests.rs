@@ -275,3 +275,22 @@ fn revocation_commits_the_acknowledged_watermark_before_returning() {
     let last_sync: Vec<_> = commits.iter().filter(|c| c.2).collect();
     assert_eq!(last_sync.len(), 2, "only the two revocation commits: {commits:?}");
 }
+
+#[test]
+fn final_commit_refused_by_a_rebalance_is_retried_after_serving_the_source() {
+    let io = io();
+    let mut source = FakeSource::new(data(2, 500), false);
+    source.refuse_sync_commits = 2;
+    let source_log = source.log.clone();
+    let sink = recording_sink(io.handle(), 1 << 20);
+    let mut opts = options(&io);
+    opts.commit_interval = Duration::from_secs(3600);
+    let report = start(source, sink, opts, 50).run(after(200));
+    assert_eq!(report.state, ExitState::Completed, "{report:?}");
+    let commits = source_log.lock().unwrap().commits.clone();
+    assert_eq!(commits.len(), 2, "the final commit went through once: {commits:?}");
+    for (p, w, sync) in &commits {
+        assert!(*sync);
+        assert_eq!(w.0, 500, "{p}");
+    }
+}
