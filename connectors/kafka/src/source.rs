@@ -69,6 +69,30 @@ impl KafkaSource {
         Ok(tpl)
     }
 
+    /// An ended lane whose final watermark went out in an asynchronous
+    /// commit (acknowledged before the lane saw its end) would wait forever
+    /// for a confirmation: re-send those commits synchronously.
+    fn confirm_lane_ends(&mut self) -> Result<(), SourceError> {
+        let unconfirmed: Vec<(PartitionId, Watermark)> = {
+            let shared = lock(&self.consumer.context().shared);
+            self.ended
+                .iter()
+                .filter(|(lane, _)| !self.retired.contains(*lane))
+                .filter_map(|(lane, end)| {
+                    let p = shared.by_id.get(lane)?;
+                    let end = (*end)?;
+                    let sent = *shared.sent.get(p)?;
+                    let confirmed = shared.committed.get(p).is_some_and(|c| *c >= end);
+                    (sent >= end && !confirmed).then(|| (p.clone(), Watermark(sent)))
+                })
+                .collect()
+        };
+        if unconfirmed.is_empty() {
+            return Ok(());
+        }
+        self.commit(&unconfirmed, true)
+    }
+
     /// Lanes that ended and whose end the broker confirmed as committed.
     fn retirable(&self) -> Vec<LaneId> {
         let shared = lock(&self.consumer.context().shared);
@@ -107,7 +131,8 @@ impl Source for KafkaSource {
         timeout: Duration,
         revoker: &mut dyn Revoker,
     ) -> Result<Vec<SourceEvent<KafkaLane>>, SourceError> {
-        let ctx = self.consumer.context();
+        let consumer = self.consumer.clone();
+        let ctx = consumer.context();
         {
             let raw: *mut (dyn Revoker + '_) = revoker;
             // SAFETY: lifetime erasure only; the pointer is cleared below,
@@ -166,6 +191,10 @@ impl Source for KafkaSource {
         }
         if !ready.is_empty() {
             events.push(SourceEvent::CommitReady(ready));
+        }
+        if let Err(e) = self.confirm_lane_ends() {
+            // Retried on the next poll; events already gathered must not be lost.
+            tracing::warn!(error = %e, "confirming the commit of ended lanes failed; retrying");
         }
         let retire = self.retirable();
         if !retire.is_empty() {
