@@ -217,3 +217,25 @@ fn unknown_table_names_it() {
         fin.elapsed
     );
 }
+
+#[test]
+fn bounded_run_on_a_missing_topic_fails_naming_it() {
+    let Some(svc) = services() else { return };
+    let _lock = ch_shared_lock();
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let db = ch.fresh_db("cli_notopic");
+    let table = format!("{db}.t");
+    ch.exec(&format!("CREATE TABLE {table} (n UInt64) ENGINE = MergeTree() ORDER BY n"));
+    // Never created: a bounded run must not wait for it forever.
+    let topic = unique("t_cli_missing");
+    let mut a = run_args(&svc, &topic, &unique("g_cli_missing"), &table);
+    a.push("--until-end".into());
+    let fin = run("missing-topic", &a, Duration::from_secs(60));
+    fin.assert_code(1);
+    let last = fin.last_line();
+    assert!(
+        last.starts_with("spate: error:") && last.contains(&topic) && last.contains("not found"),
+        "last line: {last:?}\n{}",
+        fin.tail(20)
+    );
+}

@@ -30,7 +30,15 @@ pub struct KafkaSource {
     retired: HashSet<LaneId>,
     until_end: bool,
     drained_reported: bool,
+    topics: Vec<String>,
+    /// Since when the broker has been answering "unknown topic" with no
+    /// partition assigned yet.
+    unknown_since: Option<Instant>,
 }
+
+/// How long a bounded run waits for subscribed topics to exist before it
+/// fails (a just-created topic can take a moment to appear in metadata).
+const UNKNOWN_TOPIC_GRACE: Duration = Duration::from_secs(10);
 
 impl KafkaSource {
     /// Create the consumer and subscribe to the topics.
@@ -55,6 +63,8 @@ impl KafkaSource {
             retired: HashSet::new(),
             until_end: config.until_end,
             drained_reported: false,
+            topics: config.topics.clone(),
+            unknown_since: None,
         })
     }
 
@@ -156,7 +166,21 @@ impl Source for KafkaSource {
                 )));
             }
             Some(Err(e)) => {
+                let unknown = e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition);
+                if unknown && self.until_end && lock(&ctx.shared).by_id.is_empty() {
+                    self.unknown_since.get_or_insert_with(Instant::now);
+                }
                 tracing::warn!(error = %e, "consumer error");
+            }
+        }
+        // librdkafka reports a missing topic once; keep the clock running.
+        if let Some(since) = self.unknown_since {
+            if since.elapsed() >= UNKNOWN_TOPIC_GRACE && lock(&ctx.shared).by_id.is_empty() {
+                return Err(SourceError::Fatal(format!(
+                    "topic {} not found on the brokers after {}s; a bounded run (--until-end) needs existing topics",
+                    self.topics.join(", "),
+                    UNKNOWN_TOPIC_GRACE.as_secs()
+                )));
             }
         }
         let mut events = Vec::new();
@@ -180,6 +204,7 @@ impl Source for KafkaSource {
             events.push(SourceEvent::Lost(lost));
         }
         if !new_lanes.is_empty() {
+            self.unknown_since = None;
             events.push(SourceEvent::Assigned(new_lanes));
         }
         let mut ready = Vec::new();
