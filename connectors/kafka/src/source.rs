@@ -79,24 +79,36 @@ impl KafkaSource {
         Ok(tpl)
     }
 
+    /// Owned partitions whose last asynchronous commit the broker has not
+    /// confirmed (and that `include` selects), at the value that was sent.
+    fn unconfirmed(&self, include: impl Fn(&PartitionId, i64) -> bool) -> Vec<(PartitionId, Watermark)> {
+        let shared = lock(&self.consumer.context().shared);
+        shared
+            .sent
+            .iter()
+            .filter(|(p, s)| shared.lanes.contains_key(*p) && shared.committed.get(*p).is_none_or(|c| c < *s))
+            .filter(|(p, s)| include(p, **s))
+            .map(|(p, s)| (p.clone(), Watermark(*s)))
+            .collect()
+    }
+
     /// An ended lane whose final watermark went out in an asynchronous
-    /// commit (acknowledged before the lane saw its end) would wait forever
-    /// for a confirmation: re-send those commits synchronously.
+    /// commit would wait forever for a confirmation (tansu never sends one
+    /// back through the consumer queue): re-send those commits
+    /// synchronously, so the lane can retire.
     fn confirm_lane_ends(&mut self) -> Result<(), SourceError> {
-        let unconfirmed: Vec<(PartitionId, Watermark)> = {
+        let ends: HashMap<PartitionId, i64> = {
             let shared = lock(&self.consumer.context().shared);
             self.ended
                 .iter()
                 .filter(|(lane, _)| !self.retired.contains(*lane))
-                .filter_map(|(lane, end)| {
-                    let p = shared.by_id.get(lane)?;
-                    let end = (*end)?;
-                    let sent = *shared.sent.get(p)?;
-                    let confirmed = shared.committed.get(p).is_some_and(|c| *c >= end);
-                    (sent >= end && !confirmed).then(|| (p.clone(), Watermark(sent)))
-                })
+                .filter_map(|(lane, end)| Some((shared.by_id.get(lane)?.clone(), (*end)?)))
                 .collect()
         };
+        if ends.is_empty() {
+            return Ok(());
+        }
+        let unconfirmed = self.unconfirmed(|p, sent| ends.get(p).is_some_and(|end| sent >= *end));
         if unconfirmed.is_empty() {
             return Ok(());
         }
@@ -271,19 +283,6 @@ impl Source for KafkaSource {
             return Ok(());
         }
         let tpl = commit_list(&owned).map_err(|e| SourceError::Fatal(format!("commit list: {e}")))?;
-        // A commit that reaches the end of an ended lane is made
-        // synchronously: retiring the lane (and finishing a bounded run)
-        // needs the broker's confirmation, and asynchronous commit results
-        // are not reliably reported back through the consumer queue.
-        let completes_lane = {
-            let shared = lock(&self.consumer.context().shared);
-            self.ended.iter().any(|(lane, end)| {
-                shared.by_id.get(lane).is_some_and(|p| {
-                    owned.iter().any(|(q, w)| q == p && end.is_some_and(|e| w.0 >= e))
-                })
-            })
-        };
-        let sync = sync || completes_lane;
         let mode = if sync { CommitMode::Sync } else { CommitMode::Async };
         tracing::debug!(?owned, sync, "committing");
         self.consumer
@@ -304,15 +303,7 @@ impl Source for KafkaSource {
         // Re-send, synchronously, every asynchronous commit the broker has
         // not confirmed: commits are idempotent, and a synchronous answer
         // is the only confirmation that does not depend on callbacks.
-        let unconfirmed: Vec<(PartitionId, Watermark)> = {
-            let shared = lock(&self.consumer.context().shared);
-            shared
-                .sent
-                .iter()
-                .filter(|(p, s)| shared.lanes.contains_key(*p) && shared.committed.get(*p).is_none_or(|c| c < *s))
-                .map(|(p, s)| (p.clone(), Watermark(*s)))
-                .collect()
-        };
+        let unconfirmed = self.unconfirmed(|_, _| true);
         if unconfirmed.is_empty() {
             return Ok(());
         }
