@@ -54,14 +54,6 @@ fn peak_rss_kib(pid: u32) -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
-fn services_sh(script: &str, cmd: &str) {
-    let status = Command::new(script)
-        .arg(cmd)
-        .status()
-        .unwrap_or_else(|e| panic!("{script} {cmd}: {e}"));
-    assert!(status.success(), "{script} {cmd} failed: {status:?}");
-}
-
 /// Resumes ClickHouse if the test fails while it is frozen.
 struct Resume<'a>(&'a str, bool);
 
@@ -85,12 +77,7 @@ fn stalled_clickhouse_pauses_lanes_keeps_membership_and_bounds_memory() {
     let ch = Ch::connect(&svc.clickhouse_url);
     let topic = unique("t_slow");
     let group = unique("g_slow");
-    let db = ch.fresh_db("slow_sink");
-    let table = format!("{db}.t");
-    ch.exec(&format!(
-        "CREATE TABLE {table} (n UInt64, s String, _partition UInt32, _offset UInt64) \
-         ENGINE = MergeTree() ORDER BY (_partition, _offset)"
-    ));
+    let table = ch.fresh_offsets_table("slow_sink");
     create_topic(&svc.brokers, &topic, PARTITIONS);
     let filler = "y".repeat(150);
     let produced = produce(&svc.brokers, &topic, PARTITIONS, N, |i| Msg {

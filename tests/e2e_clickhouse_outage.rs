@@ -35,20 +35,6 @@ use support::*;
 const N: usize = 300_000;
 const PARTITIONS: i32 = 4;
 
-fn services_sh(script: &str, cmd: &str) {
-    let out = Command::new(script)
-        .arg(cmd)
-        .output()
-        .unwrap_or_else(|e| panic!("{script} {cmd}: {e}"));
-    assert!(
-        out.status.success(),
-        "{script} {cmd} failed ({:?}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// Resumes and starts ClickHouse again if the test panics while it is
 /// frozen or stopped.
 struct Restart<'a> {
@@ -102,13 +88,7 @@ fn clickhouse_outage_mid_run() {
     let ch = Ch::connect(&svc.clickhouse_url);
     let topic = unique("t_outage");
     let group = unique("g_outage");
-    let db = ch.fresh_db("e2e_outage");
-    let table = format!("{db}.t");
-    // MergeTree: the rows must survive the server restart.
-    ch.exec(&format!(
-        "CREATE TABLE {table} (n UInt64, s String, _partition UInt32, _offset UInt64) \
-         ENGINE = MergeTree() ORDER BY (_partition, _offset)"
-    ));
+    let table = ch.fresh_offsets_table("e2e_outage");
 
     create_topic(&svc.brokers, &topic, PARTITIONS);
     let produced = produce(&svc.brokers, &topic, PARTITIONS, N, |i| Msg {
@@ -206,5 +186,5 @@ fn clickhouse_outage_mid_run() {
         ends,
         "committed offsets vs end offsets"
     );
-    ch.exec(&format!("DROP DATABASE {db}"));
+    ch.drop_database_of(&table);
 }

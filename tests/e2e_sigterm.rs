@@ -26,12 +26,7 @@ fn sigterm_drains_commits_and_resumes() {
     let ch = Ch::connect(&svc.clickhouse_url);
     let topic = unique("t_sigterm");
     let group = unique("g_sigterm");
-    let db = ch.fresh_db("e2e_sigterm");
-    let table = format!("{db}.t");
-    ch.exec(&format!(
-        "CREATE TABLE {table} (n UInt64, s String, _partition UInt32, _offset UInt64) \
-         ENGINE = MergeTree() ORDER BY (_partition, _offset)"
-    ));
+    let table = ch.fresh_offsets_table("e2e_sigterm");
 
     create_topic(&svc.brokers, &topic, PARTITIONS);
     let filler = "x".repeat(70);
@@ -151,5 +146,5 @@ fn sigterm_drains_commits_and_resumes() {
         "[e2e_sigterm] run 1 {:.1?}, run 2 {:.1?}",
         fin1.elapsed, fin2.elapsed
     );
-    ch.exec(&format!("DROP DATABASE {db}"));
+    ch.drop_database_of(&table);
 }

@@ -163,12 +163,7 @@ fn rebalance_storm_loses_nothing_and_bounds_duplicates() {
     let ch = Ch::connect(&svc.clickhouse_url);
     let topic = unique("t_storm");
     let group = unique("g_storm");
-    let db = ch.fresh_db("storm");
-    let table = format!("{db}.t");
-    ch.exec(&format!(
-        "CREATE TABLE {table} (n UInt64, s String, _partition UInt32, _offset UInt64) \
-         ENGINE = MergeTree() ORDER BY (_partition, _offset)"
-    ));
+    let table = ch.fresh_offsets_table("storm");
     create_topic(&svc.brokers, &topic, PARTITIONS);
     let produced = Arc::new(AtomicBool::new(false));
     let producer = produce_paced(svc.brokers.clone(), topic.clone(), produced.clone());

@@ -83,6 +83,24 @@ impl Ch {
         db
     }
 
+    /// A fresh database holding `t (n UInt64, s String, _partition UInt32,
+    /// _offset UInt64)`, a MergeTree (its rows survive a server restart)
+    /// ordered by (_partition, _offset). Returns `db.t`.
+    pub fn fresh_offsets_table(&self, prefix: &str) -> String {
+        let table = format!("{}.t", self.fresh_db(prefix));
+        self.exec(&format!(
+            "CREATE TABLE {table} (n UInt64, s String, _partition UInt32, _offset UInt64) \
+             ENGINE = MergeTree() ORDER BY (_partition, _offset)"
+        ));
+        table
+    }
+
+    /// Drop the database of `db.table` (tidying up after a test).
+    pub fn drop_database_of(&self, table: &str) {
+        let db = table.split('.').next().expect("db.table");
+        self.exec(&format!("DROP DATABASE {db}"));
+    }
+
     /// Wait until ClickHouse answers `SELECT 1` (fresh connections).
     pub fn wait_up(url: &str, timeout: Duration) {
         wait_for(

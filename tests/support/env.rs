@@ -183,3 +183,19 @@ impl Drop for Timer {
         eprintln!("[timing] {} took {:.1?}", self.name, self.started.elapsed());
     }
 }
+
+/// Run `scripts/services.sh CMD` (e.g. `ch-pause`, `ch-stop`); panics with
+/// its output if it fails.
+pub fn services_sh(script: &str, cmd: &str) {
+    let out = std::process::Command::new(script)
+        .arg(cmd)
+        .output()
+        .unwrap_or_else(|e| panic!("{script} {cmd}: {e}"));
+    assert!(
+        out.status.success(),
+        "{script} {cmd} failed ({:?}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
