@@ -7,7 +7,9 @@ use std::time::Duration;
 /// number means seconds).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
     let n: f64 = num
         .parse()
@@ -17,7 +19,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "" | "s" => n,
         "m" | "min" => n * 60.0,
         "h" => n * 3600.0,
-        other => return Err(format!("`{s}`: unknown duration unit `{other}` (use ms, s, m or h)")),
+        other => {
+            return Err(format!(
+                "`{s}`: unknown duration unit `{other}` (use ms, s, m or h)"
+            ))
+        }
     };
     if !secs.is_finite() || secs < 0.0 {
         return Err(format!("`{s}` is not a valid duration"));
@@ -39,9 +45,14 @@ pub fn parse_bytes(s: &str) -> Result<usize, String> {
         "k" | "kb" | "kib" => 1 << 10,
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
-        other => return Err(format!("`{s}`: unknown size unit `{other}` (use K, M or G)")),
+        other => {
+            return Err(format!(
+                "`{s}`: unknown size unit `{other}` (use K, M or G)"
+            ))
+        }
     };
-    n.checked_mul(mult).ok_or_else(|| format!("`{s}` is too large"))
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("`{s}` is too large"))
 }
 
 /// Parse a librdkafka property `key=value`.
@@ -76,7 +87,10 @@ mod tests {
 
     #[test]
     fn properties() {
-        assert_eq!(parse_property("a.b=c=d").unwrap(), ("a.b".into(), "c=d".into()));
+        assert_eq!(
+            parse_property("a.b=c=d").unwrap(),
+            ("a.b".into(), "c=d".into())
+        );
         assert!(parse_property("novalue").is_err());
         assert!(parse_property("=x").is_err());
     }

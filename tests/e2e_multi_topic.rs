@@ -44,13 +44,24 @@ fn two_topics_feed_one_table_and_strict_rejects_unknown_keys() {
             "SELECT uniqExact(_partition, _offset), min(n), max(n) FROM {table} WHERE _topic = '{topic}'"
         ));
         let lo = (k * PER_TOPIC) as u64;
-        assert_eq!(rows[0], vec![PER_TOPIC as u64, lo, lo + PER_TOPIC as u64 - 1], "{topic}");
+        assert_eq!(
+            rows[0],
+            vec![PER_TOPIC as u64, lo, lo + PER_TOPIC as u64 - 1],
+            "{topic}"
+        );
         let committed = committed(&svc.brokers, &group, topic, 2);
         for p in 0..2 {
-            assert_eq!(committed[p], Some(counts[k][p]), "{topic}/{p}: committed = end offset");
+            assert_eq!(
+                committed[p],
+                Some(counts[k][p]),
+                "{topic}/{p}: committed = end offset"
+            );
         }
     }
-    assert_eq!(ch.u64(&format!("SELECT count() FROM {table}")), 2 * PER_TOPIC as u64);
+    assert_eq!(
+        ch.u64(&format!("SELECT count() FROM {table}")),
+        2 * PER_TOPIC as u64
+    );
 
     // --strict: the first message's unknown key stops the run, naming it.
     let strict_db = ch.fresh_db("e2e_strict");

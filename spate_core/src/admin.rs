@@ -78,7 +78,12 @@ pub async fn serve(
             let readiness = readiness.clone();
             tokio::spawn(async move {
                 let mut buf = [0u8; 2048];
-                let n = match tokio::time::timeout(std::time::Duration::from_secs(5), stream.read(&mut buf)).await {
+                let n = match tokio::time::timeout(
+                    std::time::Duration::from_secs(5),
+                    stream.read(&mut buf),
+                )
+                .await
+                {
                     Ok(Ok(n)) => n,
                     _ => return,
                 };
@@ -98,13 +103,21 @@ pub async fn serve(
     Ok(local)
 }
 
-fn route(path: &str, metrics: &Metrics, readiness: &Readiness) -> (&'static str, &'static str, String) {
+fn route(
+    path: &str,
+    metrics: &Metrics,
+    readiness: &Readiness,
+) -> (&'static str, &'static str, String) {
     match path {
         "/metrics" => ("200 OK", "text/plain; version=0.0.4", metrics.encode_text()),
         "/healthz" => ("200 OK", "text/plain", "ok\n".to_string()),
         "/readyz" => {
             let (ready, body) = readiness.report();
-            let status = if ready { "200 OK" } else { "503 Service Unavailable" };
+            let status = if ready {
+                "200 OK"
+            } else {
+                "503 Service Unavailable"
+            };
             (status, "application/json", body)
         }
         _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
@@ -128,12 +141,18 @@ mod tests {
         r.sinks_connected.store(false, Ordering::Release);
         let (ready, body) = r.report();
         assert!(!ready);
-        assert!(body.contains("\"sink_error\":\"shard 0 \\\"x\\\"\""), "{body}");
+        assert!(
+            body.contains("\"sink_error\":\"shard 0 \\\"x\\\"\""),
+            "{body}"
+        );
     }
 
     #[test]
     fn serves_metrics_and_readyz_over_http() {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         rt.block_on(async {
             let m = Arc::new(Metrics::new());
             m.lanes_paused.set(3);
@@ -141,7 +160,9 @@ mod tests {
             let addr = serve("127.0.0.1:0".parse().unwrap(), m, r).await.unwrap();
             let get = |path: &'static str| async move {
                 let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-                s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).await.unwrap();
+                s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+                    .await
+                    .unwrap();
                 let mut out = String::new();
                 s.read_to_string(&mut out).await.unwrap();
                 out

@@ -121,10 +121,16 @@ impl KafkaSourceConfig {
             // keep flowing during a rebalance.
             .set("partition.assignment.strategy", "cooperative-sticky")
             // Bounded runs (--until-end) end each lane at partition EOF.
-            .set("enable.partition.eof", if self.until_end { "true" } else { "false" })
+            .set(
+                "enable.partition.eof",
+                if self.until_end { "true" } else { "false" },
+            )
             // Lanes poll their partition queues; each one's prefetch is a
             // share of the memory budget, so memory stays bounded.
-            .set("queued.max.messages.kbytes", self.prefetch_kbytes.clamp(1024, 65536).to_string())
+            .set(
+                "queued.max.messages.kbytes",
+                self.prefetch_kbytes.clamp(1024, 65536).to_string(),
+            )
             .set("client.id", "spate");
         for (k, v) in &self.properties {
             c.set(k, v);
@@ -152,7 +158,8 @@ mod tests {
     #[test]
     fn user_properties_override_defaults() {
         let mut c = cfg();
-        c.properties.push(("partition.assignment.strategy".into(), "range".into()));
+        c.properties
+            .push(("partition.assignment.strategy".into(), "range".into()));
         let cc = c.client_config();
         assert_eq!(cc.get("partition.assignment.strategy"), Some("range"));
         assert_eq!(cc.get("enable.auto.commit"), Some("false"));
@@ -161,9 +168,13 @@ mod tests {
     #[test]
     fn revoke_timeout_must_fit_in_session_timeout() {
         let mut c = cfg();
-        c.properties.push(("session.timeout.ms".into(), "6000".into()));
+        c.properties
+            .push(("session.timeout.ms".into(), "6000".into()));
         c.revoke_timeout = Duration::from_secs(6);
-        assert!(matches!(c.validate(), Err(ConfigError::RevokeTimeout { .. })));
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::RevokeTimeout { .. })
+        ));
         c.revoke_timeout = Duration::from_secs(2);
         assert!(c.validate().is_ok());
     }

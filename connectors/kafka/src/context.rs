@@ -99,7 +99,8 @@ impl SpateContext {
         };
         let mut shared = lock(&self.shared);
         for partition in Self::partitions(tpl) {
-            let Some(queue) = consumer.split_partition_queue(&partition.topic, partition.partition) else {
+            let Some(queue) = consumer.split_partition_queue(&partition.topic, partition.partition)
+            else {
                 shared.fatal = Some(format!("could not split the queue of {partition}"));
                 continue;
             };
@@ -107,7 +108,13 @@ impl SpateContext {
             tracing::info!(%partition, lane = %id, "partition assigned");
             shared.lanes.insert(partition.clone(), id);
             shared.by_id.insert(id, partition.clone());
-            shared.new_lanes.push(KafkaLane::new(id, partition, queue, self.until_end, self.ended.clone()));
+            shared.new_lanes.push(KafkaLane::new(
+                id,
+                partition,
+                queue,
+                self.until_end,
+                self.ended.clone(),
+            ));
         }
     }
 
@@ -115,13 +122,19 @@ impl SpateContext {
         let partitions = Self::partitions(tpl);
         let lanes: Vec<LaneId> = {
             let shared = lock(&self.shared);
-            partitions.iter().filter_map(|p| shared.lanes.get(p).copied()).collect()
+            partitions
+                .iter()
+                .filter_map(|p| shared.lanes.get(p).copied())
+                .collect()
         };
         if lanes.is_empty() {
             return;
         }
         if consumer.assignment_lost() {
-            tracing::warn!(?partitions, "assignment lost; nothing is committed for these partitions");
+            tracing::warn!(
+                ?partitions,
+                "assignment lost; nothing is committed for these partitions"
+            );
             let mut shared = lock(&self.shared);
             forget(&mut shared, &partitions);
             shared.lost.extend(lanes);
@@ -140,7 +153,10 @@ impl SpateContext {
             // lent this pointer, on the thread that owns the borrow.
             Some(r) => unsafe { (*r.0).revoke(&lanes) },
             None => {
-                tracing::warn!(?partitions, "revoked outside of a poll; unacknowledged rows replay on the new owner");
+                tracing::warn!(
+                    ?partitions,
+                    "revoked outside of a poll; unacknowledged rows replay on the new owner"
+                );
                 Vec::new()
             }
         };
@@ -153,9 +169,14 @@ impl SpateContext {
                     for (p, w) in &watermarks {
                         record_max(&mut shared.committed, p, w.0);
                     }
-                    tracing::info!(?watermarks, "committed revoked partitions before giving them up");
+                    tracing::info!(
+                        ?watermarks,
+                        "committed revoked partitions before giving them up"
+                    );
                 }
-                Err(e) => tracing::error!(error = %e, "commit of revoked partitions failed; their rows replay on the new owner"),
+                Err(e) => {
+                    tracing::error!(error = %e, "commit of revoked partitions failed; their rows replay on the new owner")
+                }
             }
         }
         let mut shared = lock(&self.shared);
@@ -182,7 +203,9 @@ pub(crate) fn record_max(map: &mut HashMap<PartitionId, i64>, p: &PartitionId, o
 }
 
 /// A topic-partition list with the given committed offsets.
-pub(crate) fn commit_list(watermarks: &[(PartitionId, Watermark)]) -> KafkaResult<TopicPartitionList> {
+pub(crate) fn commit_list(
+    watermarks: &[(PartitionId, Watermark)],
+) -> KafkaResult<TopicPartitionList> {
     let mut tpl = TopicPartitionList::with_capacity(watermarks.len());
     for (p, w) in watermarks {
         tpl.add_partition_offset(&p.topic, p.partition, Offset::Offset(w.0))?;
@@ -194,7 +217,9 @@ impl ClientContext for SpateContext {
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
         use rdkafka::config::RDKafkaLogLevel as L;
         match level {
-            L::Emerg | L::Alert | L::Critical | L::Error => tracing::error!(target: "librdkafka", fac, "{log_message}"),
+            L::Emerg | L::Alert | L::Critical | L::Error => {
+                tracing::error!(target: "librdkafka", fac, "{log_message}")
+            }
             L::Warning => tracing::warn!(target: "librdkafka", fac, "{log_message}"),
             L::Notice | L::Info => tracing::info!(target: "librdkafka", fac, "{log_message}"),
             L::Debug => tracing::debug!(target: "librdkafka", fac, "{log_message}"),
@@ -246,7 +271,9 @@ impl ConsumerContext for SpateContext {
                     }
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "asynchronous offset commit failed; the next tick retries"),
+            Err(e) => {
+                tracing::warn!(error = %e, "asynchronous offset commit failed; the next tick retries")
+            }
         }
     }
 }

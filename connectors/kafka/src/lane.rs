@@ -94,7 +94,11 @@ impl Lane for KafkaLane {
                             lane: self.id,
                             next_offset: self.next_offset,
                         });
-                        return Ok(if n > 0 { LanePoll::Delivered(n) } else { LanePoll::Ended });
+                        return Ok(if n > 0 {
+                            LanePoll::Delivered(n)
+                        } else {
+                            LanePoll::Ended
+                        });
                     }
                 }
                 Some(Err(e)) if is_fatal(&e) => {

@@ -19,6 +19,6 @@ mod context;
 mod lane;
 mod source;
 
-pub use config::{KafkaSourceConfig, ConfigError};
+pub use config::{ConfigError, KafkaSourceConfig};
 pub use lane::KafkaLane;
 pub use source::KafkaSource;

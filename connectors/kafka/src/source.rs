@@ -81,12 +81,17 @@ impl KafkaSource {
 
     /// Owned partitions whose last asynchronous commit the broker has not
     /// confirmed (and that `include` selects), at the value that was sent.
-    fn unconfirmed(&self, include: impl Fn(&PartitionId, i64) -> bool) -> Vec<(PartitionId, Watermark)> {
+    fn unconfirmed(
+        &self,
+        include: impl Fn(&PartitionId, i64) -> bool,
+    ) -> Vec<(PartitionId, Watermark)> {
         let shared = lock(&self.consumer.context().shared);
         shared
             .sent
             .iter()
-            .filter(|(p, s)| shared.lanes.contains_key(*p) && shared.committed.get(*p).is_none_or(|c| c < *s))
+            .filter(|(p, s)| {
+                shared.lanes.contains_key(*p) && shared.committed.get(*p).is_none_or(|c| c < *s)
+            })
             .filter(|(p, s)| include(p, **s))
             .map(|(p, s)| (p.clone(), Watermark(*s)))
             .collect()
@@ -178,7 +183,8 @@ impl Source for KafkaSource {
                 )));
             }
             Some(Err(e)) => {
-                let unknown = e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition);
+                let unknown = e.rdkafka_error_code()
+                    == Some(rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition);
                 if unknown && self.until_end && lock(&ctx.shared).by_id.is_empty() {
                     self.unknown_since.get_or_insert_with(Instant::now);
                 }
@@ -268,7 +274,11 @@ impl Source for KafkaSource {
             .map_err(|e| SourceError::Transient(format!("resume: {e}")))
     }
 
-    fn commit(&mut self, watermarks: &[(PartitionId, Watermark)], sync: bool) -> Result<(), SourceError> {
+    fn commit(
+        &mut self,
+        watermarks: &[(PartitionId, Watermark)],
+        sync: bool,
+    ) -> Result<(), SourceError> {
         // Only partitions this member still owns: a commit for a revoked
         // partition could clobber its new owner's progress.
         let owned: Vec<(PartitionId, Watermark)> = {
@@ -282,8 +292,13 @@ impl Source for KafkaSource {
         if owned.is_empty() {
             return Ok(());
         }
-        let tpl = commit_list(&owned).map_err(|e| SourceError::Fatal(format!("commit list: {e}")))?;
-        let mode = if sync { CommitMode::Sync } else { CommitMode::Async };
+        let tpl =
+            commit_list(&owned).map_err(|e| SourceError::Fatal(format!("commit list: {e}")))?;
+        let mode = if sync {
+            CommitMode::Sync
+        } else {
+            CommitMode::Async
+        };
         tracing::debug!(?owned, sync, "committing");
         self.consumer
             .commit(&tpl, mode)
@@ -316,6 +331,9 @@ impl Source for KafkaSource {
     }
 
     fn partition_of(&self, lane: LaneId) -> Option<PartitionId> {
-        lock(&self.consumer.context().shared).by_id.get(&lane).cloned()
+        lock(&self.consumer.context().shared)
+            .by_id
+            .get(&lane)
+            .cloned()
     }
 }

@@ -177,7 +177,10 @@ impl Checkpointer {
     /// the next [`take_committable`](Self::take_committable) offers them again.
     pub fn commit_failed(&mut self, watermarks: &[(PartitionId, Watermark)]) {
         for track in self.lanes.values_mut() {
-            if watermarks.iter().any(|(p, w)| *p == track.partition && track.committed == Some(*w)) {
+            if watermarks
+                .iter()
+                .any(|(p, w)| *p == track.partition && track.committed == Some(*w))
+            {
                 track.committed = None;
             }
         }

@@ -134,8 +134,7 @@ impl ModelLane {
     }
 
     fn complete(&self, i: usize) -> bool {
-        !self.failed[..=i].iter().any(|f| *f)
-            && self.acked_parts[i].len() as u32 >= self.segs[i].2
+        !self.failed[..=i].iter().any(|f| *f) && self.acked_parts[i].len() as u32 >= self.segs[i].2
     }
 
     /// Highest offset that is safe to commit past: every offset below the

@@ -22,7 +22,7 @@
 
 use super::{DriverEvent, ThreadControl};
 use crate::checkpoint::{AckOutcome, Checkpointer};
-use crate::error::{Fault, FatalError};
+use crate::error::{FatalError, Fault};
 use crate::metrics::Metrics;
 use crate::record::{PartitionId, Watermark};
 use crate::sink::{AckEvent, AckReceiver, DrainReport};
@@ -47,7 +47,10 @@ pub(crate) struct ControllerConfig {
 pub(crate) enum ToMain {
     /// Drivers were told to shut down; wait on `barrier`, join them, drain
     /// the sink by `deadline`.
-    Draining { barrier: DrainBarrier, deadline: Instant },
+    Draining {
+        barrier: DrainBarrier,
+        deadline: Instant,
+    },
 }
 
 /// Main → controller.
@@ -163,7 +166,10 @@ impl<S: Source> Controller<S> {
                 tracing::info!("source drained; finishing");
                 return;
             }
-            match self.source.poll_events(self.core.config.poll_timeout, &mut self.core) {
+            match self
+                .source
+                .poll_events(self.core.config.poll_timeout, &mut self.core)
+            {
                 Ok(events) => {
                     for event in events {
                         self.core.on_source_event(event);
@@ -173,7 +179,8 @@ impl<S: Source> Controller<S> {
                     tracing::warn!(error = %e, "source poll failed; retrying");
                 }
                 Err(e) => {
-                    self.core.fail(FatalError::new("source", e.to_string(), Fault::External));
+                    self.core
+                        .fail(FatalError::new("source", e.to_string(), Fault::External));
                 }
             }
             self.core.apply_driver_events(&mut self.source);
@@ -187,7 +194,10 @@ impl<S: Source> Controller<S> {
 
     /// States `Draining` and `Stopped`.
     fn drain_and_stop(mut self) -> ControllerExit {
-        self.core.readiness.shutting_down.store(true, Ordering::Release);
+        self.core
+            .readiness
+            .shutting_down
+            .store(true, Ordering::Release);
         let started = Instant::now();
         let deadline = started + self.core.config.shutdown_timeout;
         let barrier = DrainBarrier::new(self.core.drivers.len());
@@ -264,7 +274,10 @@ impl<L: Lane> Core<L> {
                 }
             }
             SourceEvent::CommitReady(lanes) => {
-                let drivers: HashSet<usize> = lanes.iter().filter_map(|l| self.home.get(l).map(|h| h.0)).collect();
+                let drivers: HashSet<usize> = lanes
+                    .iter()
+                    .filter_map(|l| self.home.get(l).map(|h| h.0))
+                    .collect();
                 for d in drivers {
                     let _ = self.drivers[d].send(ThreadControl::FlushNow);
                 }
@@ -283,7 +296,11 @@ impl<L: Lane> Core<L> {
                 let deadline = Instant::now();
                 for (driver, ids) in self.group_by_driver(&lanes) {
                     let barrier = DrainBarrier::new(ids.len());
-                    let _ = self.drivers[driver].send(ThreadControl::StopLanes { lanes: ids, barrier, deadline });
+                    let _ = self.drivers[driver].send(ThreadControl::StopLanes {
+                        lanes: ids,
+                        barrier,
+                        deadline,
+                    });
                 }
                 for lane in &lanes {
                     self.forget(*lane);
@@ -296,13 +313,20 @@ impl<L: Lane> Core<L> {
     fn add_lane(&mut self, lane: L) {
         let id = lane.id();
         let partition = lane.partition().clone();
-        let gate = self.checkpointer.add_lane(id, partition.clone(), self.config.pending_ceiling);
-        let driver = (0..self.load.len()).min_by_key(|&d| self.load[d]).unwrap_or(0);
+        let gate = self
+            .checkpointer
+            .add_lane(id, partition.clone(), self.config.pending_ceiling);
+        let driver = (0..self.load.len())
+            .min_by_key(|&d| self.load[d])
+            .unwrap_or(0);
         self.load[driver] += 1;
         self.home.insert(id, (driver, partition.clone()));
         self.metrics.lanes_active.inc();
         tracing::info!(lane = %id, %partition, driver, "lane assigned");
-        let _ = self.drivers[driver].send(ThreadControl::AddLane { lane, gate: Some(gate) });
+        let _ = self.drivers[driver].send(ThreadControl::AddLane {
+            lane,
+            gate: Some(gate),
+        });
     }
 
     /// Stop tracking a lane (retired, lost or revoked).
@@ -343,11 +367,16 @@ impl<L: Lane> Core<L> {
                             self.metrics.lanes_paused.add(new.len() as i64);
                             self.paused.extend(new);
                         }
-                        Err(e) => tracing::warn!(error = %e, "pausing lanes failed; the driver keeps them unpolled"),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "pausing lanes failed; the driver keeps them unpolled")
+                        }
                     }
                 }
                 DriverEvent::ResumeLanes { lanes } => {
-                    let was: Vec<LaneId> = lanes.into_iter().filter(|l| self.paused.contains(l)).collect();
+                    let was: Vec<LaneId> = lanes
+                        .into_iter()
+                        .filter(|l| self.paused.contains(l))
+                        .collect();
                     if was.is_empty() {
                         continue;
                     }
@@ -358,7 +387,9 @@ impl<L: Lane> Core<L> {
                                 self.paused.remove(l);
                             }
                         }
-                        Err(e) => tracing::warn!(error = %e, "resuming lanes failed; will retry on the next request"),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "resuming lanes failed; will retry on the next request")
+                        }
                     }
                 }
                 DriverEvent::Fatal { thread, error } => {
@@ -435,7 +466,11 @@ impl<L: Lane> Core<L> {
 
     /// Final synchronous commit of every owned lane's acknowledged
     /// watermark, then wait for outstanding commits.
-    fn final_commit<S: Source<Lane = L>>(&mut self, source: &mut S, deadline: Instant) -> Option<String> {
+    fn final_commit<S: Source<Lane = L>>(
+        &mut self,
+        source: &mut S,
+        deadline: Instant,
+    ) -> Option<String> {
         // At least a couple of seconds, even when the drain used the budget:
         // a missed final commit turns acknowledged rows into duplicates.
         let deadline = deadline.max(Instant::now() + Duration::from_secs(2));
@@ -491,7 +526,10 @@ impl<L: Lane> Core<L> {
         for event in events {
             match event {
                 SourceEvent::Assigned(lanes) => {
-                    tracing::info!(lanes = lanes.len(), "partitions assigned while shutting down; not started");
+                    tracing::info!(
+                        lanes = lanes.len(),
+                        "partitions assigned while shutting down; not started"
+                    );
                 }
                 SourceEvent::Lost(lanes) => {
                     for lane in lanes {
@@ -531,7 +569,10 @@ impl<L: Lane> Revoker for Core<L> {
             });
         }
         if let BarrierOutcome::TimedOut { missing } = barrier.wait_until(deadline) {
-            tracing::warn!(missing, "drivers did not stop revoked lanes before the revoke deadline");
+            tracing::warn!(
+                missing,
+                "drivers did not stop revoked lanes before the revoke deadline"
+            );
         }
         // Wait for the sink to acknowledge what the revoked lanes sent.
         loop {

@@ -10,7 +10,7 @@
 
 use super::{DriverEvent, ThreadControl};
 use crate::checkpoint::PendingGate;
-use crate::error::{ChainError, Fault, FatalError};
+use crate::error::{ChainError, FatalError, Fault};
 use crate::metrics::Metrics;
 use crate::pipeline::builder::Chain;
 use crate::sink::ShardQueues;
@@ -201,7 +201,11 @@ impl<L: Lane> Driver<L> {
         } else if self.backpressured && self.queues.all_clear() {
             self.backpressured = false;
             let lanes = self.lane_ids();
-            tracing::debug!(driver = self.index, lanes = lanes.len(), "shard queues clear; resuming lanes");
+            tracing::debug!(
+                driver = self.index,
+                lanes = lanes.len(),
+                "shard queues clear; resuming lanes"
+            );
             let _ = self.events.send(DriverEvent::ResumeLanes { lanes });
         }
     }
@@ -242,7 +246,10 @@ impl<L: Lane> Driver<L> {
                 self.flush_or_fail();
                 self.remove(&lanes);
                 if Instant::now() > deadline {
-                    tracing::warn!(driver = self.index, "revocation flush finished after its deadline");
+                    tracing::warn!(
+                        driver = self.index,
+                        "revocation flush finished after its deadline"
+                    );
                 }
                 for _ in &lanes {
                     barrier.arrive();
@@ -262,7 +269,10 @@ impl<L: Lane> Driver<L> {
                 let all = self.lane_ids();
                 self.remove(&all);
                 if Instant::now() > deadline {
-                    tracing::warn!(driver = self.index, "shutdown flush finished after its deadline");
+                    tracing::warn!(
+                        driver = self.index,
+                        "shutdown flush finished after its deadline"
+                    );
                 }
                 barrier.arrive();
                 Flow::Exit
@@ -290,7 +300,11 @@ impl<L: Lane> Driver<L> {
 
     fn fail(&mut self, e: ChainError) {
         let fault = e.fault();
-        self.report_fatal(FatalError::new(format!("driver-{}", self.index), e.to_string(), fault));
+        self.report_fatal(FatalError::new(
+            format!("driver-{}", self.index),
+            e.to_string(),
+            fault,
+        ));
     }
 
     fn report_fatal(&mut self, error: FatalError) {

@@ -3,11 +3,14 @@
 //! workers can be told to stall.
 
 use crate::checkpoint::AckRange;
+use crate::error::SourceError;
 use crate::pipeline::{Chain, ChainCtx, ChainFactory, EncodeChain, SinkRuntime};
 use crate::record::{Message, PartitionId, Watermark};
-use crate::sink::{ack_channel, AckEvent, AckReceiver, AckSender, Chunk, DrainReport, EncodeFailure, RowEncode, ShardQueues};
+use crate::sink::{
+    ack_channel, AckEvent, AckReceiver, AckSender, Chunk, DrainReport, EncodeFailure, RowEncode,
+    ShardQueues,
+};
 use crate::source::{Deliver, Lane, LaneError, LaneId, LanePoll, Revoker, Source, SourceEvent};
-use crate::error::SourceError;
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -198,7 +201,11 @@ impl Source for FakeSource {
         Ok(())
     }
 
-    fn commit(&mut self, watermarks: &[(PartitionId, Watermark)], sync: bool) -> Result<(), SourceError> {
+    fn commit(
+        &mut self,
+        watermarks: &[(PartitionId, Watermark)],
+        sync: bool,
+    ) -> Result<(), SourceError> {
         if sync && (self.stale_generation || self.refuse_sync_commits > 0) {
             if !self.stale_generation {
                 self.refuse_sync_commits -= 1;
@@ -344,4 +351,3 @@ pub(crate) fn recording_sink(io: &tokio::runtime::Handle, high_water: usize) -> 
         stall,
     }
 }
-

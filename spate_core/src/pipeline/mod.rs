@@ -36,7 +36,7 @@ pub use builder::{
     BuildError, Chain, ChainCtx, ChainFactory, EncodeChain, Pipeline, PipelineError, SinkOptions,
 };
 pub use controller::SourceReadiness;
-pub use runtime::{PipelineRuntime, RuntimeOptions, ShutdownHandle, StartError, metrics_settings};
+pub use runtime::{metrics_settings, PipelineRuntime, RuntimeOptions, ShutdownHandle, StartError};
 
 use crate::error::FatalError;
 use crate::record::PartitionId;

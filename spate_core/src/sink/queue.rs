@@ -48,7 +48,10 @@ impl QueueDepths {
     /// Bytes queued or in flight, per shard.
     #[must_use]
     pub fn bytes(&self) -> Vec<usize> {
-        self.depth.iter().map(|d| d.bytes.load(Ordering::Acquire)).collect()
+        self.depth
+            .iter()
+            .map(|d| d.bytes.load(Ordering::Acquire))
+            .collect()
     }
 }
 
@@ -247,7 +250,9 @@ mod tests {
         q.push(chunk(0, 1)).unwrap();
         drop(q);
         assert!(rx[0].try_recv().is_some());
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
         assert!(rt.block_on(rx[0].recv()).is_none());
     }
 

@@ -162,10 +162,15 @@ impl ShardWriter {
         }
         chunk.rows += 1;
         if chunk.deadline.is_none() {
-            let jitter = self.limits.interval.mul_f64(self.limits.jitter * unit(&mut self.rng));
+            let jitter = self
+                .limits
+                .interval
+                .mul_f64(self.limits.jitter * unit(&mut self.rng));
             chunk.deadline = Some(Instant::now() + self.limits.interval + jitter);
         }
-        let lane = self.lanes[slot].as_mut().expect("append to a registered lane");
+        let lane = self.lanes[slot]
+            .as_mut()
+            .expect("append to a registered lane");
         lane.end = offset;
         match lane.piece[shard] {
             NO_PIECE => {
@@ -347,7 +352,14 @@ mod tests {
         assert_eq!(c.data, vec![7, 7, 7]);
         assert_eq!(
             c.acks,
-            vec![AckRange { lane: LaneId(9), seq: 0, parts: 1, start: 10, end: 13, rows: 3 }]
+            vec![AckRange {
+                lane: LaneId(9),
+                seq: 0,
+                parts: 1,
+                start: 10,
+                end: 13,
+                rows: 3
+            }]
         );
         assert_eq!(gate.pending(), 4);
         w.flush().unwrap();
@@ -362,7 +374,9 @@ mod tests {
         let mut w = ShardWriter::new(q, limits(10), 1);
         let slot = w.add_lane(LaneId(1), None);
         w.append(slot, 0, 0, row).unwrap().unwrap();
-        let r = w.append(slot, 0, 1, |_out: &mut Vec<u8>| Err("bad")).unwrap();
+        let r = w
+            .append(slot, 0, 1, |_out: &mut Vec<u8>| Err("bad"))
+            .unwrap();
         assert_eq!(r, Err("bad"));
         w.flush().unwrap();
         let c = rx[0].try_recv().unwrap();
@@ -399,12 +413,26 @@ mod tests {
         w.append(slot, 1, 3, row).unwrap().unwrap(); // shard 1 seals: piece of seg 0 + seg 1 = [3]
         let c0 = rx[0].try_recv().unwrap();
         let c1 = rx[1].try_recv().unwrap();
-        assert_eq!(c0.acks, vec![AckRange { lane: LaneId(1), seq: 0, parts: 2, start: 0, end: 2, rows: 2 }]);
+        assert_eq!(
+            c0.acks,
+            vec![AckRange {
+                lane: LaneId(1),
+                seq: 0,
+                parts: 2,
+                start: 0,
+                end: 2,
+                rows: 2
+            }]
+        );
         assert_eq!(c1.acks.len(), 2);
         for r in &c0.acks {
             cp.ack(r);
         }
-        assert_eq!(cp.watermark(LaneId(1)), None, "shard 1 still holds part of segment 0");
+        assert_eq!(
+            cp.watermark(LaneId(1)),
+            None,
+            "shard 1 still holds part of segment 0"
+        );
         for r in &c1.acks {
             cp.ack(r);
         }

@@ -55,6 +55,9 @@ mod tests {
         assert_eq!(p.delay(30, 0.0), Duration::from_secs(10));
         assert_eq!(p.delay(1000, 0.0), Duration::from_secs(10));
         let j = p.delay(30, 0.999_999);
-        assert!(j >= Duration::from_secs(5) && j < Duration::from_secs(10), "{j:?}");
+        assert!(
+            j >= Duration::from_secs(5) && j < Duration::from_secs(10),
+            "{j:?}"
+        );
     }
 }
