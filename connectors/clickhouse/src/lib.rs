@@ -22,6 +22,7 @@ pub mod classify;
 pub mod client;
 pub mod encode;
 pub mod schema;
+pub mod shard_hash;
 pub mod sink;
 pub mod types;
 
