@@ -37,7 +37,8 @@ pub struct Metrics {
     pub lanes_active: IntGauge,
     /// `spate_lanes_paused`.
     pub lanes_paused: IntGauge,
-    /// `spate_queue_bytes{shard}` (queued plus in-flight bytes).
+    /// `spate_queue_bytes{shard}` (queued plus in-flight bytes). Shard
+    /// labels count from 1, like `shard_num` in `system.clusters`.
     pub queue_bytes: IntGaugeVec,
     /// `spate_decode_errors_total`.
     pub decode_errors: IntCounter,
@@ -45,6 +46,16 @@ pub struct Metrics {
     pub rebalances: IntCounterVec,
     /// `spate_commits_total{result}`.
     pub commits: IntCounterVec,
+    /// `spate_replica_up{table,shard,replica}`: 1 when the last request to
+    /// that ClickHouse replica (insert or probe) succeeded, else 0.
+    pub replica_up: IntGaugeVec,
+    /// `spate_replica_rows_inserted_total{table,shard,replica}`.
+    pub replica_rows_inserted: IntCounterVec,
+    /// `spate_replica_errors_total{table,shard,replica,kind}`.
+    pub replica_errors: IntCounterVec,
+    /// `spate_replica_failovers_total{table,shard}`: inserts moved to the
+    /// shard's next replica after a connection error or timeout.
+    pub replica_failovers: IntCounterVec,
 }
 
 /// Names of every exported metric family (for dashboards and their tests).
@@ -64,6 +75,10 @@ pub const METRIC_NAMES: &[&str] = &[
     "spate_decode_errors_total",
     "spate_rebalances_total",
     "spate_commits_total",
+    "spate_replica_up",
+    "spate_replica_rows_inserted_total",
+    "spate_replica_errors_total",
+    "spate_replica_failovers_total",
 ];
 
 impl Default for Metrics {
@@ -91,38 +106,133 @@ impl Metrics {
         let r = Registry::new();
         let tp = &["topic", "partition"];
         let ts = &["table", "shard"];
+        let tsr = &["table", "shard", "replica"];
         let lanes_active = IntGauge::new("spate_lanes_active", "Lanes currently owned by drivers.")
             .expect("valid metric");
-        r.register(Box::new(lanes_active.clone())).expect("unique metric");
-        let lanes_paused = IntGauge::new("spate_lanes_paused", "Lanes paused at the source by backpressure.")
-            .expect("valid metric");
-        r.register(Box::new(lanes_paused.clone())).expect("unique metric");
-        let decode_errors = IntCounter::new("spate_decode_errors_total", "Messages that could not be decoded into a row.")
-            .expect("valid metric");
-        r.register(Box::new(decode_errors.clone())).expect("unique metric");
+        r.register(Box::new(lanes_active.clone()))
+            .expect("unique metric");
+        let lanes_paused = IntGauge::new(
+            "spate_lanes_paused",
+            "Lanes paused at the source by backpressure.",
+        )
+        .expect("valid metric");
+        r.register(Box::new(lanes_paused.clone()))
+            .expect("unique metric");
+        let decode_errors = IntCounter::new(
+            "spate_decode_errors_total",
+            "Messages that could not be decoded into a row.",
+        )
+        .expect("valid metric");
+        r.register(Box::new(decode_errors.clone()))
+            .expect("unique metric");
         let insert_duration = HistogramVec::new(
-            HistogramOpts::new("spate_insert_duration_seconds", "Insert latency per batch, retries excluded.")
-                .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
+            HistogramOpts::new(
+                "spate_insert_duration_seconds",
+                "Insert latency per batch, retries excluded.",
+            )
+            .buckets(vec![
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+            ]),
             ts,
         )
         .expect("valid metric");
-        r.register(Box::new(insert_duration.clone())).expect("unique metric");
+        r.register(Box::new(insert_duration.clone()))
+            .expect("unique metric");
         Self {
-            messages_consumed: counter_vec(&r, "spate_messages_consumed_total", "Messages handed to the chain.", tp),
-            bytes_consumed: counter_vec(&r, "spate_bytes_consumed_total", "Payload bytes handed to the chain.", tp),
-            rows_inserted: counter_vec(&r, "spate_rows_inserted_total", "Rows acknowledged by ClickHouse.", ts),
-            bytes_inserted: counter_vec(&r, "spate_bytes_inserted_total", "Encoded bytes acknowledged by ClickHouse.", ts),
-            insert_retries: counter_vec(&r, "spate_insert_retries_total", "Insert attempts retried after a retriable failure.", ts),
-            insert_errors: counter_vec(&r, "spate_insert_errors_total", "Failed insert attempts by kind.", &["table", "shard", "kind"]),
+            messages_consumed: counter_vec(
+                &r,
+                "spate_messages_consumed_total",
+                "Messages handed to the chain.",
+                tp,
+            ),
+            bytes_consumed: counter_vec(
+                &r,
+                "spate_bytes_consumed_total",
+                "Payload bytes handed to the chain.",
+                tp,
+            ),
+            rows_inserted: counter_vec(
+                &r,
+                "spate_rows_inserted_total",
+                "Rows acknowledged by ClickHouse.",
+                ts,
+            ),
+            bytes_inserted: counter_vec(
+                &r,
+                "spate_bytes_inserted_total",
+                "Encoded bytes acknowledged by ClickHouse.",
+                ts,
+            ),
+            insert_retries: counter_vec(
+                &r,
+                "spate_insert_retries_total",
+                "Insert attempts retried after a retriable failure.",
+                ts,
+            ),
+            insert_errors: counter_vec(
+                &r,
+                "spate_insert_errors_total",
+                "Failed insert attempts by kind.",
+                &["table", "shard", "kind"],
+            ),
             insert_duration,
-            committed_offset: gauge_vec(&r, "spate_committed_offset", "Last committed offset (next offset to read).", tp),
-            consumer_lag: gauge_vec(&r, "spate_consumer_lag", "High watermark minus committed offset.", tp),
+            committed_offset: gauge_vec(
+                &r,
+                "spate_committed_offset",
+                "Last committed offset (next offset to read).",
+                tp,
+            ),
+            consumer_lag: gauge_vec(
+                &r,
+                "spate_consumer_lag",
+                "High watermark minus committed offset.",
+                tp,
+            ),
             lanes_active,
             lanes_paused,
-            queue_bytes: gauge_vec(&r, "spate_queue_bytes", "Bytes queued or in flight per shard.", &["shard"]),
+            queue_bytes: gauge_vec(
+                &r,
+                "spate_queue_bytes",
+                "Bytes queued or in flight per shard.",
+                &["shard"],
+            ),
             decode_errors,
-            rebalances: counter_vec(&r, "spate_rebalances_total", "Partition assignments and revocations.", &["kind"]),
-            commits: counter_vec(&r, "spate_commits_total", "Offset commits by result.", &["result"]),
+            rebalances: counter_vec(
+                &r,
+                "spate_rebalances_total",
+                "Partition assignments and revocations.",
+                &["kind"],
+            ),
+            commits: counter_vec(
+                &r,
+                "spate_commits_total",
+                "Offset commits by result.",
+                &["result"],
+            ),
+            replica_up: gauge_vec(
+                &r,
+                "spate_replica_up",
+                "1 if the last request to this ClickHouse replica succeeded.",
+                tsr,
+            ),
+            replica_rows_inserted: counter_vec(
+                &r,
+                "spate_replica_rows_inserted_total",
+                "Rows acknowledged by this ClickHouse replica.",
+                tsr,
+            ),
+            replica_errors: counter_vec(
+                &r,
+                "spate_replica_errors_total",
+                "Failed requests to this ClickHouse replica by kind.",
+                &["table", "shard", "replica", "kind"],
+            ),
+            replica_failovers: counter_vec(
+                &r,
+                "spate_replica_failovers_total",
+                "Inserts moved to the shard's next replica after a connection error or timeout.",
+                ts,
+            ),
             registry: r,
         }
     }
@@ -153,7 +263,9 @@ mod tests {
         m.rows_inserted.with_label_values(&["db.t", "0"]).inc();
         m.insert_errors.with_label_values(&["db.t", "0", "x"]).inc();
         m.insert_retries.with_label_values(&["db.t", "0"]).inc();
-        m.insert_duration.with_label_values(&["db.t", "0"]).observe(0.1);
+        m.insert_duration
+            .with_label_values(&["db.t", "0"])
+            .observe(0.1);
         m.bytes_consumed.with_label_values(&["t", "0"]).inc();
         m.bytes_inserted.with_label_values(&["db.t", "0"]).inc();
         m.committed_offset.with_label_values(&["t", "0"]).set(1);
@@ -161,6 +273,16 @@ mod tests {
         m.queue_bytes.with_label_values(&["0"]).set(0);
         m.rebalances.with_label_values(&["assign"]).inc();
         m.commits.with_label_values(&["ok"]).inc();
+        m.replica_up
+            .with_label_values(&["db.t", "0", "http://a:8123"])
+            .set(1);
+        m.replica_rows_inserted
+            .with_label_values(&["db.t", "0", "http://a:8123"])
+            .inc();
+        m.replica_errors
+            .with_label_values(&["db.t", "0", "http://a:8123", "connection"])
+            .inc();
+        m.replica_failovers.with_label_values(&["db.t", "0"]).inc();
         let text = m.encode_text();
         for name in METRIC_NAMES {
             assert!(text.contains(&format!("# TYPE {name} ")), "{name} missing");

@@ -13,7 +13,7 @@ use super::controller::{Controller, ControllerConfig, ControllerExit, FromMain, 
 use super::driver::{Driver, DriverConfig};
 use super::{DriverEvent, ExitReport, ExitState, FatalErrorReport, SinkRuntime, ThreadControl};
 use crate::admin::{self, Readiness};
-use crate::error::{Fault, FatalError};
+use crate::error::{FatalError, Fault};
 use crate::metrics::{Metrics, METRIC_NAMES};
 use crate::pipeline::BuildError;
 use crate::sink::{DrainReport, ShardQueues};
@@ -148,7 +148,10 @@ pub struct PipelineRuntime {
 
 impl PipelineRuntime {
     /// Spawn the driver and controller threads and the admin server.
-    pub fn start<S: Source>(pipeline: Pipeline<S>, options: RuntimeOptions) -> Result<Self, StartError> {
+    pub fn start<S: Source>(
+        pipeline: Pipeline<S>,
+        options: RuntimeOptions,
+    ) -> Result<Self, StartError> {
         let Pipeline {
             source,
             chains,
@@ -178,7 +181,15 @@ impl PipelineRuntime {
             })?;
             let (tx, rx) = unbounded::<ThreadControl<S::Lane>>();
             driver_txs.push(tx);
-            let driver = Driver::new(thread, chain, rx, event_tx.clone(), sink.queues[0].clone(), metrics.clone(), config);
+            let driver = Driver::new(
+                thread,
+                chain,
+                rx,
+                event_tx.clone(),
+                sink.queues[0].clone(),
+                metrics.clone(),
+                config,
+            );
             let events = event_tx.clone();
             let core = cores.get(thread % cores.len().max(1)).copied();
             let name = format!("spate-driver-{thread}");
@@ -187,7 +198,10 @@ impl PipelineRuntime {
                 .spawn(move || {
                     if let Some(core) = core {
                         if !core_affinity::set_for_current(core) {
-                            tracing::warn!(driver = thread, "pinning to a core failed; running unpinned");
+                            tracing::warn!(
+                                driver = thread,
+                                "pinning to a core failed; running unpinned"
+                            );
                         }
                     }
                     if let Err(panic) = catch_unwind(AssertUnwindSafe(|| driver.run())) {
@@ -195,7 +209,11 @@ impl PipelineRuntime {
                         tracing::error!(driver = thread, %reason, "driver thread panicked");
                         let _ = events.send(DriverEvent::Fatal {
                             thread,
-                            error: FatalError::new(format!("driver-{thread}"), format!("panicked: {reason}"), Fault::Internal),
+                            error: FatalError::new(
+                                format!("driver-{thread}"),
+                                format!("panicked: {reason}"),
+                                Fault::Internal,
+                            ),
                         });
                     }
                 })
@@ -311,11 +329,16 @@ impl PipelineRuntime {
         };
         watcher.abort();
         let sink_drain = self.stop_drivers_and_drain(&barrier, deadline);
-        let _ = self.from_main.send(FromMain::SinkDrained(sink_drain.clone()));
+        let _ = self
+            .from_main
+            .send(FromMain::SinkDrained(sink_drain.clone()));
         let exit = self.controller.take().map(JoinHandle::join);
         let exit = match exit {
             Some(Ok(exit)) if controller_alive => Ok(exit),
-            Some(Err(panic)) => Err(format!("controller thread panicked: {}", panic_message(&panic))),
+            Some(Err(panic)) => Err(format!(
+                "controller thread panicked: {}",
+                panic_message(&panic)
+            )),
             _ => Err("controller thread stopped without draining".to_string()),
         };
         let report = build_report(exit, sink_drain);
@@ -323,9 +346,16 @@ impl PipelineRuntime {
         report
     }
 
-    fn stop_drivers_and_drain(&mut self, barrier: &DrainBarrier, deadline: Instant) -> Option<DrainReport> {
+    fn stop_drivers_and_drain(
+        &mut self,
+        barrier: &DrainBarrier,
+        deadline: Instant,
+    ) -> Option<DrainReport> {
         if let crate::source::BarrierOutcome::TimedOut { missing } = barrier.wait_until(deadline) {
-            tracing::error!(missing, "drivers did not flush before the shutdown deadline; abandoning them");
+            tracing::error!(
+                missing,
+                "drivers did not flush before the shutdown deadline; abandoning them"
+            );
         }
         for handle in self.drivers.drain(..) {
             if handle.is_finished() || barrier.remaining() == 0 {
@@ -338,7 +368,11 @@ impl PipelineRuntime {
         let budget = deadline.saturating_duration_since(Instant::now());
         let report = drain(budget);
         if report.is_clean() {
-            tracing::info!(chunks = report.flushed_chunks, rows = report.flushed_rows, "sink drained");
+            tracing::info!(
+                chunks = report.flushed_chunks,
+                rows = report.flushed_rows,
+                "sink drained"
+            );
         } else {
             tracing::error!(
                 abandoned_chunks = report.abandoned_chunks,
@@ -351,7 +385,10 @@ impl PipelineRuntime {
     }
 }
 
-fn build_report(exit: Result<ControllerExit, String>, sink_drain: Option<DrainReport>) -> ExitReport {
+fn build_report(
+    exit: Result<ControllerExit, String>,
+    sink_drain: Option<DrainReport>,
+) -> ExitReport {
     let failed = |component: &str, reason: String| {
         ExitState::Failed(FatalErrorReport {
             component: component.to_string(),
@@ -381,7 +418,10 @@ fn build_report(exit: Result<ControllerExit, String>, sink_drain: Option<DrainRe
             } else if exit.drained && exit.unacknowledged_rows > 0 {
                 failed(
                     "checkpoint",
-                    format!("source drained but {} rows were never acknowledged", exit.unacknowledged_rows),
+                    format!(
+                        "source drained but {} rows were never acknowledged",
+                        exit.unacknowledged_rows
+                    ),
                 )
             } else {
                 ExitState::Completed
@@ -431,8 +471,13 @@ fn spawn_queue_gauges(options: &RuntimeOptions, queues: &[ShardQueues]) {
     options.io.spawn(async move {
         loop {
             for view in &views {
+                // Shards are numbered from 1 in labels, like `shard_num`
+                // in ClickHouse's system.clusters.
                 for (shard, bytes) in view.bytes().into_iter().enumerate() {
-                    metrics.queue_bytes.with_label_values(&[&shard.to_string()]).set(bytes as i64);
+                    metrics
+                        .queue_bytes
+                        .with_label_values(&[&(shard + 1).to_string()])
+                        .set(bytes as i64);
                 }
             }
             tokio::time::sleep(Duration::from_secs(1)).await;

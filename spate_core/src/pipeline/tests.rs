@@ -44,8 +44,20 @@ fn sink_options(rows: u64) -> SinkOptions {
     }
 }
 
-fn start(source: FakeSource, sink: RecordingSink, opts: RuntimeOptions, rows: u64) -> PipelineRuntime {
-    let pipeline = Pipeline::new(source, line_chains(), sink.runtime, sink.acks, sink_options(rows)).unwrap();
+fn start(
+    source: FakeSource,
+    sink: RecordingSink,
+    opts: RuntimeOptions,
+    rows: u64,
+) -> PipelineRuntime {
+    let pipeline = Pipeline::new(
+        source,
+        line_chains(),
+        sink.runtime,
+        sink.acks,
+        sink_options(rows),
+    )
+    .unwrap();
     PipelineRuntime::start(pipeline, opts).unwrap()
 }
 
@@ -54,7 +66,9 @@ fn offsets(rows: &[String]) -> HashMap<i32, Vec<i64>> {
     let mut out: HashMap<i32, Vec<i64>> = HashMap::new();
     for r in rows {
         let (p, o) = r.split_once('-').unwrap();
-        out.entry(p.parse().unwrap()).or_default().push(o.parse().unwrap());
+        out.entry(p.parse().unwrap())
+            .or_default()
+            .push(o.parse().unwrap());
     }
     for v in out.values_mut() {
         v.sort_unstable();
@@ -66,8 +80,8 @@ fn never() -> impl std::future::Future<Output = ()> + Send + 'static {
     std::future::pending()
 }
 
-fn after(ms: u64) -> impl std::future::Future<Output = ()> + Send + 'static {
-    async move { tokio::time::sleep(Duration::from_millis(ms)).await }
+async fn after(ms: u64) {
+    tokio::time::sleep(Duration::from_millis(ms)).await;
 }
 
 #[test]
@@ -82,12 +96,18 @@ fn bounded_run_completes_with_every_row_and_final_watermarks() {
     assert_eq!(report.exit_code(), 0);
     let by = offsets(&sink_log.lock().unwrap().rows);
     for p in 0..3 {
-        assert_eq!(by[&p], (0..1000).collect::<Vec<i64>>(), "partition {p}: every row exactly once");
+        assert_eq!(
+            by[&p],
+            (0..1000).collect::<Vec<i64>>(),
+            "partition {p}: every row exactly once"
+        );
     }
     let mut wms = report.final_watermarks.clone();
     wms.sort();
     assert_eq!(
-        wms.iter().map(|(p, w)| (p.partition, *w)).collect::<Vec<_>>(),
+        wms.iter()
+            .map(|(p, w)| (p.partition, *w))
+            .collect::<Vec<_>>(),
         vec![(0, 1000), (1, 1000), (2, 1000)]
     );
     assert!(report.sink_drain.as_ref().unwrap().is_clean());
@@ -134,7 +154,12 @@ fn shutdown_flushes_drivers_then_drains_sink_then_commits() {
     assert!(commits.iter().all(|(_, _, sync)| *sync), "{commits:?}");
     for (p, w, _) in &commits {
         let got = &by[&p.partition];
-        assert_eq!(got.len() as i64, w.0, "{p}: committed {w:?} but {} rows inserted", got.len());
+        assert_eq!(
+            got.len() as i64,
+            w.0,
+            "{p}: committed {w:?} but {} rows inserted",
+            got.len()
+        );
         assert_eq!(*got, (0..w.0).collect::<Vec<_>>());
     }
     assert_eq!(commits.len(), 2);
@@ -155,7 +180,10 @@ fn stalled_sink_is_abandoned_at_the_deadline_and_nothing_is_committed() {
     opts.shutdown_timeout = Duration::from_millis(400);
     let started = std::time::Instant::now();
     let report = start(source, sink, opts, 50).run(after(100));
-    assert!(started.elapsed() < Duration::from_secs(3), "the deadline bounds the shutdown");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "the deadline bounds the shutdown"
+    );
     match &report.state {
         ExitState::Failed(f) => {
             assert_eq!(f.component, "sink");
@@ -164,9 +192,15 @@ fn stalled_sink_is_abandoned_at_the_deadline_and_nothing_is_committed() {
         other => panic!("expected a failure, got {other:?}"),
     }
     let drain = report.sink_drain.clone().unwrap();
-    assert!(drain.abandoned_rows > 0 && drain.abandoned_chunks > 0, "{drain:?}");
+    assert!(
+        drain.abandoned_rows > 0 && drain.abandoned_chunks > 0,
+        "{drain:?}"
+    );
     assert!(report.final_watermarks.is_empty());
-    assert!(source_log.lock().unwrap().commits.is_empty(), "nothing was acknowledged");
+    assert!(
+        source_log.lock().unwrap().commits.is_empty(),
+        "nothing was acknowledged"
+    );
     assert_eq!(report.exit_code(), 1);
 }
 
@@ -184,11 +218,17 @@ fn bad_message_fails_naming_its_position_and_commits_everything_before_it() {
         panic!("expected failure: {report:?}");
     };
     assert!(
-        f.reason.contains("topic fake partition 0 offset 500") && f.reason.contains("column `n`") && f.reason.contains("bad-value"),
+        f.reason.contains("topic fake partition 0 offset 500")
+            && f.reason.contains("column `n`")
+            && f.reason.contains("bad-value"),
         "{f}"
     );
     let by = offsets(&sink_log.lock().unwrap().rows);
-    assert_eq!(by[&0], (0..500).collect::<Vec<i64>>(), "everything before the bad message, nothing after");
+    assert_eq!(
+        by[&0],
+        (0..500).collect::<Vec<i64>>(),
+        "everything before the bad message, nothing after"
+    );
     let p0: Vec<Watermark> = source_log
         .lock()
         .unwrap()
@@ -197,7 +237,11 @@ fn bad_message_fails_naming_its_position_and_commits_everything_before_it() {
         .filter(|(p, _, _)| p.partition == 0)
         .map(|c| c.1)
         .collect();
-    assert_eq!(p0.iter().max(), Some(&Watermark(500)), "committed up to, never past, the bad offset");
+    assert_eq!(
+        p0.iter().max(),
+        Some(&Watermark(500)),
+        "committed up to, never past, the bad offset"
+    );
 }
 
 #[test]
@@ -235,7 +279,11 @@ fn backpressure_pauses_lanes_and_resumes_them_without_loss() {
     assert_eq!(report.state, ExitState::Completed, "{report:?}");
     let log = source_log.lock().unwrap();
     assert!(log.pause_calls > 0);
-    assert!(log.paused.is_empty(), "every paused lane was resumed: {:?}", log.paused);
+    assert!(
+        log.paused.is_empty(),
+        "every paused lane was resumed: {:?}",
+        log.paused
+    );
     let by = offsets(&sink_log.lock().unwrap().rows);
     for p in 0..2 {
         assert_eq!(by[&p], (0..2000).collect::<Vec<i64>>());
@@ -257,7 +305,10 @@ fn revocation_commits_the_acknowledged_watermark_before_returning() {
     revoke.store(true, Ordering::Release);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while source_log.lock().unwrap().revoked_commits.is_empty() {
-        assert!(std::time::Instant::now() < deadline, "revocation never committed");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "revocation never committed"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     let report = runtime.run(after(50));
@@ -273,7 +324,11 @@ fn revocation_commits_the_acknowledged_watermark_before_returning() {
     // Nothing is committed for revoked partitions afterwards.
     let commits = source_log.lock().unwrap().commits.clone();
     let last_sync: Vec<_> = commits.iter().filter(|c| c.2).collect();
-    assert_eq!(last_sync.len(), 2, "only the two revocation commits: {commits:?}");
+    assert_eq!(
+        last_sync.len(),
+        2,
+        "only the two revocation commits: {commits:?}"
+    );
 }
 
 #[test]
@@ -288,7 +343,11 @@ fn final_commit_refused_by_a_rebalance_is_retried_after_serving_the_source() {
     let report = start(source, sink, opts, 50).run(after(200));
     assert_eq!(report.state, ExitState::Completed, "{report:?}");
     let commits = source_log.lock().unwrap().commits.clone();
-    assert_eq!(commits.len(), 2, "the final commit went through once: {commits:?}");
+    assert_eq!(
+        commits.len(),
+        2,
+        "the final commit went through once: {commits:?}"
+    );
     for (p, w, sync) in &commits {
         assert!(*sync);
         assert_eq!(w.0, 500, "{p}");

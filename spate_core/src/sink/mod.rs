@@ -93,6 +93,20 @@ pub trait RowEncode: Send {
     /// Append exactly one row for `msg` to `out`, or leave `out` unchanged
     /// and report why not.
     fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<(), EncodeFailure>;
+
+    /// Whether rows are routed to shards by a key (then the chain calls
+    /// [`route_hash`](Self::route_hash) after each row). Without a key,
+    /// rows are spread over the shards batch by batch.
+    fn routes_by_key(&self) -> bool {
+        false
+    }
+
+    /// The routing hash of the row the last successful `encode` appended;
+    /// `row` is exactly that row's bytes. The row goes to shard
+    /// `slots[hash % slots.len()]`.
+    fn route_hash(&self, _row: &[u8]) -> Option<u64> {
+        None
+    }
 }
 
 /// What the sink reported when draining at shutdown.
