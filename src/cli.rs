@@ -16,6 +16,7 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once at start; boxing buys nothing
 pub enum Command {
     /// Consume topics with a consumer group and insert every message as a
     /// row of a ClickHouse table.
@@ -40,16 +41,48 @@ pub struct RunArgs {
     pub brokers: String,
     /// Topic to consume; repeat the flag to feed several topics into the
     /// one table.
-    #[arg(long = "topic", env = "SPATE_TOPIC", required = true, value_delimiter = ',')]
+    #[arg(
+        long = "topic",
+        env = "SPATE_TOPIC",
+        required = true,
+        value_delimiter = ','
+    )]
     pub topics: Vec<String>,
     /// Consumer group id; offsets are committed for this group.
     #[arg(long, env = "SPATE_GROUP")]
     pub group: String,
-    /// ClickHouse HTTP interface URL, e.g. http://127.0.0.1:8123.
-    #[arg(long, env = "SPATE_CLICKHOUSE_URL")]
-    pub clickhouse_url: String,
-    /// Target table, [DB.]TABLE (database `default` when omitted). Its
-    /// columns are read from ClickHouse at start.
+    /// ClickHouse HTTP interface URL, e.g. http://127.0.0.1:8123: the one
+    /// server written to, or with --cluster the node to read the cluster
+    /// from.
+    #[arg(long, env = "SPATE_CLICKHOUSE_URL", required_unless_present = "shards")]
+    pub clickhouse_url: Option<String>,
+    /// One shard of a ClickHouse cluster: its replicas' URLs,
+    /// comma-separated, tried in order. Repeat per shard (in SPATE_SHARDS
+    /// separate shards with `;`). Rows go to each shard's --table directly.
+    #[arg(long = "shard", env = "SPATE_SHARDS", value_name = "URL[,URL...]", value_delimiter = ';', conflicts_with_all = ["clickhouse_url", "cluster"])]
+    pub shards: Vec<String>,
+    /// Relative weights of the --shard flags, one per shard (default: 1
+    /// each), like <weight> in remote_servers.
+    #[arg(long, env = "SPATE_SHARD_WEIGHTS", value_delimiter = ',')]
+    pub shard_weights: Vec<u32>,
+    /// Read shards, replicas and weights of this cluster from
+    /// system.clusters on --clickhouse-url. Each node's URL is its
+    /// host_name with the scheme and port of --clickhouse-url.
+    #[arg(long, env = "SPATE_CLUSTER", requires = "clickhouse_url")]
+    pub cluster: Option<String>,
+    /// Route each row to shard cityHash64(COLUMNS) % total weight, exactly
+    /// where a Distributed table with that sharding key puts it. Without
+    /// it, batches are spread over the shards by weight.
+    #[arg(
+        long,
+        env = "SPATE_SHARD_KEY",
+        value_name = "COLUMN[,COLUMN...]",
+        value_delimiter = ','
+    )]
+    pub shard_key: Vec<String>,
+    /// Target table, [DB.]TABLE (database `default` when omitted); with
+    /// several shards, the local table on each. Its columns are read from
+    /// ClickHouse at start.
     #[arg(long, env = "SPATE_TABLE")]
     pub table: String,
     /// ClickHouse user.

@@ -5,10 +5,13 @@
 
 use crate::cli::RunArgs;
 use crate::Exit;
-use spate_clickhouse::{ChClientOptions, ChRowEncoder, RetryPolicy, RowEncoder, SinkPool, SinkSpec, TableRef};
+use spate_clickhouse::{
+    ChClientOptions, RetryPolicy, SinkPool, SinkSpec, TableRef, Topology, TopologySource,
+};
 use spate_core::metrics::Metrics;
 use spate_core::pipeline::{
-    Chain, ChainCtx, ChainFactory, EncodeChain, ExitState, Pipeline, PipelineRuntime, RuntimeOptions, SinkOptions,
+    Chain, ChainCtx, ChainFactory, EncodeChain, ExitState, Pipeline, PipelineRuntime,
+    RuntimeOptions, SinkOptions,
 };
 use spate_core::sink::{ack_channel, BatchLimits};
 use spate_kafka::{KafkaSource, KafkaSourceConfig};
@@ -25,7 +28,9 @@ pub fn run(args: RunArgs) -> Result<(), Exit> {
     if args.batch_rows == 0 {
         return Err(Exit::usage("--batch-rows must be at least 1"));
     }
-    let max_poll = kafka.max_poll_interval_ms().map_err(|e| Exit::usage(e.to_string()))?;
+    let max_poll = kafka
+        .max_poll_interval_ms()
+        .map_err(|e| Exit::usage(e.to_string()))?;
     if args.insert_timeout.as_millis() >= u128::from(max_poll) {
         return Err(Exit::usage(format!(
             "--insert-timeout ({} ms) must be below max.poll.interval.ms ({max_poll} ms)",
@@ -43,7 +48,9 @@ pub fn run(args: RunArgs) -> Result<(), Exit> {
         .map_err(|e| Exit::failed(format!("starting the I/O runtime: {e}")))?;
     let metrics = Arc::new(Metrics::new());
     let acks = ack_channel();
-    let drivers = args.drivers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+    let drivers = args
+        .drivers
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
     let budget = Budget::split(args.max_buffered_bytes, args.batch_bytes, drivers);
     if budget.batch_bytes < args.batch_bytes {
         tracing::info!(
@@ -52,8 +59,23 @@ pub fn run(args: RunArgs) -> Result<(), Exit> {
         );
     }
     let high_water = budget.queue_high_water;
+    if !args.shard_weights.is_empty() && args.shards.is_empty() {
+        return Err(Exit::usage("--shard-weights needs --shard flags (with --cluster, weights come from system.clusters)"));
+    }
+    let topology = match (&args.clickhouse_url, &args.cluster) {
+        (Some(url), Some(name)) => TopologySource::Cluster {
+            url: url.clone(),
+            name: name.clone(),
+        },
+        (Some(url), None) => TopologySource::Single(url.clone()),
+        (None, _) => TopologySource::Shards(
+            Topology::from_flags(&args.shards, &args.shard_weights)
+                .map_err(|e| Exit::usage(e.to_string()))?,
+        ),
+    };
     let spec = SinkSpec {
-        url: args.clickhouse_url.clone(),
+        topology,
+        shard_key: args.shard_key.clone(),
         user: args.user.clone(),
         password: args.password.clone(),
         table: table.clone(),
@@ -68,15 +90,16 @@ pub fn run(args: RunArgs) -> Result<(), Exit> {
         low_water_bytes: high_water / 2,
     };
     let pool = start_sink(&io, &spec, &acks.0, &metrics)?;
-    let columns = pool.columns().to_vec();
-    let strict = args.strict;
+    let encoders = pool.encoder_factory();
+    let slots = pool.slots();
     let chains: ChainFactory = Box::new(move |ctx: ChainCtx| {
-        let encoder = RowEncoder::new(&columns, spate_clickhouse::EncoderOptions { strict, with_defaults: false })
+        let encoder = encoders
+            .build()
             .map_err(|e| spate_core::pipeline::BuildError::Chain {
                 thread: ctx.thread,
                 reason: e.to_string(),
             })?;
-        Ok(Box::new(EncodeChain::new(ChRowEncoder(encoder), &ctx)) as Box<dyn Chain>)
+        Ok(Box::new(EncodeChain::with_slots(encoder, &ctx, slots.clone())) as Box<dyn Chain>)
     });
     let source = KafkaSource::new(&kafka).map_err(|e| Exit::usage(e.to_string()))?;
     let sink_options = SinkOptions {
@@ -99,7 +122,8 @@ pub fn run(args: RunArgs) -> Result<(), Exit> {
     // A lane may have at most this many rows dispatched and unacknowledged:
     // a few batches' worth, so one partition cannot hog the budget.
     options.pending_ceiling = (args.batch_rows.saturating_mul(4)).min(i64::MAX as u64) as i64;
-    let runtime = PipelineRuntime::start(pipeline, options).map_err(|e| Exit::failed(e.to_string()))?;
+    let runtime =
+        PipelineRuntime::start(pipeline, options).map_err(|e| Exit::failed(e.to_string()))?;
     if let Some(addr) = runtime.admin_addr() {
         tracing::info!(%addr, "admin server listening (/metrics, /healthz, /readyz)");
     }
@@ -159,7 +183,9 @@ fn kafka_config(args: &RunArgs) -> Result<KafkaSourceConfig, Exit> {
         // up to 8 partitions (each partition has its own prefetch queue).
         prefetch_kbytes: args.max_buffered_bytes / 4 / 8 / 1024,
     };
-    let session_ms = kafka.session_timeout_ms().map_err(|e| Exit::usage(e.to_string()))?;
+    let session_ms = kafka
+        .session_timeout_ms()
+        .map_err(|e| Exit::usage(e.to_string()))?;
     kafka.revoke_timeout = args
         .revoke_timeout
         .unwrap_or_else(|| Duration::from_millis(session_ms / 3).min(Duration::from_secs(10)));
@@ -176,7 +202,12 @@ fn start_sink(
     let mut attempt = 0u32;
     loop {
         attempt += 1;
-        match io.block_on(SinkPool::start(spec, io.handle().clone(), acks.clone(), metrics.clone())) {
+        match io.block_on(SinkPool::start(
+            spec,
+            io.handle().clone(),
+            acks.clone(),
+            metrics.clone(),
+        )) {
             Ok(pool) => return Ok(pool),
             Err(e) if e.is_config() => return Err(Exit::usage(e.to_string())),
             Err(e) if Instant::now() < deadline => {
@@ -184,7 +215,41 @@ fn start_sink(
                 tracing::warn!(error = %e, attempt, backoff_ms = delay.as_millis() as u64, "ClickHouse not reachable at start; retrying");
                 std::thread::sleep(delay);
             }
-            Err(e) => return Err(Exit::failed(format!("{e} (gave up after {}s)", STARTUP_RETRY.as_secs()))),
+            Err(e) => {
+                return Err(Exit::failed(format!(
+                    "{e} (gave up after {}s)",
+                    STARTUP_RETRY.as_secs()
+                )))
+            }
+        }
+    }
+}
+
+/// Resolves on the first SIGTERM or SIGINT; a second one exits at once.
+async fn signals() {
+    wait_for_signal().await;
+    tracing::info!("signal received; shutting down (a second signal exits at once)");
+    tokio::spawn(async {
+        wait_for_signal().await;
+        eprintln!("spate: error: second signal; exiting without draining (nothing unacknowledged was committed)");
+        std::process::exit(1);
+    });
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
         }
     }
 }
@@ -196,37 +261,15 @@ mod tests {
     #[test]
     fn budget_keeps_open_batches_within_a_quarter() {
         let b = Budget::split(256 << 20, 16 << 20, 2);
-        assert_eq!(b, Budget { batch_bytes: 16 << 20, queue_high_water: 128 << 20 });
+        assert_eq!(
+            b,
+            Budget {
+                batch_bytes: 16 << 20,
+                queue_high_water: 128 << 20
+            }
+        );
         let b = Budget::split(256 << 20, 16 << 20, 64);
         assert_eq!(b.batch_bytes, 1 << 20);
         assert!(b.batch_bytes * 64 <= (256 << 20) / 4);
-    }
-}
-
-/// Resolves on the first SIGTERM or SIGINT; a second one exits at once.
-fn signals() -> impl std::future::Future<Output = ()> + Send + 'static {
-    async {
-        wait_for_signal().await;
-        tracing::info!("signal received; shutting down (a second signal exits at once)");
-        tokio::spawn(async {
-            wait_for_signal().await;
-            eprintln!("spate: error: second signal; exiting without draining (nothing unacknowledged was committed)");
-            std::process::exit(1);
-        });
-    }
-}
-
-async fn wait_for_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-        }
-        _ => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
     }
 }

@@ -11,8 +11,6 @@
 
 mod support;
 
-use std::io::{Read as _, Write as _};
-use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use support::*;
@@ -21,38 +19,6 @@ const N: usize = 2_000_000;
 const PARTITIONS: i32 = 4;
 const BUDGET_MIB: u64 = 64;
 const STALL: Duration = Duration::from_secs(30);
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// GET `path` from the admin server; `None` if it does not answer.
-fn http_get(port: u16, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    Some(out)
-}
-
-fn gauge(metrics: &str, name: &str) -> Option<i64> {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-}
-
-/// Peak resident set size so far (VmHWM), in KiB.
-fn peak_rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-}
 
 /// Resumes ClickHouse if the test fails while it is frozen.
 struct Resume<'a>(&'a str, bool);
@@ -68,10 +34,9 @@ impl Drop for Resume<'_> {
 #[test]
 fn stalled_clickhouse_pauses_lanes_keeps_membership_and_bounds_memory() {
     let Some(svc) = services() else { return };
-    let script = svc
-        .services_sh
-        .clone()
-        .expect("SPATE_SERVICES_SH: this test freezes ClickHouse with scripts/services.sh ch-pause");
+    let script = svc.services_sh.clone().expect(
+        "SPATE_SERVICES_SH: this test freezes ClickHouse with scripts/services.sh ch-pause",
+    );
     let _timer = Timer::start("backpressure_slow_sink");
     let _lock = ch_exclusive_lock();
     let ch = Ch::connect(&svc.clickhouse_url);
@@ -117,7 +82,9 @@ fn stalled_clickhouse_pauses_lanes_keeps_membership_and_bounds_memory() {
         Duration::from_secs(90),
         Duration::from_millis(20),
         || {
-            let rows = ch.try_u64(&format!("SELECT count() FROM {table}")).unwrap_or(0);
+            let rows = ch
+                .try_u64(&format!("SELECT count() FROM {table}"))
+                .unwrap_or(0);
             if rows >= 100_000 {
                 Ok(rows)
             } else {
@@ -125,7 +92,10 @@ fn stalled_clickhouse_pauses_lanes_keeps_membership_and_bounds_memory() {
             }
         },
     );
-    assert!(!running.has_exited(), "finished before the stall could start");
+    assert!(
+        !running.has_exited(),
+        "finished before the stall could start"
+    );
 
     services_sh(&script, "ch-pause");
     let mut resume = Resume(&script, true);
@@ -137,7 +107,11 @@ fn stalled_clickhouse_pauses_lanes_keeps_membership_and_bounds_memory() {
             max_paused = max_paused.max(gauge(&m, "spate_lanes_paused").unwrap_or(0));
         }
         peak_kib = peak_kib.max(peak_rss_kib(pid).unwrap_or(0));
-        assert!(!running.has_exited(), "spate exited during the stall:\n{}", running.stderr_so_far());
+        assert!(
+            !running.has_exited(),
+            "spate exited during the stall:\n{}",
+            running.stderr_so_far()
+        );
         std::thread::sleep(Duration::from_millis(250));
     }
     services_sh(&script, "ch-resume");
@@ -147,7 +121,11 @@ fn stalled_clickhouse_pauses_lanes_keeps_membership_and_bounds_memory() {
     let deadline = Instant::now() + Duration::from_secs(180);
     while !running.has_exited() {
         peak_kib = peak_kib.max(peak_rss_kib(pid).unwrap_or(0));
-        assert!(Instant::now() < deadline, "no exit 180 s after the stall:\n{}", running.stderr_so_far());
+        assert!(
+            Instant::now() < deadline,
+            "no exit 180 s after the stall:\n{}",
+            running.stderr_so_far()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     let fin = running.wait(Duration::from_secs(5));
@@ -160,20 +138,40 @@ fn stalled_clickhouse_pauses_lanes_keeps_membership_and_bounds_memory() {
         "[backpressure_slow_sink] lanes paused (max) {max_paused}, peak RSS {peak_mib} MiB \
          (budget {BUDGET_MIB} MiB + 64), assignments {assigned}, revocations {revoked}"
     );
-    assert!(max_paused > 0, "lanes were never paused during a {STALL:?} stall");
-    assert_eq!(revoked, 0, "a rebalance happened during the stall:\n{}", fin.tail(40));
-    assert_eq!(assigned, PARTITIONS as usize, "partitions were assigned more than once");
+    assert!(
+        max_paused > 0,
+        "lanes were never paused during a {STALL:?} stall"
+    );
+    assert_eq!(
+        revoked,
+        0,
+        "a rebalance happened during the stall:\n{}",
+        fin.tail(40)
+    );
+    assert_eq!(
+        assigned, PARTITIONS as usize,
+        "partitions were assigned more than once"
+    );
     assert!(
         peak_kib <= (BUDGET_MIB + 64) * 1024,
         "peak RSS {peak_mib} MiB exceeds the {BUDGET_MIB} MiB budget plus 64 MiB"
     );
 
-    let uniq = ch.u64(&format!("SELECT uniqExact(_partition, _offset) FROM {table}"));
+    let uniq = ch.u64(&format!(
+        "SELECT uniqExact(_partition, _offset) FROM {table}"
+    ));
     let count = ch.u64(&format!("SELECT count() FROM {table}"));
-    eprintln!("[backpressure_slow_sink] {count} rows, {uniq} distinct, {} duplicates", count - uniq);
+    eprintln!(
+        "[backpressure_slow_sink] {count} rows, {uniq} distinct, {} duplicates",
+        count - uniq
+    );
     assert_eq!(uniq, N as u64, "every (partition, offset) present");
     let committed = committed(&svc.brokers, &group, &topic, PARTITIONS);
-    for p in 0..PARTITIONS as usize {
-        assert_eq!(committed[p], Some(produced.counts[p]), "partition {p}: committed = end offset");
+    for (p, c) in committed.iter().enumerate() {
+        assert_eq!(
+            *c,
+            Some(produced.counts[p]),
+            "partition {p}: committed = end offset"
+        );
     }
 }

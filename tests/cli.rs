@@ -19,6 +19,10 @@ const RUN_FLAGS: &[(&str, &str, Option<&str>)] = &[
     ("--topic", "SPATE_TOPIC", None),
     ("--group", "SPATE_GROUP", None),
     ("--clickhouse-url", "SPATE_CLICKHOUSE_URL", None),
+    ("--shard", "SPATE_SHARDS", None),
+    ("--shard-weights", "SPATE_SHARD_WEIGHTS", None),
+    ("--cluster", "SPATE_CLUSTER", None),
+    ("--shard-key", "SPATE_SHARD_KEY", None),
     ("--table", "SPATE_TABLE", None),
     ("--user", "SPATE_USER", None),
     ("--password", "SPATE_PASSWORD", None),
@@ -186,6 +190,97 @@ fn revoke_timeout_not_below_session_timeout_is_a_usage_error() {
     );
 }
 
+/// `run` arguments with `--shard` flags instead of `--clickhouse-url`.
+fn offline_shards(extra: &[&str]) -> Vec<String> {
+    let mut a = offline_run(&[]);
+    let i = a
+        .iter()
+        .position(|x| x == "--clickhouse-url")
+        .expect("offline_run has --clickhouse-url");
+    a.drain(i..i + 2);
+    a.extend(args(extra));
+    a
+}
+
+#[test]
+fn shard_flag_mistakes_are_usage_errors() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &[
+                "--shard",
+                "http://127.0.0.1:1",
+                "--shard",
+                "http://127.0.0.1:2",
+                "--shard-weights",
+                "1,2,3",
+            ],
+            "3 weights for 2 shards",
+        ),
+        (
+            &["--shard", "ftp://127.0.0.1:1"],
+            "is not an http(s):// URL",
+        ),
+        (
+            &["--shard", "http://127.0.0.1:1", "--shard-weights", "0"],
+            "weight 0",
+        ),
+        (
+            &[
+                "--shard",
+                "http://127.0.0.1:1",
+                "--clickhouse-url",
+                "http://127.0.0.1:1",
+            ],
+            "cannot be used with",
+        ),
+        (&["--shard-weights", "1"], "--shard"),
+    ];
+    for (extra, want) in cases {
+        let a = if extra[0] == "--shard" {
+            offline_shards(extra)
+        } else {
+            offline_run(extra)
+        };
+        let fin = run("shard-usage", &a, Duration::from_secs(20));
+        fin.assert_code(2);
+        let last = fin.last_line();
+        assert!(
+            last.starts_with("spate: error:") && last.contains(want),
+            "{extra:?}: last line {last:?}, want {want:?}\n{}",
+            fin.tail(10)
+        );
+    }
+}
+
+#[test]
+fn an_unsupported_shard_key_is_named() {
+    let Some(svc) = services() else { return };
+    let _lock = ch_shared_lock();
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let db = ch.fresh_db("cli_shard_key");
+    ch.exec(&format!(
+        "CREATE TABLE {db}.t (tags Array(String), n UInt64) ENGINE = MergeTree() ORDER BY n"
+    ));
+    let topic = unique("t_cli_shard_key");
+    create_topic(&svc.brokers, &topic, 1);
+    for (key, want) in [
+        ("tags", "type Array(String) is not supported in a shard key"),
+        ("nope", "not an insertable column"),
+    ] {
+        let mut a = run_args(&svc, &topic, &unique("g_cli_shard_key"), &format!("{db}.t"));
+        a.extend(args(&["--until-end", "--shard-key", key]));
+        let fin = run("shard-key", &a, Duration::from_secs(60));
+        fin.assert_code(2);
+        let last = fin.last_line();
+        assert!(
+            last.contains(&format!("`{key}`")) && last.contains(want),
+            "last line: {last:?}\n{}",
+            fin.tail(10)
+        );
+    }
+    ch.exec(&format!("DROP DATABASE {db}"));
+}
+
 #[test]
 fn unknown_table_names_it() {
     let Some(svc) = services() else { return };
@@ -225,7 +320,9 @@ fn bounded_run_on_a_missing_topic_fails_naming_it() {
     let ch = Ch::connect(&svc.clickhouse_url);
     let db = ch.fresh_db("cli_notopic");
     let table = format!("{db}.t");
-    ch.exec(&format!("CREATE TABLE {table} (n UInt64) ENGINE = MergeTree() ORDER BY n"));
+    ch.exec(&format!(
+        "CREATE TABLE {table} (n UInt64) ENGINE = MergeTree() ORDER BY n"
+    ));
     // Never created: a bounded run must not wait for it forever.
     let topic = unique("t_cli_missing");
     let mut a = run_args(&svc, &topic, &unique("g_cli_missing"), &table);

@@ -37,7 +37,11 @@ const CYCLES: usize = 6;
 
 /// Produce N messages round-robin over the partitions, spread over
 /// `PRODUCE_FOR`, so the storm happens while data flows.
-fn produce_paced(brokers: String, topic: String, done: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+fn produce_paced(
+    brokers: String,
+    topic: String,
+    done: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let producer: BaseProducer = ClientConfig::new()
             .set("bootstrap.servers", &brokers)
@@ -72,7 +76,10 @@ fn produce_paced(brokers: String, topic: String, done: Arc<AtomicBool>) -> std::
         }
         producer.flush(Duration::from_secs(120)).expect("flush");
         done.store(true, Ordering::Release);
-        eprintln!("[rebalance_storm] produced {N} messages in {:.1?}", started.elapsed());
+        eprintln!(
+            "[rebalance_storm] produced {N} messages in {:.1?}",
+            started.elapsed()
+        );
     })
 }
 
@@ -85,7 +92,11 @@ fn owned_partitions(stderr: &str) -> BTreeSet<i32> {
             continue;
         };
         let fields = &v["fields"];
-        let number = |s: &str| s.rsplit('/').next().and_then(|n| n.trim().parse::<i32>().ok());
+        let number = |s: &str| {
+            s.rsplit('/')
+                .next()
+                .and_then(|n| n.trim().parse::<i32>().ok())
+        };
         match fields["message"].as_str() {
             Some("partition assigned") => {
                 if let Some(p) = fields["partition"].as_str().and_then(number) {
@@ -94,7 +105,11 @@ fn owned_partitions(stderr: &str) -> BTreeSet<i32> {
             }
             Some("partitions revoked") => {
                 let list = fields["partitions"].as_str().unwrap_or("");
-                for p in list.trim_matches(|c| c == '[' || c == ']').split(',').filter_map(number) {
+                for p in list
+                    .trim_matches(|c| c == '[' || c == ']')
+                    .split(',')
+                    .filter_map(number)
+                {
                     owned.remove(&p);
                 }
             }
@@ -118,7 +133,11 @@ fn reported_unacknowledged(stderr: &str) -> u64 {
         }
         if let Some(drain) = fields["drain"].as_str() {
             if let Some(rest) = drain.split("abandoned_rows: ").nth(1) {
-                total += rest.split(|c: char| !c.is_ascii_digit()).next().and_then(|n| n.parse().ok()).unwrap_or(0);
+                total += rest
+                    .split(|c: char| !c.is_ascii_digit())
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0);
             }
         }
     }
@@ -146,7 +165,6 @@ fn member_args(svc: &Services, topic: &str, group: &str, table: &str) -> Vec<Str
             // takes from max.poll.interval.ms (300 s by default).
             "-X",
             "max.poll.interval.ms=10000",
-
             "--insert-timeout",
             "5s",
         ]
@@ -169,11 +187,13 @@ fn rebalance_storm_loses_nothing_and_bounds_duplicates() {
     let producer = produce_paced(svc.brokers.clone(), topic.clone(), produced.clone());
 
     let args = member_args(&svc, &topic, &group, &table);
-    let mut members: Vec<Running> = (0..3).map(|k| spawn(&format!("storm-m{k}"), &args)).collect();
-    let mut next_label = 3;
+    let mut members: Vec<Running> = (0..3)
+        .map(|k| spawn(&format!("storm-m{k}"), &args))
+        .collect();
     let mut finished: Vec<Finished> = Vec::new();
     let mut clean_stops = 0;
-    for cycle in 0..CYCLES {
+    // Members are labelled m0, m1, ... in start order.
+    for (cycle, next_label) in (0..CYCLES).zip(3..) {
         std::thread::sleep(CHURN_EVERY);
         // Stop the oldest member that has finished joining (owns
         // partitions): tansu never expires a member that leaves in the
@@ -193,12 +213,18 @@ fn rebalance_storm_loses_nothing_and_bounds_duplicates() {
         victim.sigterm();
         let fin = victim.wait(Duration::from_secs(60));
         fin.assert_code(0);
-        assert!(fin.stderr.contains("pipeline finished"), "exit report missing:\n{}", fin.tail(20));
-        eprintln!("[rebalance_storm] cycle {cycle}: SIGTERM, clean exit after {:.1?}", fin.elapsed);
+        assert!(
+            fin.stderr.contains("pipeline finished"),
+            "exit report missing:\n{}",
+            fin.tail(20)
+        );
+        eprintln!(
+            "[rebalance_storm] cycle {cycle}: SIGTERM, clean exit after {:.1?}",
+            fin.elapsed
+        );
         finished.push(fin);
         clean_stops += 1;
         members.push(spawn(&format!("storm-m{next_label}"), &args));
-        next_label += 1;
     }
     producer.join().expect("producer thread");
     assert!(produced.load(Ordering::Acquire));
@@ -254,9 +280,14 @@ fn rebalance_storm_loses_nothing_and_bounds_duplicates() {
     finished.push(fin);
 
     let count = ch.u64(&format!("SELECT count() FROM {table}"));
-    let uniq = ch.u64(&format!("SELECT uniqExact(_partition, _offset) FROM {table}"));
+    let uniq = ch.u64(&format!(
+        "SELECT uniqExact(_partition, _offset) FROM {table}"
+    ));
     let dups = count - uniq;
-    let clean_bound: u64 = finished.iter().map(|f| reported_unacknowledged(&f.stderr)).sum();
+    let clean_bound: u64 = finished
+        .iter()
+        .map(|f| reported_unacknowledged(&f.stderr))
+        .sum();
     eprintln!(
         "[rebalance_storm] {clean_stops} SIGTERM mid-storm: {count} rows, {uniq} distinct, \
          {dups} duplicates (bound: {clean_bound} rows reported unacknowledged at a deadline)"
@@ -265,8 +296,12 @@ fn rebalance_storm_loses_nothing_and_bounds_duplicates() {
     assert_eq!(uniq, N as u64, "every offset present at least once");
     let committed = committed(&svc.brokers, &group, &topic, PARTITIONS);
     let per_partition = (N / PARTITIONS as usize) as i64;
-    for p in 0..PARTITIONS as usize {
-        assert_eq!(committed[p], Some(per_partition), "partition {p}: committed = end offset");
+    for (p, c) in committed.iter().enumerate() {
+        assert_eq!(
+            *c,
+            Some(per_partition),
+            "partition {p}: committed = end offset"
+        );
     }
     assert!(
         dups <= clean_bound,

@@ -19,7 +19,7 @@
 //! synchronous `#[test]` functions. Every wait polls a condition with a
 //! deadline.
 
-//! Layout: `env` (service addresses, unique names, the ClickHouse lock,
+//! Layout: `admin` (admin server and /proc probes of a running spate), `env` (service addresses, unique names, the ClickHouse lock,
 //! the shared runtime, `wait_for`), `clickhouse` (`Ch`), `kafka` (topics,
 //! producing, committed offsets), `process` (running the binary) and
 //! `checks` (assertions shared by several tests).
@@ -27,12 +27,14 @@
 #![allow(dead_code, unused_imports)] // each test binary uses a different subset
 #![allow(unknown_lints, clippy::manual_is_multiple_of)] // MSRV 1.85
 
+mod admin;
 mod checks;
 mod clickhouse;
 mod env;
 mod kafka;
 mod process;
 
+pub use admin::*;
 pub use checks::*;
 pub use clickhouse::*;
 pub use env::*;

@@ -96,6 +96,23 @@ pub struct InsertError {
     pub message: String,
 }
 
+impl InsertError {
+    /// Whether the replica itself looks unreachable or unable to take
+    /// writes (no answer, a timeout, a cut connection, a read-only
+    /// replica), so the insert should move to the shard's next replica.
+    /// Errors about the data are never failed over.
+    #[must_use]
+    pub fn is_replica_failure(&self) -> bool {
+        self.class == ErrorClass::Retriable
+            && match self.code {
+                None => true,
+                // UNEXPECTED_END_OF_FILE, READONLY, SOCKET_TIMEOUT,
+                // NETWORK_ERROR, TABLE_IS_READ_ONLY, KEEPER_EXCEPTION.
+                Some(c) => matches!(c, 3 | 164 | 209 | 210 | 242 | 999),
+            }
+    }
+}
+
 /// Map an error of the `clickhouse` crate to (class, code, message).
 ///
 /// Pitfall: the crate folds the HTTP status into `BadResponse(String)` and
@@ -218,6 +235,17 @@ impl ChClient {
             version,
             opts,
         })
+    }
+
+    /// A client for another server of the same cluster (a replica or
+    /// another shard), with the same credentials, timeouts and assumed
+    /// features. Makes no request: the server may be down right now.
+    #[must_use]
+    pub fn sibling(&self, url: &str) -> ChClient {
+        ChClient {
+            inner: self.inner.clone().with_url(url),
+            ..self.clone()
+        }
     }
 
     /// What the server supports.
@@ -378,5 +406,22 @@ mod tests {
         assert_eq!(c, ErrorClass::Retriable);
         let (c, _, _) = map_error(&E::Network("reset".into()));
         assert_eq!(c, ErrorClass::Retriable);
+    }
+
+    #[test]
+    fn only_replica_failures_fail_over() {
+        let e = |class, code| InsertError {
+            class,
+            code,
+            message: String::new(),
+        };
+        assert!(e(ErrorClass::Retriable, None).is_replica_failure());
+        assert!(e(ErrorClass::Retriable, Some(210)).is_replica_failure());
+        assert!(e(ErrorClass::Retriable, Some(242)).is_replica_failure());
+        // Too many parts: the same replica will take it after a pause.
+        assert!(!e(ErrorClass::Retriable, Some(252)).is_replica_failure());
+        // A data error is the same on every replica.
+        assert!(!e(ErrorClass::Fatal, Some(27)).is_replica_failure());
+        assert!(!e(ErrorClass::Fatal, None).is_replica_failure());
     }
 }

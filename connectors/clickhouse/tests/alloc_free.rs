@@ -1,4 +1,4 @@
-//! Proves `RowEncoder::encode` makes no heap allocation per row after
+//! Proves `RowEncoder::encode` (and the shard key hash of the row) makes no heap allocation per row after
 //! warm-up. Alone in its test binary because it installs a counting global
 //! allocator.
 
@@ -91,32 +91,53 @@ fn encode_allocates_nothing_per_row() {
             )
         })
         .collect();
-    let mut enc = RowEncoder::new(&cols, EncoderOptions::default()).expect("encoder");
-    let mut out = Vec::with_capacity(1 << 20);
-    // Warm-up: scratch buffers reach their steady size.
-    for p in &payloads {
-        enc.encode(&msg(p), &mut out).expect("warm-up row");
-    }
-    out.clear();
-    let rows = 20_000;
-    let start = Instant::now();
-    COUNTING.with(|c| c.set(true));
-    let before = ALLOCS.load(Ordering::Relaxed);
-    for i in 0..rows {
-        if out.len() > (1 << 20) - 4096 {
-            out.clear();
+    let mut plain = RowEncoder::new(&cols, EncoderOptions::default()).expect("encoder");
+    let mut keyed = RowEncoder::new(&cols, EncoderOptions::default()).expect("encoder");
+    keyed
+        .set_shard_key(&["user_id".to_owned(), "country".to_owned()])
+        .expect("shard key");
+    let mut allocations = Vec::new();
+    for (what, enc) in [
+        ("encode", &mut plain),
+        ("encode + shard key hash", &mut keyed),
+    ] {
+        let mut out = Vec::with_capacity(1 << 20);
+        // Warm-up: scratch buffers reach their steady size.
+        for p in &payloads {
+            enc.encode(&msg(p), &mut out).expect("warm-up row");
         }
-        enc.encode(&msg(&payloads[i % payloads.len()]), &mut out)
-            .expect("row");
+        out.clear();
+        let rows = 20_000;
+        let mut hashes = 0u64;
+        let start = Instant::now();
+        COUNTING.with(|c| c.set(true));
+        let before = ALLOCS.load(Ordering::Relaxed);
+        for i in 0..rows {
+            if out.len() > (1 << 20) - 4096 {
+                out.clear();
+            }
+            let row_start = out.len();
+            enc.encode(&msg(&payloads[i % payloads.len()]), &mut out)
+                .expect("row");
+            if let Some(h) = enc.key_hash(&out[row_start..]) {
+                hashes = hashes.wrapping_add(h | 1);
+            }
+        }
+        let after = ALLOCS.load(Ordering::Relaxed);
+        COUNTING.with(|c| c.set(false));
+        let elapsed = start.elapsed();
+        eprintln!(
+            "{what}: {:.0} ns/row ({} byte payloads, debug/release as built)",
+            elapsed.as_nanos() as f64 / rows as f64,
+            payloads[0].len()
+        );
+        assert_eq!(
+            hashes != 0,
+            enc.has_shard_key(),
+            "{what}: a hash per row exactly when keyed"
+        );
+        allocations.push((what, after - before, rows));
     }
-    let after = ALLOCS.load(Ordering::Relaxed);
-    COUNTING.with(|c| c.set(false));
-    let elapsed = start.elapsed();
-    eprintln!(
-        "encode: {:.0} ns/row ({} byte payloads, debug/release as built)",
-        elapsed.as_nanos() as f64 / rows as f64,
-        payloads[0].len()
-    );
     // The counter itself must work, or this test cannot fail.
     COUNTING.with(|c| c.set(true));
     let probe = ALLOCS.load(Ordering::Relaxed);
@@ -124,10 +145,7 @@ fn encode_allocates_nothing_per_row() {
     let probed = ALLOCS.load(Ordering::Relaxed) - probe;
     COUNTING.with(|c| c.set(false));
     assert!(probed >= 1, "the counting allocator does not count");
-    assert_eq!(
-        after - before,
-        0,
-        "encode allocated {} times in {rows} rows",
-        after - before
-    );
+    for (what, n, rows) in allocations {
+        assert_eq!(n, 0, "{what} allocated {n} times in {rows} rows");
+    }
 }

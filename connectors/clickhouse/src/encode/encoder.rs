@@ -3,6 +3,7 @@
 use super::json::{scan_document, unescape_into, Walk};
 use super::value::{put_int, write_text, write_value, write_zero, Fail};
 use crate::schema::{Column, DefaultKind};
+use crate::shard_hash::{combine, KeyHash};
 use crate::types::ChType;
 use spate_core::record::Message;
 
@@ -118,7 +119,16 @@ pub struct RowEncoder {
     spans: Vec<Option<(usize, usize)>>,
     scratch: Vec<u8>,
     key_scratch: Vec<u8>,
+    /// Sharding key: (plan index, how its value hashes), in key order.
+    shard_key: Vec<(usize, KeyHash)>,
+    /// Per plan: its position in `shard_key`, or `NOT_KEY`.
+    key_of_plan: Vec<u8>,
+    /// Per key column: byte span of its value in the last encoded row,
+    /// relative to the row's start.
+    key_spans: Vec<(usize, usize)>,
 }
+
+const NOT_KEY: u8 = u8::MAX;
 
 #[inline]
 fn hash(b: &[u8]) -> u64 {
@@ -236,7 +246,80 @@ impl RowEncoder {
             mask,
             scratch: Vec::with_capacity(256),
             key_scratch: Vec::with_capacity(64),
+            shard_key: Vec::new(),
+            key_of_plan: Vec::new(),
+            key_spans: Vec::new(),
         })
+    }
+
+    /// Route rows by `cityHash64(columns...)`, computed by
+    /// [`key_hash`](Self::key_hash) from each encoded row. Each column must
+    /// be inserted by spate and of a type whose hash spate computes exactly
+    /// like ClickHouse (see [`crate::shard_hash`]). A key column's value is
+    /// always sent (never left to the server's DEFAULT), so the hash is of
+    /// the value the shard stores.
+    pub fn set_shard_key(&mut self, columns: &[String]) -> Result<(), SchemaError> {
+        let bad = |column: &str, reason: String| SchemaError::Unsupported {
+            column: column.to_owned(),
+            reason,
+        };
+        if columns.len() >= usize::from(NOT_KEY) {
+            return Err(bad(
+                &columns[0],
+                format!("a shard key of {} columns is too long", columns.len()),
+            ));
+        }
+        let mut key = Vec::with_capacity(columns.len());
+        for name in columns {
+            let Some(i) = self.plans.iter().position(|p| &p.name == name) else {
+                return Err(bad(
+                    name,
+                    "the shard key column is not an insertable column of the table".into(),
+                ));
+            };
+            let Some(kh) = KeyHash::for_type(&self.plans[i].ty) else {
+                return Err(bad(
+                    name,
+                    format!("type {} is not supported in a shard key (use integers, floats, Date, DateTime, String, FixedString or LowCardinality of these)", self.plans[i].ty),
+                ));
+            };
+            if key.iter().any(|&(j, _)| j == i) {
+                return Err(bad(
+                    name,
+                    "the column appears twice in the shard key".into(),
+                ));
+            }
+            key.push((i, kh));
+        }
+        self.key_of_plan = vec![NOT_KEY; self.plans.len()];
+        for (k, &(i, _)) in key.iter().enumerate() {
+            self.key_of_plan[i] = k as u8;
+            self.plans[i].has_default = false;
+        }
+        self.key_spans = vec![(0, 0); key.len()];
+        self.shard_key = key;
+        Ok(())
+    }
+
+    /// Whether rows are routed by a shard key.
+    #[must_use]
+    pub fn has_shard_key(&self) -> bool {
+        !self.shard_key.is_empty()
+    }
+
+    /// `cityHash64(key columns...)` of the row the last successful
+    /// [`encode`](Self::encode) appended; `row` holds exactly that row's
+    /// bytes. `None` without a shard key.
+    #[must_use]
+    pub fn key_hash(&self, row: &[u8]) -> Option<u64> {
+        let mut h = None;
+        for (&(_, kh), &(s, e)) in self.shard_key.iter().zip(&self.key_spans) {
+            // The span was recorded while encoding this very row, so it is
+            // in bounds and holds one well-formed value.
+            let v = kh.hash(row.get(s..e)?)?;
+            h = Some(h.map_or(v, |prev| combine(prev, v)));
+        }
+        h
     }
 
     /// Column names in insert order (for `INSERT INTO t (cols) ...`).
@@ -259,14 +342,19 @@ impl RowEncoder {
     /// it was before the call.
     pub fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<(), RowError> {
         let start = out.len();
-        let res = self.encode_row(msg, out);
+        let res = self.encode_row(msg, out, start);
         if res.is_err() {
             out.truncate(start);
         }
         res
     }
 
-    fn encode_row(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<(), RowError> {
+    fn encode_row(
+        &mut self,
+        msg: &Message<'_>,
+        out: &mut Vec<u8>,
+        row_start: usize,
+    ) -> Result<(), RowError> {
         let Some(payload) = msg.payload else {
             return Err(RowError::new(
                 None,
@@ -284,6 +372,7 @@ impl RowEncoder {
         self.scan(text)?;
         let b = text.as_bytes();
         for (i, p) in self.plans.iter().enumerate() {
+            let before = out.len();
             let res = match p.source {
                 Source::Json => {
                     let span =
@@ -316,6 +405,10 @@ impl RowEncoder {
                 }
             };
             res.map_err(|f| RowError::new(Some(&p.name), &f.value, f.reason))?;
+            if let Some(&k) = self.key_of_plan.get(i).filter(|&&k| k != NOT_KEY) {
+                let flag = usize::from(self.opts.with_defaults);
+                self.key_spans[usize::from(k)] = (before + flag - row_start, out.len() - row_start);
+            }
         }
         Ok(())
     }

@@ -2,6 +2,7 @@
 //! and spawn the insert workers; then hand the runtime its half.
 
 use super::retry::RetryPolicy;
+use super::topology::{Topology, TopologySource};
 use super::worker::Worker;
 use crate::client::{ChClient, ChClientOptions, ClientError};
 use crate::encode::{EncoderOptions, RowEncoder, RowError, SchemaError};
@@ -9,9 +10,11 @@ use crate::schema::Column;
 use spate_core::metrics::Metrics;
 use spate_core::pipeline::SinkRuntime;
 use spate_core::record::Message;
-use spate_core::sink::{AckSender, DrainReport, EncodeFailure, ProbeResult, RowEncode, ShardQueues};
+use spate_core::sink::{
+    AckSender, DrainReport, EncodeFailure, ProbeResult, RowEncode, ShardQueues,
+};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{watch, Mutex};
@@ -53,25 +56,28 @@ impl fmt::Display for TableRef {
 /// What the sink needs to start.
 #[derive(Clone, Debug)]
 pub struct SinkSpec {
-    /// ClickHouse HTTP URL.
-    pub url: String,
+    /// The servers: one, explicit shards, or a cluster to look up.
+    pub topology: TopologySource,
     /// User, if not `default`.
     pub user: Option<String>,
     /// Password.
     pub password: Option<String>,
-    /// Target table.
+    /// Target table (the local table on every shard).
     pub table: TableRef,
     /// Reject unknown JSON keys.
     pub strict: bool,
+    /// Route rows by `cityHash64` of these columns; empty: spread batches.
+    pub shard_key: Vec<String>,
     /// Client timeouts.
     pub client: ChClientOptions,
     /// Retry policy for retriable insert failures.
     pub retry: RetryPolicy,
     /// Concurrent inserts per shard.
     pub workers_per_shard: usize,
-    /// Queue depth (queued + in-flight bytes) at which lanes pause.
+    /// Queue depth (queued + in-flight bytes) at which lanes pause, for all
+    /// shards together; each shard gets an equal share.
     pub high_water_bytes: usize,
-    /// Queue depth at or below which lanes resume.
+    /// Queue depth at or below which lanes resume, for all shards together.
     pub low_water_bytes: usize,
 }
 
@@ -108,7 +114,10 @@ impl SinkError {
     pub fn is_config(&self) -> bool {
         match self {
             SinkError::Config(_) | SinkError::Schema { .. } => true,
-            SinkError::Connect { source, .. } => matches!(source, ClientError::UnknownTable { .. } | ClientError::ColumnType { .. }),
+            SinkError::Connect { source, .. } => matches!(
+                source,
+                ClientError::UnknownTable { .. } | ClientError::ColumnType { .. }
+            ),
         }
     }
 }
@@ -129,59 +138,118 @@ pub(crate) struct PoolShared {
     pub(crate) abandoned_rows: AtomicU64,
 }
 
-/// The ClickHouse sink of one table.
+/// One replica of a shard.
+pub(crate) struct Replica {
+    pub(crate) url: String,
+    pub(crate) client: ChClient,
+}
+
+/// One shard: its replicas and which one inserts go to first.
+pub(crate) struct Shard {
+    /// 0-based queue index.
+    pub(crate) index: usize,
+    /// 1-based, like `shard_num` in `system.clusters`: metric label.
+    pub(crate) label: String,
+    pub(crate) replicas: Vec<Replica>,
+    /// The replica the last successful insert went to; workers start there.
+    pub(crate) preferred: AtomicUsize,
+}
+
+impl Shard {
+    fn describe(&self) -> String {
+        let urls: Vec<&str> = self.replicas.iter().map(|r| r.url.as_str()).collect();
+        format!("shard {} ({})", self.label, urls.join(", "))
+    }
+}
+
+/// The ClickHouse sink of one table, over every shard of its cluster.
 pub struct SinkPool {
-    client: ChClient,
     columns: Vec<Column>,
     encoder_options: EncoderOptions,
+    shard_key: Vec<String>,
+    slots: Arc<[u16]>,
     queues: ShardQueues,
+    shards: Arc<[Arc<Shard>]>,
     workers: Vec<JoinHandle<()>>,
     abandon: watch::Sender<bool>,
     shared: Arc<PoolShared>,
     io: tokio::runtime::Handle,
-    url: String,
 }
 
 impl SinkPool {
-    /// Connect, read the table's columns, check they can be encoded, and
-    /// spawn the workers on `io`. Acknowledgements go to `acks`.
+    /// Resolve the shards, read the table's columns (checking every
+    /// reachable replica has the same ones), check they can be encoded
+    /// with the shard key, and spawn each shard's workers on `io`.
+    /// Acknowledgements go to `acks`.
     pub async fn start(
         spec: &SinkSpec,
         io: tokio::runtime::Handle,
         acks: AckSender,
         metrics: Arc<Metrics>,
     ) -> Result<SinkPool, SinkError> {
-        let connect = |source| SinkError::Connect {
-            url: spec.url.clone(),
-            source,
-        };
-        let client = ChClient::connect_with(&spec.url, spec.user.as_deref(), spec.password.as_deref(), spec.client)
-            .await
-            .map_err(connect)?;
-        let columns = client
+        let (seed, topology) = resolve(spec).await?;
+        let columns = seed
+            .client
             .describe(&spec.table.db, &spec.table.table)
             .await
-            .map_err(connect)?;
+            .map_err(|source| SinkError::Connect {
+                url: seed.url.clone(),
+                source,
+            })?;
         let encoder_options = EncoderOptions {
             strict: spec.strict,
             with_defaults: false,
         };
-        let probe = RowEncoder::new(&columns, encoder_options).map_err(|source| SinkError::Schema {
+        let schema_error = |source| SinkError::Schema {
             table: spec.table.to_string(),
             source,
-        })?;
+        };
+        let mut probe = RowEncoder::new(&columns, encoder_options).map_err(schema_error)?;
+        if !spec.shard_key.is_empty() {
+            probe.set_shard_key(&spec.shard_key).map_err(schema_error)?;
+        }
+        let table = spec.table.to_string();
+        let shards: Arc<[Arc<Shard>]> = topology
+            .shards
+            .iter()
+            .enumerate()
+            .map(|(index, s)| {
+                Arc::new(Shard {
+                    index,
+                    label: (index + 1).to_string(),
+                    replicas: s
+                        .replicas
+                        .iter()
+                        .map(|url| Replica {
+                            url: url.clone(),
+                            client: seed.client.sibling(url),
+                        })
+                        .collect(),
+                    preferred: AtomicUsize::new(0),
+                })
+            })
+            .collect();
+        check_replicas(&shards, &seed, &spec.table, &columns, &metrics).await?;
         tracing::info!(
-            server = client.version(),
+            server = seed.client.version(),
             table = %spec.table,
             columns = probe.insert_columns().len(),
             format = probe.format(),
+            shards = shards.len(),
+            replicas = shards.iter().map(|s| s.replicas.len()).sum::<usize>(),
+            shard_key = %spec.shard_key.join(","),
             "clickhouse sink ready"
         );
-        let (queues, receivers) = ShardQueues::new(1, spec.high_water_bytes, spec.low_water_bytes);
+        let n = shards.len();
+        let (queues, receivers) = ShardQueues::new(
+            n,
+            (spec.high_water_bytes / n).max(1),
+            spec.low_water_bytes / n,
+        );
         let shared = Arc::new(PoolShared {
             db: spec.table.db.clone(),
             table_name: spec.table.table.clone(),
-            table: spec.table.to_string(),
+            table,
             columns: probe.insert_columns().to_vec(),
             format: probe.format(),
             metrics,
@@ -191,17 +259,16 @@ impl SinkPool {
             abandoned_chunks: AtomicU64::new(0),
             abandoned_rows: AtomicU64::new(0),
         });
-        let settings = insert_settings(&client);
+        let settings = insert_settings(&seed.client);
         let (abandon, abandon_rx) = watch::channel(false);
         let mut workers = Vec::new();
         for rx in receivers {
-            let shard = rx.shard();
+            let shard = shards[rx.shard()].clone();
             let rx = Arc::new(Mutex::new(rx));
             for index in 0..spec.workers_per_shard.max(1) {
                 let worker = Worker {
-                    shard,
+                    shard: shard.clone(),
                     index,
-                    client: client.clone(),
                     rx: rx.clone(),
                     acks: acks.clone(),
                     abandon: abandon_rx.clone(),
@@ -213,21 +280,32 @@ impl SinkPool {
             }
         }
         Ok(SinkPool {
-            client,
             columns,
             encoder_options,
+            shard_key: spec.shard_key.clone(),
+            slots: topology.slots().into(),
             queues,
+            shards,
             workers,
             abandon,
             shared,
             io,
-            url: spec.url.clone(),
         })
     }
 
-    /// A fresh encoder for one driver thread.
+    /// A fresh encoder for one driver thread, with the shard key set.
     pub fn encoder(&self) -> Result<ChRowEncoder, SchemaError> {
-        RowEncoder::new(&self.columns, self.encoder_options).map(ChRowEncoder)
+        self.encoder_factory().build()
+    }
+
+    /// What builds an encoder per driver thread; outlives the pool.
+    #[must_use]
+    pub fn encoder_factory(&self) -> EncoderFactory {
+        EncoderFactory {
+            columns: self.columns.clone(),
+            options: self.encoder_options,
+            shard_key: self.shard_key.clone(),
+        }
     }
 
     /// The table's columns as read at start.
@@ -236,35 +314,223 @@ impl SinkPool {
         &self.columns
     }
 
+    /// ClickHouse's `slot_to_shard` for this topology: a row with sharding
+    /// hash `h` goes to shard `slots[h % slots.len()]`.
+    #[must_use]
+    pub fn slots(&self) -> Arc<[u16]> {
+        self.slots.clone()
+    }
+
     /// The runtime's half: queues, drain hook, probe.
     #[must_use]
     pub fn into_runtime(self) -> SinkRuntime {
         let SinkPool {
-            client,
             queues,
             workers,
             abandon,
             shared,
             io,
-            url,
+            shards,
             ..
         } = self;
-        let drain = Box::new(move |budget: Duration| drain(&io, workers, &abandon, &shared, budget));
+        let drain_shared = shared.clone();
+        let drain =
+            Box::new(move |budget: Duration| drain(&io, workers, &abandon, &drain_shared, budget));
+        let probe_shared = shared.clone();
         let probe = Arc::new(move || {
-            let client = client.clone();
-            let url = url.clone();
-            Box::pin(async move {
-                client
-                    .ping()
-                    .await
-                    .map_err(|e| format!("shard 0 ({url}): {e}"))
-            }) as std::pin::Pin<Box<dyn std::future::Future<Output = ProbeResult> + Send>>
+            let shards = shards.clone();
+            let shared = probe_shared.clone();
+            Box::pin(async move { probe_shards(&shards, &shared).await })
+                as std::pin::Pin<Box<dyn std::future::Future<Output = ProbeResult> + Send>>
         });
         SinkRuntime {
             queues: vec![queues],
             drain,
             probe: Some(probe),
         }
+    }
+}
+
+/// Builds [`ChRowEncoder`]s: one per driver thread.
+#[derive(Clone, Debug)]
+pub struct EncoderFactory {
+    columns: Vec<Column>,
+    options: EncoderOptions,
+    shard_key: Vec<String>,
+}
+
+impl EncoderFactory {
+    /// A fresh encoder.
+    pub fn build(&self) -> Result<ChRowEncoder, SchemaError> {
+        let mut e = RowEncoder::new(&self.columns, self.options)?;
+        if !self.shard_key.is_empty() {
+            e.set_shard_key(&self.shard_key)?;
+        }
+        Ok(ChRowEncoder(e))
+    }
+}
+
+/// The first node that answers, and the topology.
+struct Seed {
+    url: String,
+    client: ChClient,
+}
+
+async fn resolve(spec: &SinkSpec) -> Result<(Seed, Topology), SinkError> {
+    let connect = |url: &str| {
+        let url = url.to_owned();
+        async move {
+            match ChClient::connect_with(
+                &url,
+                spec.user.as_deref(),
+                spec.password.as_deref(),
+                spec.client,
+            )
+            .await
+            {
+                Ok(client) => Ok(Seed { url, client }),
+                Err(source) => Err(SinkError::Connect { url, source }),
+            }
+        }
+    };
+    match &spec.topology {
+        TopologySource::Single(url) => Ok((connect(url).await?, Topology::single(url))),
+        TopologySource::Cluster { url, name } => {
+            let seed = connect(url).await?;
+            let topology = Topology::from_cluster(&seed.client, url, name).await?;
+            Ok((seed, topology))
+        }
+        TopologySource::Shards(topology) => {
+            // Any node will do for the schema; the rest are checked after.
+            let mut last = None;
+            for url in topology.shards.iter().flat_map(|s| &s.replicas) {
+                match connect(url).await {
+                    Ok(seed) => return Ok((seed, topology.clone())),
+                    Err(e) => last = Some(e),
+                }
+            }
+            Err(last.unwrap_or_else(|| SinkError::Config("no shard given".into())))
+        }
+    }
+}
+
+/// Ask every replica for the table's columns at once. A replica that
+/// answers with other columns, or without the table, is a configuration
+/// error; one that does not answer is only logged (it may be down for now,
+/// and inserts fail over or wait for it).
+async fn check_replicas(
+    shards: &[Arc<Shard>],
+    seed: &Seed,
+    table: &TableRef,
+    columns: &[Column],
+    metrics: &Metrics,
+) -> Result<(), SinkError> {
+    let mut set = tokio::task::JoinSet::new();
+    for shard in shards {
+        for (r, replica) in shard.replicas.iter().enumerate() {
+            if replica.url == seed.url {
+                set_up(metrics, &table.to_string(), shard, r, true);
+                continue;
+            }
+            let (client, url, table, shard, seed_url) = (
+                replica.client.clone(),
+                replica.url.clone(),
+                table.clone(),
+                shard.clone(),
+                seed.url.clone(),
+            );
+            set.spawn(async move {
+                let got = client.describe(&table.db, &table.table).await;
+                (shard, r, url, seed_url, got)
+            });
+        }
+    }
+    let table_name = table.to_string();
+    while let Some(joined) = set.join_next().await {
+        let Ok((shard, r, url, seed_url, got)) = joined else {
+            continue;
+        };
+        match got {
+            Ok(cols) if cols == columns => set_up(metrics, &table_name, &shard, r, true),
+            Ok(_) => {
+                return Err(SinkError::Config(format!(
+                    "table {table_name} on {url} ({}) has other columns than on {seed_url}; every shard and replica must have the same schema",
+                    shard.describe()
+                )))
+            }
+            Err(source @ (ClientError::UnknownTable { .. } | ClientError::ColumnType { .. })) => {
+                return Err(SinkError::Connect { url, source });
+            }
+            Err(e) => {
+                set_up(metrics, &table_name, &shard, r, false);
+                tracing::warn!(replica = %url, shard = %shard.label, error = %e, "ClickHouse replica not reachable at start; inserts go to the others until it is back");
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn set_up(metrics: &Metrics, table: &str, shard: &Shard, replica: usize, up: bool) {
+    metrics
+        .replica_up
+        .with_label_values(&[table, &shard.label, &shard.replicas[replica].url])
+        .set(i64::from(up));
+}
+
+/// Bound on one replica's answer to the readiness probe: well below the
+/// probe interval, so an unreachable replica shows within two probes.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// `SELECT 1` on every replica at once. Ready when every shard has at
+/// least one replica answering; otherwise the error names each shard that
+/// has none, with each replica's failure.
+async fn probe_shards(shards: &[Arc<Shard>], shared: &PoolShared) -> ProbeResult {
+    let mut set = tokio::task::JoinSet::new();
+    for shard in shards {
+        for (r, replica) in shard.replicas.iter().enumerate() {
+            let (client, shard) = (replica.client.clone(), shard.clone());
+            set.spawn(async move {
+                let ping = tokio::time::timeout(PROBE_TIMEOUT, client.ping()).await;
+                let result = match ping {
+                    Ok(answer) => answer.map_err(|e| e.to_string()),
+                    Err(_) => Err(format!("no answer within {PROBE_TIMEOUT:?}")),
+                };
+                (shard, r, result)
+            });
+        }
+    }
+    let mut failures: Vec<Vec<Option<String>>> = shards
+        .iter()
+        .map(|s| vec![None; s.replicas.len()])
+        .collect();
+    let mut up = vec![false; shards.len()];
+    while let Some(joined) = set.join_next().await {
+        let Ok((shard, r, result)) = joined else {
+            continue;
+        };
+        set_up(&shared.metrics, &shared.table, &shard, r, result.is_ok());
+        match result {
+            Ok(()) => up[shard.index] = true,
+            Err(e) => failures[shard.index][r] = Some(e),
+        }
+    }
+    let down: Vec<String> = shards
+        .iter()
+        .filter(|s| !up[s.index])
+        .map(|s| {
+            let why: Vec<String> = s
+                .replicas
+                .iter()
+                .zip(&failures[s.index])
+                .map(|(r, f)| format!("{}: {}", r.url, f.as_deref().unwrap_or("no answer")))
+                .collect();
+            format!("shard {} unreachable ({})", s.label, why.join("; "))
+        })
+        .collect();
+    if down.is_empty() {
+        Ok(())
+    } else {
+        Err(down.join("; "))
     }
 }
 
@@ -307,7 +573,10 @@ fn drain(
                     let _ = w.await;
                 }
             };
-            if tokio::time::timeout(Duration::from_secs(5), grace).await.is_err() {
+            if tokio::time::timeout(Duration::from_secs(5), grace)
+                .await
+                .is_err()
+            {
                 for w in &workers {
                     w.abort();
                 }
@@ -328,11 +597,21 @@ pub struct ChRowEncoder(pub RowEncoder);
 
 impl RowEncode for ChRowEncoder {
     fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<(), EncodeFailure> {
-        self.0.encode(msg, out).map_err(|e: RowError| EncodeFailure {
-            column: e.column,
-            value: Some(e.value),
-            reason: e.reason,
-        })
+        self.0
+            .encode(msg, out)
+            .map_err(|e: RowError| EncodeFailure {
+                column: e.column,
+                value: Some(e.value),
+                reason: e.reason,
+            })
+    }
+
+    fn routes_by_key(&self) -> bool {
+        self.0.has_shard_key()
+    }
+
+    fn route_hash(&self, row: &[u8]) -> Option<u64> {
+        self.0.key_hash(row)
     }
 }
 
@@ -344,7 +623,10 @@ mod tests {
     fn table_ref_parses_db_and_default() {
         assert_eq!(
             TableRef::parse("analytics.events").unwrap(),
-            TableRef { db: "analytics".into(), table: "events".into() }
+            TableRef {
+                db: "analytics".into(),
+                table: "events".into()
+            }
         );
         assert_eq!(TableRef::parse("events").unwrap().db, "default");
         assert!(TableRef::parse("a.b.c").is_err());
