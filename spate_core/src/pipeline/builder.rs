@@ -33,6 +33,13 @@ pub trait Chain: Send {
     fn flush(&mut self) -> Result<(), ChainError>;
     /// Forget the lane in `slot` (after a flush if its rows must go out).
     fn remove_lane(&mut self, slot: usize);
+    /// The shards (a [`shard_bit`](crate::sink::shard_bit) mask) the lane
+    /// in `slot` sent rows to since the last call; resets it. Backpressure
+    /// pauses a lane only when a shard it feeds is over its high-water
+    /// mark. The default, every shard, pauses every lane for any shard.
+    fn take_shards_fed(&mut self, _slot: usize) -> u64 {
+        u64::MAX
+    }
 }
 
 /// What a chain factory gets to build one driver's chain.
@@ -246,6 +253,10 @@ impl<E: RowEncode> Chain for EncodeChain<E> {
 
     fn remove_lane(&mut self, slot: usize) {
         self.writer.remove_lane(slot);
+    }
+
+    fn take_shards_fed(&mut self, slot: usize) -> u64 {
+        self.writer.take_fed(slot)
     }
 }
 

@@ -2,9 +2,12 @@
 //!
 //! A driver never blocks on data: lanes are polled without waiting, the
 //! chain pushes sealed chunks into unbounded shard queues, and when a
-//! queue crosses its high-water mark the driver stops polling and asks the
-//! controller to pause its lanes at the source (`DriverEvent::PauseLanes`),
-//! asking to resume only once every queue is back at its low-water mark.
+//! shard's queue crosses its high-water mark the driver stops polling the
+//! lanes that feed that shard and asks the controller to pause them at the
+//! source (`DriverEvent::PauseLanes`). A paused lane is resumed only once
+//! every shard it feeds is back at its low-water mark (hysteresis). Lanes
+//! feeding only healthy shards keep flowing, so one slow shard holds back
+//! only the partitions with rows for it.
 //! When there is nothing to do it waits on its control channel with a
 //! short, growing timeout, so control messages are served at once.
 
@@ -34,6 +37,11 @@ struct LaneEntry<L> {
     slot: usize,
     gate: Option<PendingGate>,
     ended: bool,
+    /// Not polled, and asked to be paused at the source, for backpressure.
+    paused: bool,
+    /// Shards this lane sent rows to since it was last resumed (or since
+    /// every shard was last clear): the shards it may have rows waiting in.
+    feeds: u64,
     consumed: IntCounter,
     bytes: IntCounter,
 }
@@ -47,8 +55,6 @@ pub(crate) struct Driver<L: Lane> {
     queues: ShardQueues,
     metrics: Arc<Metrics>,
     config: DriverConfig,
-    /// Stopped polling for backpressure (and asked for a source pause).
-    backpressured: bool,
     /// A fatal error was reported; only control messages are served now.
     failed: bool,
     turn: usize,
@@ -79,7 +85,6 @@ impl<L: Lane> Driver<L> {
             queues,
             metrics,
             config,
-            backpressured: false,
             failed: false,
             turn: 0,
         }
@@ -105,11 +110,7 @@ impl<L: Lane> Driver<L> {
                     }
                 }
             }
-            let delivered = if self.backpressured || self.failed {
-                0
-            } else {
-                self.poll_lanes()
-            };
+            let delivered = if self.failed { 0 } else { self.poll_lanes() };
             if !self.failed {
                 if let Err(e) = self.chain.tick(Instant::now()) {
                     self.fail(e);
@@ -146,7 +147,7 @@ impl<L: Lane> Driver<L> {
         for k in 0..n {
             let i = (self.turn + k) % n;
             let entry = &mut self.lanes[i];
-            if entry.ended || entry.gate.as_ref().is_some_and(|g| !g.is_open()) {
+            if entry.ended || entry.paused || entry.gate.as_ref().is_some_and(|g| !g.is_open()) {
                 continue;
             }
             let chain = &mut self.chain;
@@ -193,20 +194,36 @@ impl<L: Lane> Driver<L> {
     }
 
     fn backpressure(&mut self) {
-        if !self.backpressured && self.queues.any_over() {
-            self.backpressured = true;
-            let lanes = self.lane_ids();
-            tracing::debug!(driver = self.index, lanes = lanes.len(), depth = ?self.queues.depths(), "shard queue over high water; pausing lanes");
-            let _ = self.events.send(DriverEvent::PauseLanes { lanes });
-        } else if self.backpressured && self.queues.all_clear() {
-            self.backpressured = false;
-            let lanes = self.lane_ids();
+        let over = self.queues.over_mask();
+        let clear = self.queues.clear_mask();
+        let (mut pause, mut resume) = (Vec::new(), Vec::new());
+        for e in &mut self.lanes {
+            e.feeds |= self.chain.take_shards_fed(e.slot);
+            if e.paused {
+                if e.feeds & !clear == 0 {
+                    e.paused = false;
+                    e.feeds = 0;
+                    resume.push(e.lane.id());
+                }
+            } else if e.feeds & over != 0 {
+                e.paused = true;
+                pause.push(e.lane.id());
+            } else if clear == u64::MAX {
+                // No shard has a backlog: nothing of this lane is waiting.
+                e.feeds = 0;
+            }
+        }
+        if !pause.is_empty() {
+            tracing::debug!(driver = self.index, lanes = pause.len(), depth = ?self.queues.depths(), "shard queue over high water; pausing the lanes feeding it");
+            let _ = self.events.send(DriverEvent::PauseLanes { lanes: pause });
+        }
+        if !resume.is_empty() {
             tracing::debug!(
                 driver = self.index,
-                lanes = lanes.len(),
+                lanes = resume.len(),
                 "shard queues clear; resuming lanes"
             );
-            let _ = self.events.send(DriverEvent::ResumeLanes { lanes });
+            let _ = self.events.send(DriverEvent::ResumeLanes { lanes: resume });
         }
     }
 
@@ -228,14 +245,12 @@ impl<L: Lane> Driver<L> {
                     slot,
                     gate,
                     ended: false,
+                    // A new lane starts unpaused and feeding nothing; it is
+                    // paused as soon as it sends rows to a shard over its
+                    // high-water mark.
+                    paused: false,
+                    feeds: 0,
                 });
-                if self.backpressured {
-                    // Keep the controller's pause set in step with what
-                    // this driver is not polling.
-                    let _ = self.events.send(DriverEvent::PauseLanes {
-                        lanes: vec![self.lanes[self.lanes.len() - 1].lane.id()],
-                    });
-                }
                 Flow::Continue
             }
             ThreadControl::StopLanes {
@@ -315,5 +330,162 @@ impl<L: Lane> Driver<L> {
                 error,
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::fakes::FakeLane;
+    use crate::pipeline::{ChainCtx, EncodeChain, SinkOptions};
+    use crate::record::{Message, PartitionId};
+    use crate::sink::{BatchLimits, EncodeFailure, RowEncode};
+    use crossbeam_channel::unbounded;
+
+    /// The payload plus the partition as the row; routed to shard =
+    /// partition, like `--shard-key _partition`.
+    struct ByPartition;
+
+    impl RowEncode for ByPartition {
+        fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<(), EncodeFailure> {
+            out.extend_from_slice(msg.payload.unwrap_or_default());
+            out.push(msg.partition as u8);
+            Ok(())
+        }
+        fn routes_by_key(&self) -> bool {
+            true
+        }
+        fn route_hash(&self, row: &[u8]) -> Option<u64> {
+            row.last().map(|&p| u64::from(p))
+        }
+    }
+
+    fn recv_event(rx: &Receiver<DriverEvent>) -> DriverEvent {
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("a driver event within 10 s")
+    }
+
+    #[test]
+    fn a_full_shard_pauses_only_the_lanes_feeding_it() {
+        const ROWS: usize = 20_000;
+        let (queues, mut rx) = ShardQueues::new(2, 64 << 10, 16 << 10);
+        let metrics = Arc::new(Metrics::new());
+        let ctx = ChainCtx {
+            thread: 0,
+            queues: queues.clone(),
+            options: SinkOptions {
+                limits: BatchLimits {
+                    rows: 100,
+                    bytes: 1 << 20,
+                    interval: Duration::from_secs(3600),
+                    jitter: 0.0,
+                },
+            },
+            metrics: metrics.clone(),
+        };
+        let chain = Box::new(EncodeChain::new(ByPartition, &ctx));
+        let (control_tx, control_rx) = unbounded();
+        let (events_tx, events_rx) = unbounded();
+        let config = DriverConfig {
+            poll_batch: 50,
+            idle_max: Duration::from_millis(1),
+        };
+        let driver = Driver::new(0, chain, control_rx, events_tx, queues, metrics, config);
+        let thread = std::thread::spawn(move || driver.run());
+        let data = || {
+            (0..ROWS)
+                .map(|i| format!("row-{i:08}-{}", "x".repeat(80)).into_bytes())
+                .collect()
+        };
+        let (healthy, stalled) = (LaneId(1), LaneId(2));
+        for (id, partition) in [(healthy, 0), (stalled, 1)] {
+            let lane = FakeLane::standalone(id, PartitionId::new("t", partition), data());
+            control_tx
+                .send(ThreadControl::AddLane { lane, gate: None })
+                .unwrap();
+        }
+
+        // Shard 0 is drained as fast as it fills; shard 1 is not drained
+        // at all. Every row of the lane feeding shard 0 must arrive while
+        // the lane feeding shard 1 stays paused.
+        let mut rx1 = rx.pop().expect("shard 1");
+        let mut rx0 = rx.pop().expect("shard 0");
+        let drainer = std::thread::spawn(move || {
+            let mut rows = 0;
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while rows < ROWS as u64 && Instant::now() < deadline {
+                match rx0.try_recv() {
+                    Some(c) => rows += c.rows,
+                    None => std::thread::sleep(Duration::from_micros(200)),
+                }
+            }
+            rows
+        });
+        let mut paused = std::collections::HashSet::new();
+        let mut stalled_paused_at = None;
+        // Until the healthy shard has every row and the stalled lane's
+        // pause has been seen (the drainer may finish first).
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !drainer.is_finished() || stalled_paused_at.is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "the lane feeding the full shard was never paused"
+            );
+            match events_rx.recv_timeout(Duration::from_millis(10)) {
+                Ok(DriverEvent::PauseLanes { lanes }) => {
+                    if lanes.contains(&stalled) && stalled_paused_at.is_none() {
+                        stalled_paused_at = Some(Instant::now());
+                    }
+                    paused.extend(lanes);
+                }
+                Ok(DriverEvent::ResumeLanes { lanes }) => {
+                    assert!(
+                        !lanes.contains(&stalled),
+                        "the lane feeding the full shard was resumed"
+                    );
+                    lanes.iter().for_each(|l| {
+                        paused.remove(l);
+                    });
+                }
+                Ok(other) => panic!("unexpected event {other:?}"),
+                Err(_) => {}
+            }
+        }
+        let rows0 = drainer.join().expect("drainer");
+        assert_eq!(
+            rows0, ROWS as u64,
+            "the lane feeding the healthy shard stalled"
+        );
+        assert!(
+            stalled_paused_at.is_some(),
+            "the lane feeding the full shard was never paused"
+        );
+        assert!(paused.contains(&stalled));
+        let held = queues_rows(&mut rx1);
+        assert!(
+            held < ROWS as u64 / 4,
+            "the stalled lane went on past the high-water mark: {held} rows"
+        );
+
+        // Shard 1 drained: its lane resumes.
+        let resumed = loop {
+            match recv_event(&events_rx) {
+                DriverEvent::ResumeLanes { lanes } if lanes.contains(&stalled) => break lanes,
+                DriverEvent::ResumeLanes { .. } | DriverEvent::PauseLanes { .. } => {}
+                other => panic!("unexpected event {other:?}"),
+            }
+        };
+        assert_eq!(resumed, vec![stalled]);
+        drop(control_tx);
+        thread.join().expect("driver thread");
+    }
+
+    /// Take everything queued for a shard; the rows it held.
+    fn queues_rows(rx: &mut crate::sink::ShardReceiver) -> u64 {
+        let mut rows = 0;
+        while let Some(c) = rx.try_recv() {
+            rows += c.rows;
+        }
+        rows
     }
 }

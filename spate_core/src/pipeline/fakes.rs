@@ -83,6 +83,22 @@ pub(crate) struct FakeLane {
     told: bool,
 }
 
+impl FakeLane {
+    /// An unbounded lane of `data`, outside any source (driver tests).
+    pub(crate) fn standalone(id: LaneId, partition: PartitionId, data: Vec<Vec<u8>>) -> Self {
+        let (ended_tx, _) = crossbeam_channel::unbounded();
+        Self {
+            id,
+            partition,
+            data: Arc::new(data),
+            pos: 0,
+            bounded: false,
+            ended_tx,
+            told: false,
+        }
+    }
+}
+
 impl Lane for FakeLane {
     fn id(&self) -> LaneId {
         self.id

@@ -20,7 +20,7 @@
 mod queue;
 mod writer;
 
-pub use queue::{QueueDepths, QueueTicket, ShardQueues, ShardReceiver};
+pub use queue::{shard_bit, QueueDepths, QueueTicket, ShardQueues, ShardReceiver};
 pub use writer::{BatchLimits, ShardWriter};
 
 use crate::checkpoint::AckRange;

@@ -206,11 +206,39 @@ impl ShardQueues {
         (0..self.shards()).any(|s| self.is_over(s))
     }
 
+    /// Shards at or above their high-water mark, as a [`shard_bit`] mask.
+    #[must_use]
+    pub fn over_mask(&self) -> u64 {
+        (0..self.shards())
+            .filter(|&s| self.is_over(s))
+            .fold(0, |m, s| m | shard_bit(s))
+    }
+
+    /// Shards at or below their low-water mark, as a [`shard_bit`] mask
+    /// (bit 63, shared by shards 63 and up, only when all of them are).
+    #[must_use]
+    pub fn clear_mask(&self) -> u64 {
+        (0..self.shards()).fold(u64::MAX, |m, s| {
+            if self.depth_bytes(s) <= self.low_water {
+                m
+            } else {
+                m & !shard_bit(s)
+            }
+        })
+    }
+
     /// Whether every shard is at or below its low-water mark.
     #[must_use]
     pub fn all_clear(&self) -> bool {
         (0..self.shards()).all(|s| self.depth_bytes(s) <= self.low_water)
     }
+}
+
+/// A shard's bit in a shard mask: bit `shard`, with shards 63 and up
+/// sharing bit 63 (masks err towards "feeds it", never away).
+#[must_use]
+pub fn shard_bit(shard: usize) -> u64 {
+    1 << shard.min(63)
 }
 
 #[cfg(test)]

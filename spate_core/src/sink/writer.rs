@@ -85,6 +85,8 @@ struct LaneState {
     open_parts: u32,
     /// Closed segments with pieces still sitting in open chunks.
     sealed: Vec<SealedSegment>,
+    /// Shards this lane appended rows to since [`ShardWriter::take_fed`].
+    fed: u64,
 }
 
 /// Batches encoded rows per shard and pushes sealed chunks.
@@ -127,6 +129,7 @@ impl ShardWriter {
             piece: vec![NO_PIECE; self.open.len()],
             open_parts: 0,
             sealed: Vec::new(),
+            fed: 0,
         };
         if let Some(slot) = self.lanes.iter().position(Option::is_none) {
             self.lanes[slot] = Some(state);
@@ -172,6 +175,7 @@ impl ShardWriter {
             .as_mut()
             .expect("append to a registered lane");
         lane.end = offset;
+        lane.fed |= super::queue::shard_bit(shard);
         match lane.piece[shard] {
             NO_PIECE => {
                 lane.piece[shard] = chunk.pieces.len();
@@ -213,6 +217,15 @@ impl ShardWriter {
             }
         }
         Ok(())
+    }
+
+    /// The shards (a [`shard_bit`](super::queue::shard_bit) mask) lane
+    /// `slot` appended rows to since the last call; resets the mask.
+    pub fn take_fed(&mut self, slot: usize) -> u64 {
+        self.lanes
+            .get_mut(slot)
+            .and_then(Option::as_mut)
+            .map_or(0, |l| std::mem::take(&mut l.fed))
     }
 
     /// Rows sitting in open chunks.
