@@ -404,9 +404,15 @@ fn a_frozen_shard_holds_back_only_within_the_budget() {
     let stall_end = Instant::now() + STALL;
     let pid = running.pid();
     let (mut peak_kib, mut max_paused, mut a_during) = (0, 0, Vec::new());
+    // The last /metrics scrape, and a 503 /readyz, seen while b was frozen.
+    let (mut metrics_during, mut ready_during) = (String::new(), String::new());
     while Instant::now() < stall_end {
         if let Some(m) = http_get(port, "/metrics") {
             max_paused = max_paused.max(gauge(&m, "spate_lanes_paused").unwrap_or(0));
+            metrics_during = m;
+        }
+        if let Some(r) = http_get(port, "/readyz").filter(|r| r.starts_with("HTTP/1.1 503")) {
+            ready_during = r;
         }
         peak_kib = peak_kib.max(peak_rss_kib(pid).unwrap_or(0));
         a_during.push(
@@ -421,8 +427,6 @@ fn a_frozen_shard_holds_back_only_within_the_budget() {
         );
         std::thread::sleep(Duration::from_millis(250));
     }
-    let ready_during = http_get(port, "/readyz").unwrap_or_default();
-    let metrics_during = http_get(port, "/metrics").unwrap_or_default();
     let up = |shard: &str| metric_sum(&metrics_during, "spate_replica_up", &[shard]);
     let queued_b = metric_sum(&metrics_during, "spate_queue_bytes", &[r#"shard="2""#]);
     s.cluster.node(1, "resume");
