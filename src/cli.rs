@@ -1,4 +1,4 @@
-//! Command line: `spate run` and `spate gen`. Every flag also reads an
+//! Command line: `spate run`, `spate check` and `spate gen`. Every flag also reads an
 //! environment variable `SPATE_<FLAG>`; flags win over the environment.
 
 use crate::units::{parse_bytes, parse_duration, parse_property};
@@ -21,8 +21,24 @@ pub enum Command {
     /// Consume topics with a consumer group and insert every message as a
     /// row of a ClickHouse table.
     Run(RunArgs),
+    /// Check a configuration without writing anything: connect to the
+    /// brokers and every ClickHouse replica, read the table's schema, and
+    /// decode a sample of messages per topic (nothing is committed). Exits
+    /// non-zero when `run` would fail.
+    Check(CheckArgs),
     /// Produce generated demo events (JSON) into a topic.
     Gen(GenArgs),
+}
+
+/// `spate check`: the flags of `spate run`, plus the sample size.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Messages to sample per topic (from the group's committed offsets,
+    /// or each partition's start).
+    #[arg(long, env = "SPATE_CHECK_SAMPLES", default_value_t = 100)]
+    pub samples: usize,
 }
 
 /// Log output format.

@@ -4,6 +4,7 @@
 //! configuration error. Every failure ends with one line
 //! `spate: error: <what failed and why>` on stderr.
 
+mod check;
 mod cli;
 mod gen;
 mod run;
@@ -68,6 +69,10 @@ fn main() {
         Command::Run(args) => {
             init_logging(&args.log_level, args.log_format);
             run::run(args)
+        }
+        Command::Check(args) => {
+            init_logging(&args.run.log_level, args.run.log_format);
+            check::check(args)
         }
         Command::Gen(args) => {
             init_logging(&args.log_level, LogFormat::Text);

@@ -56,6 +56,17 @@ pub struct Metrics {
     /// `spate_replica_failovers_total{table,shard}`: inserts moved to the
     /// shard's next replica after a connection error or timeout.
     pub replica_failovers: IntCounterVec,
+    /// `spate_high_watermark{topic,partition}`: the partition's end offset
+    /// as the broker last reported it.
+    pub high_watermark: IntGaugeVec,
+    /// `spate_insert_batch_rows{table,shard}`: rows per inserted batch.
+    pub insert_batch_rows: HistogramVec,
+    /// `spate_insert_batch_bytes{table,shard}`: bytes per inserted batch.
+    pub insert_batch_bytes: HistogramVec,
+    /// `spate_uptime_seconds`: seconds since the process started.
+    pub uptime: IntGauge,
+    /// `spate_build_info{version}`: always 1.
+    pub build_info: IntGaugeVec,
 }
 
 /// Names of every exported metric family (for dashboards and their tests).
@@ -79,6 +90,11 @@ pub const METRIC_NAMES: &[&str] = &[
     "spate_replica_rows_inserted_total",
     "spate_replica_errors_total",
     "spate_replica_failovers_total",
+    "spate_high_watermark",
+    "spate_insert_batch_rows",
+    "spate_insert_batch_bytes",
+    "spate_uptime_seconds",
+    "spate_build_info",
 ];
 
 impl Default for Metrics {
@@ -91,6 +107,19 @@ fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCoun
     let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
     r.register(Box::new(c.clone())).expect("unique metric");
     c
+}
+
+fn histogram_vec(
+    r: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+    buckets: Vec<f64>,
+) -> HistogramVec {
+    let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)
+        .expect("valid metric");
+    r.register(Box::new(h.clone())).expect("unique metric");
+    h
 }
 
 fn gauge_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
@@ -107,6 +136,18 @@ impl Metrics {
         let tp = &["topic", "partition"];
         let ts = &["table", "shard"];
         let tsr = &["table", "shard", "replica"];
+        let uptime = IntGauge::new("spate_uptime_seconds", "Seconds since the process started.")
+            .expect("valid metric");
+        r.register(Box::new(uptime.clone())).expect("unique metric");
+        let build_info = gauge_vec(
+            &r,
+            "spate_build_info",
+            "Always 1; the version label says which spate runs.",
+            &["version"],
+        );
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
         let lanes_active = IntGauge::new("spate_lanes_active", "Lanes currently owned by drivers.")
             .expect("valid metric");
         r.register(Box::new(lanes_active.clone()))
@@ -233,6 +274,28 @@ impl Metrics {
                 "Inserts moved to the shard's next replica after a connection error or timeout.",
                 ts,
             ),
+            high_watermark: gauge_vec(
+                &r,
+                "spate_high_watermark",
+                "End offset of the partition as the broker last reported it.",
+                tp,
+            ),
+            insert_batch_rows: histogram_vec(
+                &r,
+                "spate_insert_batch_rows",
+                "Rows per inserted batch.",
+                ts,
+                vec![100.0, 1e3, 5e3, 1e4, 2.5e4, 5e4, 1e5, 2.5e5, 5e5, 1e6],
+            ),
+            insert_batch_bytes: histogram_vec(
+                &r,
+                "spate_insert_batch_bytes",
+                "Bytes per inserted batch.",
+                ts,
+                vec![64e3, 256e3, 1e6, 4e6, 8e6, 16e6, 32e6, 64e6, 128e6],
+            ),
+            uptime,
+            build_info,
             registry: r,
         }
     }
@@ -283,6 +346,14 @@ mod tests {
             .with_label_values(&["db.t", "0", "http://a:8123", "connection"])
             .inc();
         m.replica_failovers.with_label_values(&["db.t", "0"]).inc();
+        m.high_watermark.with_label_values(&["t", "0"]).set(5);
+        m.insert_batch_rows
+            .with_label_values(&["db.t", "1"])
+            .observe(10.0);
+        m.insert_batch_bytes
+            .with_label_values(&["db.t", "1"])
+            .observe(1000.0);
+        m.uptime.set(1);
         let text = m.encode_text();
         for name in METRIC_NAMES {
             assert!(text.contains(&format!("# TYPE {name} ")), "{name} missing");

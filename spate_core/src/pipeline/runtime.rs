@@ -469,7 +469,9 @@ fn spawn_queue_gauges(options: &RuntimeOptions, queues: &[ShardQueues]) {
     // Depth views only: this task must not keep the queues open.
     let views: Vec<_> = queues.iter().map(ShardQueues::depth_view).collect();
     options.io.spawn(async move {
+        let started = Instant::now();
         loop {
+            metrics.uptime.set(started.elapsed().as_secs() as i64);
             for view in &views {
                 // Shards are numbered from 1 in labels, like `shard_num`
                 // in ClickHouse's system.clusters.

@@ -58,6 +58,12 @@ impl Worker {
                         m.bytes_inserted
                             .with_label_values(&labels)
                             .inc_by(chunk.data.len() as u64);
+                        m.insert_batch_rows
+                            .with_label_values(&labels)
+                            .observe(chunk.rows as f64);
+                        m.insert_batch_bytes
+                            .with_label_values(&labels)
+                            .observe(chunk.data.len() as f64);
                         self.shared.inserted_chunks.fetch_add(1, Ordering::AcqRel);
                         self.shared
                             .inserted_rows
