@@ -1,10 +1,12 @@
 //! Admin HTTP server (tokio, on `--admin-addr`): `/metrics`, `/healthz`,
-//! `/readyz`.
+//! `/readyz`. `/healthz` is 503, naming the thread, when a pipeline
+//! thread's loop stops turning ([`crate::health`]).
 //!
 //! A deliberately small HTTP/1.1 responder: GET only, one response per
 //! connection, no keep-alive. It runs on the process's I/O runtime and
 //! reads shared flags; it never touches the pipeline threads.
 
+use crate::health::Liveness;
 use crate::metrics::Metrics;
 use crate::pipeline::SourceReadiness;
 use std::net::SocketAddr;
@@ -22,6 +24,8 @@ pub struct Readiness {
     pub sinks_connected: AtomicBool,
     /// What the last failed sink probe said.
     pub sink_error: Mutex<Option<String>>,
+    /// The pipeline threads' heartbeats (`/healthz`).
+    pub liveness: Arc<Liveness>,
 }
 
 impl Readiness {
@@ -110,7 +114,15 @@ fn route(
 ) -> (&'static str, &'static str, String) {
     match path {
         "/metrics" => ("200 OK", "text/plain; version=0.0.4", metrics.encode_text()),
-        "/healthz" => ("200 OK", "text/plain", "ok\n".to_string()),
+        "/healthz" => {
+            let (healthy, body) = readiness.liveness.report();
+            let status = if healthy {
+                "200 OK"
+            } else {
+                "503 Service Unavailable"
+            };
+            (status, "application/json", body)
+        }
         "/readyz" => {
             let (ready, body) = readiness.report();
             let status = if ready {

@@ -21,6 +21,8 @@
 pub mod admin;
 pub mod checkpoint;
 pub mod error;
+#[cfg(not(loom))]
+pub mod health;
 pub mod metrics;
 #[cfg(not(loom))]
 pub mod pipeline;

@@ -131,7 +131,9 @@ impl KafkaSourceConfig {
                 "queued.max.messages.kbytes",
                 self.prefetch_kbytes.clamp(1024, 65536).to_string(),
             )
-            .set("client.id", "spate");
+            .set("client.id", "spate")
+            // High watermarks for the lag metrics come from the statistics.
+            .set("statistics.interval.ms", "2000");
         for (k, v) in &self.properties {
             c.set(k, v);
         }

@@ -66,6 +66,10 @@ pub(crate) struct SpateContext {
     /// revocation librdkafka runs while closing has nothing left to commit.
     pub(crate) closing: AtomicBool,
     next_lane: AtomicU64,
+    /// Each partition's high watermark from the latest librdkafka
+    /// statistics (the fetch responses' high watermark, which tansu reports
+    /// correctly, unlike ListOffsets).
+    pub(crate) high_watermarks: Mutex<HashMap<PartitionId, i64>>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -82,6 +86,7 @@ impl SpateContext {
             ended,
             closing: AtomicBool::new(false),
             next_lane: AtomicU64::new(0),
+            high_watermarks: Mutex::new(HashMap::new()),
         }
     }
 
@@ -223,6 +228,19 @@ impl ClientContext for SpateContext {
             L::Warning => tracing::warn!(target: "librdkafka", fac, "{log_message}"),
             L::Notice | L::Info => tracing::info!(target: "librdkafka", fac, "{log_message}"),
             L::Debug => tracing::debug!(target: "librdkafka", fac, "{log_message}"),
+        }
+    }
+
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        let mut hw = lock(&self.high_watermarks);
+        for (topic, t) in &statistics.topics {
+            for (&partition, p) in &t.partitions {
+                // Partition -1 is librdkafka's internal UA partition; -1
+                // offsets mean "not known yet".
+                if partition >= 0 && p.hi_offset >= 0 {
+                    hw.insert(PartitionId::new(topic.as_str(), partition), p.hi_offset);
+                }
+            }
         }
     }
 

@@ -330,6 +330,16 @@ impl Source for KafkaSource {
         result
     }
 
+    fn high_watermarks(&mut self) -> Vec<(PartitionId, i64)> {
+        let context = self.consumer.context();
+        let owned = lock(&context.shared);
+        lock(&context.high_watermarks)
+            .iter()
+            .filter(|(p, _)| owned.lanes.contains_key(*p))
+            .map(|(p, &hw)| (p.clone(), hw))
+            .collect()
+    }
+
     fn partition_of(&self, lane: LaneId) -> Option<PartitionId> {
         lock(&self.consumer.context().shared)
             .by_id

@@ -23,6 +23,7 @@
 use super::{DriverEvent, ThreadControl};
 use crate::checkpoint::{AckOutcome, Checkpointer};
 use crate::error::{FatalError, Fault};
+use crate::health::Heartbeat;
 use crate::metrics::Metrics;
 use crate::record::{PartitionId, Watermark};
 use crate::sink::{AckEvent, AckReceiver, DrainReport};
@@ -94,6 +95,8 @@ pub(crate) struct Core<L> {
     /// acknowledged watermarks without stopping anything.
     draining: bool,
     committed: BTreeMap<PartitionId, Watermark>,
+    /// Partitions with per-partition gauges set (removed once not owned).
+    gauged: HashSet<PartitionId>,
     metrics: Arc<Metrics>,
     readiness: Arc<SourceReadiness>,
     config: ControllerConfig,
@@ -105,6 +108,7 @@ pub(crate) struct Controller<S: Source> {
     shutdown: Arc<AtomicBool>,
     to_main: Sender<ToMain>,
     from_main: Receiver<FromMain>,
+    heartbeat: Heartbeat,
 }
 
 impl<S: Source> Controller<S> {
@@ -120,6 +124,7 @@ impl<S: Source> Controller<S> {
         metrics: Arc<Metrics>,
         readiness: Arc<SourceReadiness>,
         config: ControllerConfig,
+        heartbeat: Heartbeat,
     ) -> Self {
         let n = drivers.len();
         Self {
@@ -136,6 +141,7 @@ impl<S: Source> Controller<S> {
                 drained: false,
                 draining: false,
                 committed: BTreeMap::new(),
+                gauged: HashSet::new(),
                 metrics,
                 readiness,
                 config,
@@ -143,11 +149,15 @@ impl<S: Source> Controller<S> {
             shutdown,
             to_main,
             from_main,
+            heartbeat,
         }
     }
 
     pub(crate) fn run(mut self) -> ControllerExit {
         self.consume();
+        // The shutdown sequence is bounded by its own deadline; liveness
+        // watches the steady state.
+        self.heartbeat.finish();
         self.drain_and_stop()
     }
 
@@ -155,6 +165,7 @@ impl<S: Source> Controller<S> {
     fn consume(&mut self) {
         let mut next_commit = Instant::now() + self.core.config.commit_interval;
         loop {
+            self.heartbeat.beat();
             if self.shutdown.load(Ordering::Acquire) {
                 tracing::info!("shutdown requested; draining");
                 return;
@@ -187,6 +198,7 @@ impl<S: Source> Controller<S> {
             self.core.apply_acks();
             if Instant::now() >= next_commit {
                 self.core.commit(&mut self.source, false);
+                self.core.update_partition_gauges(&mut self.source);
                 next_commit = Instant::now() + self.core.config.commit_interval;
             }
         }
@@ -450,6 +462,41 @@ impl<L: Lane> Core<L> {
         }
     }
 
+    /// High watermark and lag per owned partition; the gauges of
+    /// partitions no longer owned are removed, so a group's members sum up
+    /// without counting a partition twice.
+    fn update_partition_gauges<S: Source<Lane = L>>(&mut self, source: &mut S) {
+        let owned: HashSet<&PartitionId> = self.home.values().map(|(_, p)| p).collect();
+        for (p, hw) in source.high_watermarks() {
+            if !owned.contains(&p) {
+                continue;
+            }
+            let labels = [&*p.topic, &p.partition.to_string()];
+            self.metrics
+                .high_watermark
+                .with_label_values(&labels)
+                .set(hw);
+            if let Some(c) = self.committed.get(&p) {
+                self.metrics
+                    .consumer_lag
+                    .with_label_values(&labels)
+                    .set((hw - c.0).max(0));
+            }
+            self.gauged.insert(p);
+        }
+        let metrics = &self.metrics;
+        self.gauged.retain(|p| {
+            if owned.contains(p) {
+                return true;
+            }
+            let labels = [&*p.topic, &p.partition.to_string()];
+            let _ = metrics.high_watermark.remove_label_values(&labels);
+            let _ = metrics.consumer_lag.remove_label_values(&labels);
+            let _ = metrics.committed_offset.remove_label_values(&labels);
+            false
+        });
+    }
+
     fn committed_ok(&mut self, watermarks: &[(PartitionId, Watermark)]) {
         self.metrics.commits.with_label_values(&["ok"]).inc();
         for (p, w) in watermarks {
@@ -457,6 +504,7 @@ impl<L: Lane> Core<L> {
                 .committed_offset
                 .with_label_values(&[&*p.topic, &p.partition.to_string()])
                 .set(w.0);
+            self.gauged.insert(p.clone());
             let e = self.committed.entry(p.clone()).or_insert(*w);
             if *w > *e {
                 *e = *w;

@@ -14,6 +14,7 @@
 use super::{DriverEvent, ThreadControl};
 use crate::checkpoint::PendingGate;
 use crate::error::{ChainError, FatalError, Fault};
+use crate::health::Heartbeat;
 use crate::metrics::Metrics;
 use crate::pipeline::builder::Chain;
 use crate::sink::ShardQueues;
@@ -55,6 +56,7 @@ pub(crate) struct Driver<L: Lane> {
     queues: ShardQueues,
     metrics: Arc<Metrics>,
     config: DriverConfig,
+    heartbeat: Heartbeat,
     /// A fatal error was reported; only control messages are served now.
     failed: bool,
     turn: usize,
@@ -75,6 +77,7 @@ impl<L: Lane> Driver<L> {
         queues: ShardQueues,
         metrics: Arc<Metrics>,
         config: DriverConfig,
+        heartbeat: Heartbeat,
     ) -> Self {
         Self {
             index,
@@ -85,6 +88,7 @@ impl<L: Lane> Driver<L> {
             queues,
             metrics,
             config,
+            heartbeat,
             failed: false,
             turn: 0,
         }
@@ -93,9 +97,16 @@ impl<L: Lane> Driver<L> {
     /// The driver loop; returns when told to shut down or when its control
     /// channel is gone.
     pub(crate) fn run(mut self) {
+        let heartbeat = self.heartbeat.clone();
+        self.turn_loop();
+        heartbeat.finish();
+    }
+
+    fn turn_loop(&mut self) {
         let idle_min = Duration::from_micros(50);
         let mut idle = idle_min;
         loop {
+            self.heartbeat.beat();
             loop {
                 match self.control.try_recv() {
                     Ok(msg) => {
@@ -390,7 +401,20 @@ mod tests {
             poll_batch: 50,
             idle_max: Duration::from_millis(1),
         };
-        let driver = Driver::new(0, chain, control_rx, events_tx, queues, metrics, config);
+        let live = Arc::new(crate::health::Liveness::new(
+            vec!["driver-0".into()],
+            Duration::from_secs(60),
+        ));
+        let driver = Driver::new(
+            0,
+            chain,
+            control_rx,
+            events_tx,
+            queues,
+            metrics,
+            config,
+            live.heartbeat("driver-0"),
+        );
         let thread = std::thread::spawn(move || driver.run());
         let data = || {
             (0..ROWS)

@@ -264,6 +264,10 @@ impl RowEncode for LineEncoder {
         if payload.starts_with(b"panic") {
             panic!("encoder panicked on purpose");
         }
+        if payload.starts_with(b"hang") {
+            // A stuck driver, for the liveness test.
+            std::thread::sleep(std::time::Duration::from_secs(2));
+        }
         out.extend_from_slice(payload);
         out.push(b'\n');
         Ok(())

@@ -14,6 +14,7 @@ use super::driver::{Driver, DriverConfig};
 use super::{DriverEvent, ExitReport, ExitState, FatalErrorReport, SinkRuntime, ThreadControl};
 use crate::admin::{self, Readiness};
 use crate::error::{FatalError, Fault};
+use crate::health::Liveness;
 use crate::metrics::{Metrics, METRIC_NAMES};
 use crate::pipeline::BuildError;
 use crate::sink::{DrainReport, ShardQueues};
@@ -50,6 +51,8 @@ pub struct RuntimeOptions {
     pub admin_addr: Option<SocketAddr>,
     /// Sink probe period.
     pub probe_interval: Duration,
+    /// A pipeline thread silent this long is reported by `/healthz`.
+    pub stall_timeout: Duration,
     /// The I/O runtime (admin server, probes, sink workers).
     pub io: tokio::runtime::Handle,
     /// Metrics registry.
@@ -71,6 +74,7 @@ impl RuntimeOptions {
             pending_ceiling: 2_000_000,
             admin_addr: None,
             probe_interval: Duration::from_secs(5),
+            stall_timeout: Duration::from_secs(60),
             io,
             metrics: Arc::new(Metrics::new()),
         }
@@ -168,6 +172,10 @@ impl PipelineRuntime {
         };
         let mut driver_txs = Vec::new();
         let mut drivers = Vec::new();
+        let thread_names = std::iter::once("controller".to_string())
+            .chain((0..options.drivers.max(1)).map(|d| format!("driver-{d}")))
+            .collect();
+        let liveness = Arc::new(Liveness::new(thread_names, options.stall_timeout));
         let config = DriverConfig {
             poll_batch: options.poll_batch.max(1),
             idle_max: Duration::from_millis(5),
@@ -189,6 +197,7 @@ impl PipelineRuntime {
                 sink.queues[0].clone(),
                 metrics.clone(),
                 config,
+                liveness.heartbeat(&format!("driver-{thread}")),
             );
             let events = event_tx.clone();
             let core = cores.get(thread % cores.len().max(1)).copied();
@@ -222,7 +231,10 @@ impl PipelineRuntime {
         }
         drop(event_tx);
 
-        let readiness = Arc::new(Readiness::default());
+        let readiness = Arc::new(Readiness {
+            liveness: liveness.clone(),
+            ..Readiness::default()
+        });
         let shutdown = ShutdownHandle::default();
         let (to_main_tx, to_main_rx) = unbounded();
         let (from_main_tx, from_main_rx) = unbounded();
@@ -243,6 +255,7 @@ impl PipelineRuntime {
                 revoke_timeout: options.revoke_timeout,
                 pending_ceiling: options.pending_ceiling,
             },
+            liveness.heartbeat("controller"),
         );
         drop(acks.0);
         let controller = std::thread::Builder::new()

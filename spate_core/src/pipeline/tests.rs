@@ -353,3 +353,81 @@ fn final_commit_refused_by_a_rebalance_is_retried_after_serving_the_source() {
         assert_eq!(w.0, 500, "{p}");
     }
 }
+
+/// GET `path` from the admin server: (status line, body); `None` if it
+/// does not answer.
+fn admin_get(addr: std::net::SocketAddr, path: &str) -> Option<(String, String)> {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let (head, body) = out.split_once("\r\n\r\n")?;
+    Some((head.lines().next()?.to_string(), body.to_string()))
+}
+
+/// Requests shutdown when dropped, so a failing watcher thread cannot
+/// leave the runtime running forever.
+struct StopOnDrop(ShutdownHandle);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.shutdown();
+    }
+}
+
+#[test]
+fn a_stalled_driver_turns_healthz_503_naming_it() {
+    let io = io();
+    let mut d = data(2, 200);
+    d[0][100] = b"hang".to_vec();
+    let source = FakeSource::new(d, false);
+    let sink = recording_sink(io.handle(), 1 << 20);
+    let mut opts = options(&io);
+    opts.stall_timeout = Duration::from_millis(300);
+    opts.admin_addr = Some("127.0.0.1:0".parse().unwrap());
+    let runtime = start(source, sink, opts, 10);
+    let addr = runtime.admin_addr().expect("admin server");
+    let stop = StopOnDrop(runtime.shutdown_handle());
+    let watcher = std::thread::spawn(move || {
+        let _stop = stop;
+        let wait = |want: &str| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            let mut last = None;
+            loop {
+                if let Some((status, body)) = admin_get(addr, "/healthz") {
+                    if status.contains(want) {
+                        return body;
+                    }
+                    last = Some((status, body));
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "/healthz never answered {want}; last: {last:?}"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        };
+        let stalled = wait("503");
+        // Recovers once the driver's loop turns again.
+        let recovered = wait("200");
+        (stalled, recovered)
+    });
+    let report = runtime.run(never());
+    let (stalled, recovered) = watcher.join().expect("watcher");
+    assert!(
+        stalled.contains("\"healthy\":false") && stalled.contains("\"thread\":\"driver-"),
+        "the stalled driver is named: {stalled}"
+    );
+    assert!(
+        !stalled.contains("controller"),
+        "only the driver stalled: {stalled}"
+    );
+    assert!(recovered.contains("\"stalled\":[]"), "{recovered}");
+    assert!(
+        matches!(report.state, ExitState::Completed),
+        "{:?}",
+        report.state
+    );
+}

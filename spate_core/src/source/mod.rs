@@ -167,4 +167,10 @@ pub trait Source: Send + 'static {
 
     /// The partition a live lane reads, if the source still knows it.
     fn partition_of(&self, lane: LaneId) -> Option<PartitionId>;
+
+    /// The latest known end offset (high watermark) of partitions this
+    /// source reads, for the lag metrics. Default: none known.
+    fn high_watermarks(&mut self) -> Vec<(PartitionId, i64)> {
+        Vec::new()
+    }
 }

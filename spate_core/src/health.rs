@@ -1,0 +1,159 @@
+//! Liveness: every pipeline thread's heartbeat, for `/healthz`.
+//!
+//! The controller and each driver beat once per loop turn (their loops
+//! never block for long: sources are polled with a timeout, drivers wait
+//! on their control channel with a short timeout, queues are unbounded).
+//! A thread whose last beat is older than the stall limit is reported by
+//! name; a thread that finished its loop is not. A beat is one clock read
+//! and one relaxed atomic store.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const FINISHED: u64 = u64::MAX;
+
+#[derive(Debug)]
+struct Beat {
+    name: String,
+    /// Milliseconds since `Liveness::started` at the last beat, or
+    /// `FINISHED`.
+    last_ms: AtomicU64,
+}
+
+/// The heartbeats of a runtime's threads.
+#[derive(Debug)]
+pub struct Liveness {
+    started: Instant,
+    stall_after: Duration,
+    beats: Vec<Beat>,
+}
+
+impl Default for Liveness {
+    /// No threads: always healthy.
+    fn default() -> Self {
+        Self::new(Vec::new(), Duration::from_secs(60))
+    }
+}
+
+/// One thread's end of [`Liveness`].
+#[derive(Clone, Debug)]
+pub struct Heartbeat {
+    live: Arc<Liveness>,
+    index: usize,
+}
+
+impl Heartbeat {
+    /// The thread is alive now.
+    pub fn beat(&self) {
+        let ms = self.live.started.elapsed().as_millis() as u64;
+        self.live.beats[self.index]
+            .last_ms
+            .store(ms.min(FINISHED - 1), Ordering::Relaxed);
+    }
+
+    /// The thread left its loop on purpose; never report it stalled.
+    pub fn finish(&self) {
+        self.live.beats[self.index]
+            .last_ms
+            .store(FINISHED, Ordering::Relaxed);
+    }
+}
+
+impl Liveness {
+    /// Threads `names`, each reported stalled after `stall_after` without
+    /// a beat. Every thread counts as just beaten.
+    #[must_use]
+    pub fn new(names: Vec<String>, stall_after: Duration) -> Self {
+        Self {
+            started: Instant::now(),
+            stall_after,
+            beats: names
+                .into_iter()
+                .map(|name| Beat {
+                    name,
+                    last_ms: AtomicU64::new(0),
+                })
+                .collect(),
+        }
+    }
+
+    /// The heartbeat of thread `name`.
+    ///
+    /// # Panics
+    /// If `name` is not one of the names given to [`Liveness::new`].
+    #[must_use]
+    pub fn heartbeat(self: &Arc<Self>, name: &str) -> Heartbeat {
+        let index = self
+            .beats
+            .iter()
+            .position(|b| b.name == name)
+            .unwrap_or_else(|| panic!("no thread {name} in the liveness table"));
+        Heartbeat {
+            live: self.clone(),
+            index,
+        }
+    }
+
+    /// Threads silent for longer than the stall limit, with how long.
+    #[must_use]
+    pub fn stalled(&self) -> Vec<(&str, Duration)> {
+        let now = self.started.elapsed().as_millis() as u64;
+        self.beats
+            .iter()
+            .filter_map(|b| {
+                let last = b.last_ms.load(Ordering::Relaxed);
+                let silent = Duration::from_millis(now.saturating_sub(last));
+                (last != FINISHED && silent > self.stall_after).then_some((b.name.as_str(), silent))
+            })
+            .collect()
+    }
+
+    /// `(healthy, JSON body)` for `/healthz`.
+    #[must_use]
+    pub fn report(&self) -> (bool, String) {
+        let stalled = self.stalled();
+        let list: Vec<String> = stalled
+            .iter()
+            .map(|(name, silent)| {
+                format!(
+                    "{{\"thread\":\"{name}\",\"silent_ms\":{}}}",
+                    silent.as_millis()
+                )
+            })
+            .collect();
+        let body = format!(
+            "{{\"healthy\":{},\"stall_after_ms\":{},\"stalled\":[{}]}}\n",
+            stalled.is_empty(),
+            self.stall_after.as_millis(),
+            list.join(",")
+        );
+        (stalled.is_empty(), body)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_silent_thread_is_named_until_it_beats_or_finishes() {
+        let live = Arc::new(Liveness::new(
+            vec!["controller".into(), "driver-0".into()],
+            Duration::from_millis(30),
+        ));
+        let (c, d) = (live.heartbeat("controller"), live.heartbeat("driver-0"));
+        assert!(live.report().0);
+        std::thread::sleep(Duration::from_millis(60));
+        c.beat();
+        let (healthy, body) = live.report();
+        assert!(!healthy);
+        assert!(
+            body.contains("\"thread\":\"driver-0\"") && !body.contains("controller"),
+            "{body}"
+        );
+        d.finish();
+        assert!(live.report().0, "a finished thread is not stalled");
+        assert!(Arc::new(Liveness::default()).report().0);
+    }
+}
