@@ -21,9 +21,17 @@ use std::time::{Duration, Instant};
 /// How long start-up keeps trying to reach ClickHouse before giving up.
 const STARTUP_RETRY: Duration = Duration::from_secs(30);
 
-pub fn run(args: RunArgs) -> Result<(), Exit> {
+/// What `run` and `check` derive from the flags before contacting
+/// anything; every mistake is a usage error (exit 2).
+pub(crate) struct Validated {
+    pub table: TableRef,
+    pub kafka: KafkaSourceConfig,
+    pub topology: TopologySource,
+}
+
+pub(crate) fn validate(args: &RunArgs) -> Result<Validated, Exit> {
     let table = TableRef::parse(&args.table).map_err(|e| Exit::usage(e.to_string()))?;
-    let kafka = kafka_config(&args)?;
+    let kafka = kafka_config(args)?;
     kafka.validate().map_err(|e| Exit::usage(e.to_string()))?;
     if args.batch_rows == 0 {
         return Err(Exit::usage("--batch-rows must be at least 1"));
@@ -40,6 +48,35 @@ pub fn run(args: RunArgs) -> Result<(), Exit> {
     if args.drivers == Some(0) {
         return Err(Exit::usage("--drivers must be at least 1"));
     }
+    if !args.shard_weights.is_empty() && args.shards.is_empty() {
+        return Err(Exit::usage(
+            "--shard-weights needs --shard flags (with --cluster, weights come from system.clusters)",
+        ));
+    }
+    let topology = match (&args.clickhouse_url, &args.cluster) {
+        (Some(url), Some(name)) => TopologySource::Cluster {
+            url: url.clone(),
+            name: name.clone(),
+        },
+        (Some(url), None) => TopologySource::Single(url.clone()),
+        (None, _) => TopologySource::Shards(
+            Topology::from_flags(&args.shards, &args.shard_weights)
+                .map_err(|e| Exit::usage(e.to_string()))?,
+        ),
+    };
+    Ok(Validated {
+        table,
+        kafka,
+        topology,
+    })
+}
+
+pub fn run(args: RunArgs) -> Result<(), Exit> {
+    let Validated {
+        table,
+        kafka,
+        topology,
+    } = validate(&args)?;
     let io = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("spate-io")
@@ -59,20 +96,6 @@ pub fn run(args: RunArgs) -> Result<(), Exit> {
         );
     }
     let high_water = budget.queue_high_water;
-    if !args.shard_weights.is_empty() && args.shards.is_empty() {
-        return Err(Exit::usage("--shard-weights needs --shard flags (with --cluster, weights come from system.clusters)"));
-    }
-    let topology = match (&args.clickhouse_url, &args.cluster) {
-        (Some(url), Some(name)) => TopologySource::Cluster {
-            url: url.clone(),
-            name: name.clone(),
-        },
-        (Some(url), None) => TopologySource::Single(url.clone()),
-        (None, _) => TopologySource::Shards(
-            Topology::from_flags(&args.shards, &args.shard_weights)
-                .map_err(|e| Exit::usage(e.to_string()))?,
-        ),
-    };
     let spec = SinkSpec {
         topology,
         shard_key: args.shard_key.clone(),
@@ -171,7 +194,7 @@ impl Budget {
     }
 }
 
-fn kafka_config(args: &RunArgs) -> Result<KafkaSourceConfig, Exit> {
+pub(crate) fn kafka_config(args: &RunArgs) -> Result<KafkaSourceConfig, Exit> {
     let mut kafka = KafkaSourceConfig {
         brokers: args.brokers.clone(),
         topics: args.topics.clone(),

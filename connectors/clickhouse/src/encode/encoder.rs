@@ -573,3 +573,129 @@ fn write_metadata(
         Source::Json => Ok(()),
     }
 }
+
+/// Column-by-column checking, for `spate check`: unlike
+/// [`RowEncoder::encode`], which stops at the first failing column, every
+/// column is tried on its own, so a report can count per column.
+impl RowEncoder {
+    /// Try each insert column of `msg` on its own. `Err` when the message as
+    /// a whole cannot be encoded (no payload, not UTF-8, not a JSON object,
+    /// an unknown key in strict mode): then every column fails with it.
+    /// Otherwise `results` is replaced by one entry per insert column, in
+    /// [`insert_columns`](Self::insert_columns) order. Not allocation-free:
+    /// meant for samples, not for the pipeline.
+    pub fn check_columns(
+        &mut self,
+        msg: &Message<'_>,
+        results: &mut Vec<Result<(), RowError>>,
+    ) -> Result<(), RowError> {
+        results.clear();
+        let mut row = Vec::new();
+        match self.encode(msg, &mut row) {
+            Ok(()) => {
+                results.resize(self.plans.len(), Ok(()));
+                return Ok(());
+            }
+            Err(e) if e.column.is_none() => return Err(e),
+            Err(_) => {}
+        }
+        // `encode` got past the payload checks and the scan, so the spans
+        // describe this payload; retry each column alone.
+        let b = msg.payload.unwrap_or_default();
+        for (i, p) in self.plans.iter().enumerate() {
+            row.clear();
+            let res = match p.source {
+                Source::Json => {
+                    match self.spans[i].filter(|(s, _)| p.nullable || b.get(*s) != Some(&b'n')) {
+                        Some((s, e)) => write_value(&p.ty, &b[s..e], &mut row, &mut self.scratch),
+                        // A missing key or a null becomes the zero value or
+                        // the DEFAULT: always insertable.
+                        None => Ok(()),
+                    }
+                }
+                source => write_metadata(source, &p.ty, msg, &mut row),
+            };
+            results.push(res.map_err(|f| RowError::new(Some(&p.name), &f.value, f.reason)));
+        }
+        Ok(())
+    }
+
+    /// Whether insert column `index` is filled from the Kafka message's
+    /// metadata (`_topic`, `_partition`, `_offset`, `_timestamp`, `_key`)
+    /// rather than from its JSON.
+    #[must_use]
+    pub fn is_metadata_column(&self, index: usize) -> bool {
+        self.plans
+            .get(index)
+            .is_some_and(|p| p.source != Source::Json)
+    }
+}
+
+#[cfg(test)]
+mod check_columns_tests {
+    use super::*;
+    use crate::types::parse_type;
+
+    fn encoder() -> RowEncoder {
+        let col = |name: &str, ty: &str| Column {
+            name: name.into(),
+            ty: parse_type(ty).unwrap(),
+            default_kind: DefaultKind::None,
+        };
+        let cols = [
+            col("n", "UInt64"),
+            col("s", "String"),
+            col("d", "Date"),
+            col("_offset", "UInt64"),
+        ];
+        RowEncoder::new(&cols, EncoderOptions::default()).unwrap()
+    }
+
+    fn check(payload: Option<&str>) -> Result<Vec<Result<(), RowError>>, RowError> {
+        let msg = Message {
+            topic: "t",
+            partition: 0,
+            offset: 7,
+            timestamp_ms: None,
+            key: None,
+            payload: payload.map(str::as_bytes),
+        };
+        let mut out = vec![Ok(()); 9];
+        encoder().check_columns(&msg, &mut out).map(|()| out)
+    }
+
+    #[test]
+    fn every_failing_column_is_reported() {
+        let r = check(Some(r#"{"n": "abc", "s": 1, "d": "nope"}"#)).unwrap();
+        assert_eq!(r.len(), 4);
+        let n = r[0].as_ref().unwrap_err();
+        assert_eq!(
+            (n.column.as_deref(), n.value.as_str()),
+            (Some("n"), "\"abc\"")
+        );
+        assert!(r[1].is_ok());
+        assert_eq!(r[2].as_ref().unwrap_err().column.as_deref(), Some("d"));
+        assert!(r[3].is_ok());
+    }
+
+    #[test]
+    fn good_and_missing_values_decode() {
+        let r = check(Some(r#"{"n": 5, "s": "x"}"#)).unwrap();
+        assert!(r.len() == 4 && r.iter().all(Result::is_ok));
+    }
+
+    #[test]
+    fn undecodable_messages_fail_as_a_whole() {
+        for bad in [Some("not json"), Some("[1]"), None] {
+            let e = check(bad).unwrap_err();
+            assert_eq!(e.column, None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn metadata_columns_are_known() {
+        let e = encoder();
+        let meta: Vec<bool> = (0..5).map(|i| e.is_metadata_column(i)).collect();
+        assert_eq!(meta, [false, false, false, true, false]);
+    }
+}
