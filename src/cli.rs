@@ -155,6 +155,13 @@ pub struct RunArgs {
     /// Serve Prometheus /metrics, /healthz and /readyz on this address.
     #[arg(long, env = "SPATE_ADMIN_ADDR")]
     pub admin_addr: Option<SocketAddr>,
+    /// How often /readyz probes every ClickHouse replica.
+    #[arg(long, env = "SPATE_PROBE_INTERVAL", default_value = "5s", value_parser = parse_duration)]
+    pub probe_interval: Duration,
+    /// /healthz reports a pipeline thread whose loop has not turned for
+    /// this long.
+    #[arg(long, env = "SPATE_STALL_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub stall_timeout: Duration,
     /// librdkafka property KEY=VALUE, applied after spate's defaults
     /// (repeatable; in SPATE_PROPERTY separate them with `;`).
     #[arg(short = 'X', long = "property", env = "SPATE_PROPERTY", value_name = "KEY=VALUE", value_parser = parse_property, value_delimiter = ';')]

@@ -141,6 +141,8 @@ pub fn run(args: RunArgs) -> Result<(), Exit> {
     options.shutdown_timeout = args.shutdown_timeout;
     options.revoke_timeout = kafka.revoke_timeout;
     options.admin_addr = args.admin_addr;
+    options.probe_interval = args.probe_interval;
+    options.stall_timeout = args.stall_timeout;
     options.metrics = metrics;
     // A lane may have at most this many rows dispatched and unacknowledged:
     // a few batches' worth, so one partition cannot hog the budget.

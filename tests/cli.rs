@@ -37,6 +37,8 @@ const RUN_FLAGS: &[(&str, &str, Option<&str>)] = &[
     ("--revoke-timeout", "SPATE_REVOKE_TIMEOUT", Some("")),
     ("--insert-timeout", "SPATE_INSERT_TIMEOUT", Some("30s")),
     ("--admin-addr", "SPATE_ADMIN_ADDR", None),
+    ("--probe-interval", "SPATE_PROBE_INTERVAL", Some("5s")),
+    ("--stall-timeout", "SPATE_STALL_TIMEOUT", Some("60s")),
     ("-X", "SPATE_PROPERTY", None),
     ("--log-format", "SPATE_LOG_FORMAT", Some("text")),
     ("--log-level", "SPATE_LOG_LEVEL", Some("info")),
