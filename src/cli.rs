@@ -20,11 +20,13 @@ pub struct Cli {
 pub enum Command {
     /// Consume topics with a consumer group and insert every message as a
     /// row of a ClickHouse table.
+    #[command(args_override_self = true)]
     Run(RunArgs),
     /// Check a configuration without writing anything: connect to the
     /// brokers and every ClickHouse replica, read the table's schema, and
     /// decode a sample of messages per topic (nothing is committed). Exits
     /// non-zero when `run` would fail.
+    #[command(args_override_self = true)]
     Check(CheckArgs),
     /// Produce generated demo events (JSON) into a topic.
     Gen(GenArgs),
@@ -52,6 +54,14 @@ pub enum LogFormat {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
+    /// TOML file with the settings of one or more pipelines (see the
+    /// README); flags and SPATE_* variables override it.
+    #[arg(long, env = "SPATE_CONFIG", value_name = "FILE")]
+    pub config: Option<String>,
+    /// Print the effective configuration of every pipeline (secrets
+    /// masked) and exit.
+    #[arg(long)]
+    pub print_config: bool,
     /// Kafka bootstrap brokers, HOST:PORT[,HOST:PORT...].
     #[arg(long, env = "SPATE_BROKERS")]
     pub brokers: String,

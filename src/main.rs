@@ -6,6 +6,7 @@
 
 mod check;
 mod cli;
+mod config;
 mod gen;
 mod run;
 mod units;
@@ -54,7 +55,18 @@ fn init_logging(level: &str, format: LogFormat) {
 }
 
 fn main() {
-    let cli = match Cli::try_parse() {
+    let argv: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    if let Err(exit) = dispatch(argv) {
+        eprintln!("spate: error: {}", exit.message.replace('\n', " "));
+        std::process::exit(exit.code);
+    }
+}
+
+/// Parse one argument vector; clap's own errors (and --help) exit here.
+fn parse(argv: &[String]) -> Cli {
+    match Cli::try_parse_from(argv) {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => e.exit(), // --help, --version
         Err(e) => {
@@ -64,23 +76,50 @@ fn main() {
             eprintln!("spate: error: {}", first.trim_start_matches("error: "));
             std::process::exit(2);
         }
-    };
-    let result = match cli.command {
-        Command::Run(args) => {
-            init_logging(&args.log_level, args.log_format);
-            run::run(args)
-        }
-        Command::Check(args) => {
-            init_logging(&args.run.log_level, args.run.log_format);
-            check::check(args)
-        }
-        Command::Gen(args) => {
-            init_logging(&args.log_level, LogFormat::Text);
-            gen::run(args)
-        }
-    };
-    if let Err(exit) = result {
-        eprintln!("spate: error: {}", exit.message.replace('\n', " "));
-        std::process::exit(exit.code);
     }
+}
+
+fn dispatch(argv: Vec<String>) -> Result<(), Exit> {
+    let expanded = config::expand(argv)?;
+    let mut runs = Vec::new();
+    let mut checks = Vec::new();
+    for e in expanded {
+        match parse(&e.argv).command {
+            Command::Run(args) => runs.push((e.name, args)),
+            Command::Check(args) => checks.push((e.name, args)),
+            Command::Gen(args) => {
+                init_logging(&args.log_level, LogFormat::Text);
+                return gen::run(args);
+            }
+        }
+    }
+    if let Some((_, first)) = runs.first() {
+        init_logging(&first.log_level, first.log_format);
+        return run::run(runs);
+    }
+    if let Some((_, first)) = checks.first() {
+        init_logging(&first.run.log_level, first.run.log_format);
+    }
+    // Check every pipeline; the worst outcome decides the exit.
+    let several = checks.len() > 1;
+    let mut worst: Option<Exit> = None;
+    for (name, args) in checks {
+        if several {
+            println!("== pipeline {name} ==");
+        }
+        if let Err(e) = check::check(args) {
+            let e = if several {
+                Exit {
+                    code: e.code,
+                    message: format!("pipeline {name}: {}", e.message),
+                }
+            } else {
+                e
+            };
+            if worst.as_ref().is_none_or(|w| e.code > w.code) {
+                worst = Some(e);
+            }
+        }
+    }
+    worst.map_or(Ok(()), Err)
 }

@@ -6,14 +6,15 @@
 use crate::cli::RunArgs;
 use crate::Exit;
 use spate_clickhouse::{
-    ChClientOptions, RetryPolicy, SinkPool, SinkSpec, TableRef, Topology, TopologySource,
+    ChClientOptions, PreparedSink, RetryPolicy, SinkPool, SinkSpec, TableRef, Topology,
+    TopologySource,
 };
 use spate_core::metrics::Metrics;
 use spate_core::pipeline::{
     Chain, ChainCtx, ChainFactory, EncodeChain, ExitState, Pipeline, PipelineRuntime,
-    RuntimeOptions, SinkOptions,
+    RuntimeOptions, SinkOptions, TopicChains,
 };
-use spate_core::sink::{ack_channel, BatchLimits};
+use spate_core::sink::{ack_channel, BatchLimits, ShardQueues};
 use spate_kafka::{KafkaSource, KafkaSourceConfig};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -71,12 +72,52 @@ pub(crate) fn validate(args: &RunArgs) -> Result<Validated, Exit> {
     })
 }
 
-pub fn run(args: RunArgs) -> Result<(), Exit> {
-    let Validated {
-        table,
-        kafka,
-        topology,
-    } = validate(&args)?;
+/// The pipeline `name`'s error, named when there are several.
+fn in_pipeline(name: &str, several: bool) -> impl Fn(Exit) -> Exit + '_ {
+    move |e| {
+        if several {
+            Exit {
+                code: e.code,
+                message: format!("pipeline {name}: {}", e.message),
+            }
+        } else {
+            e
+        }
+    }
+}
+
+/// Run one or more pipelines (from `--config`, or the one the flags
+/// describe) in one process: one consumer group for all their topics,
+/// shared drivers and memory budget, each pipeline's own table, shards and
+/// batching. Process-wide settings come from the first pipeline's
+/// arguments (they are the same in all of them).
+pub fn run(pipelines: Vec<(String, RunArgs)>) -> Result<(), Exit> {
+    let several = pipelines.len() > 1;
+    let args = &pipelines
+        .first()
+        .ok_or_else(|| Exit::usage("no pipeline configured"))?
+        .1;
+    let mut validated = Vec::with_capacity(pipelines.len());
+    let mut owner: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
+    for (name, a) in &pipelines {
+        validated.push(validate(a).map_err(in_pipeline(name, several))?);
+        for t in &a.topics {
+            if let Some(other) = owner.insert(t, name) {
+                return Err(Exit::usage(format!(
+                    "topic {t} is in pipelines {other} and {name}; a topic feeds one pipeline"
+                )));
+            }
+        }
+    }
+    if args.print_config {
+        print!("{}", effective_config(&pipelines));
+        return Ok(());
+    }
+    let mut kafka = validated[0].kafka.clone();
+    kafka.topics = pipelines
+        .iter()
+        .flat_map(|(_, a)| a.topics.clone())
+        .collect();
     let io = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("spate-io")
@@ -88,52 +129,106 @@ pub fn run(args: RunArgs) -> Result<(), Exit> {
     let drivers = args
         .drivers
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
-    let budget = Budget::split(args.max_buffered_bytes, args.batch_bytes, drivers);
-    if budget.batch_bytes < args.batch_bytes {
-        tracing::info!(
-            batch_bytes = budget.batch_bytes,
-            "--batch-bytes lowered so {drivers} drivers' open batches fit in a quarter of --max-buffered-bytes"
-        );
+    let mut prepared = Vec::with_capacity(pipelines.len());
+    for ((name, a), v) in pipelines.iter().zip(&validated) {
+        let spec = SinkSpec {
+            topology: v.topology.clone(),
+            shard_key: a.shard_key.clone(),
+            user: a.user.clone(),
+            password: a.password.clone(),
+            table: v.table.clone(),
+            strict: a.strict,
+            client: ChClientOptions {
+                connect_timeout: Duration::from_secs(10),
+                insert_timeout: a.insert_timeout,
+            },
+            retry: RetryPolicy::default(),
+            workers_per_shard: a.insert_workers.max(1),
+            // Queue marks are set for all sinks together below.
+            high_water_bytes: 0,
+            low_water_bytes: 0,
+        };
+        prepared.push(prepare_sink(&io, &spec, &metrics).map_err(in_pipeline(name, several))?);
     }
-    let high_water = budget.queue_high_water;
-    let spec = SinkSpec {
-        topology,
-        shard_key: args.shard_key.clone(),
-        user: args.user.clone(),
-        password: args.password.clone(),
-        table: table.clone(),
-        strict: args.strict,
-        client: ChClientOptions {
-            connect_timeout: Duration::from_secs(10),
-            insert_timeout: args.insert_timeout,
-        },
-        retry: RetryPolicy::default(),
-        workers_per_shard: args.insert_workers.max(1),
-        high_water_bytes: high_water,
-        low_water_bytes: high_water / 2,
+    let total_shards: usize = prepared.iter().map(PreparedSink::shards).sum();
+    let budget = Budget::split(args.max_buffered_bytes, drivers, total_shards);
+    let (queues, receivers) = ShardQueues::new(
+        total_shards,
+        budget.shard_high_water,
+        budget.shard_high_water / 2,
+    );
+    let mut receivers = receivers.into_iter();
+    let mut offset = 0;
+    let mut pools = Vec::with_capacity(prepared.len());
+    let mut routes = Vec::with_capacity(prepared.len());
+    for (p, (_, a)) in prepared.into_iter().zip(&pipelines) {
+        let n = p.shards();
+        let pool = p.spawn(
+            &queues,
+            receivers.by_ref().take(n).collect(),
+            offset,
+            io.handle(),
+            &acks.0,
+        );
+        offset += n;
+        let batch_bytes = a.batch_bytes.min(budget.batch_bytes);
+        if batch_bytes < a.batch_bytes {
+            tracing::info!(
+                batch_bytes,
+                "--batch-bytes lowered so {drivers} drivers' open batches for {total_shards} shards fit in a quarter of --max-buffered-bytes"
+            );
+        }
+        let limits = BatchLimits {
+            rows: a.batch_rows,
+            bytes: batch_bytes,
+            interval: a.flush_interval,
+            jitter: 0.1,
+        };
+        routes.push((
+            pool.encoder_factory(),
+            pool.slots(),
+            limits,
+            a.topics.clone(),
+        ));
+        pools.push(pool);
+    }
+    // The pools and the chains hold the queues from here on; the sink's
+    // drain waits for the queues to close, which needs every sender gone.
+    drop(queues);
+    let sink = if pools.len() == 1 {
+        pools.remove(0).into_runtime()
+    } else {
+        SinkPool::combine(pools)
     };
-    let pool = start_sink(&io, &spec, &acks.0, &metrics)?;
-    let encoders = pool.encoder_factory();
-    let slots = pool.slots();
+    let sink_options = SinkOptions {
+        limits: routes[0].2,
+    };
     let chains: ChainFactory = Box::new(move |ctx: ChainCtx| {
-        let encoder = encoders
-            .build()
-            .map_err(|e| spate_core::pipeline::BuildError::Chain {
-                thread: ctx.thread,
-                reason: e.to_string(),
-            })?;
-        Ok(Box::new(EncodeChain::with_slots(encoder, &ctx, slots.clone())) as Box<dyn Chain>)
+        let mut chains = Vec::with_capacity(routes.len());
+        for (encoders, slots, limits, _) in &routes {
+            let encoder =
+                encoders
+                    .build()
+                    .map_err(|e| spate_core::pipeline::BuildError::Chain {
+                        thread: ctx.thread,
+                        reason: e.to_string(),
+                    })?;
+            let ctx = ChainCtx {
+                options: SinkOptions { limits: *limits },
+                ..ctx.clone()
+            };
+            chains.push(
+                Box::new(EncodeChain::with_slots(encoder, &ctx, slots.clone())) as Box<dyn Chain>,
+            );
+        }
+        if chains.len() == 1 {
+            return Ok(chains.remove(0));
+        }
+        let topics: Vec<Vec<String>> = routes.iter().map(|r| r.3.clone()).collect();
+        Ok(Box::new(TopicChains::new(chains, &topics)) as Box<dyn Chain>)
     });
     let source = KafkaSource::new(&kafka).map_err(|e| Exit::usage(e.to_string()))?;
-    let sink_options = SinkOptions {
-        limits: BatchLimits {
-            rows: args.batch_rows,
-            bytes: budget.batch_bytes,
-            interval: args.flush_interval,
-            jitter: 0.1,
-        },
-    };
-    let pipeline = Pipeline::new(source, chains, pool.into_runtime(), acks, sink_options)
+    let pipeline = Pipeline::new(source, chains, sink, acks, sink_options)
         .map_err(|e| Exit::failed(e.to_string()))?;
     let mut options = RuntimeOptions::new(io.handle().clone());
     options.drivers = drivers;
@@ -146,7 +241,12 @@ pub fn run(args: RunArgs) -> Result<(), Exit> {
     options.metrics = metrics;
     // A lane may have at most this many rows dispatched and unacknowledged:
     // a few batches' worth, so one partition cannot hog the budget.
-    options.pending_ceiling = (args.batch_rows.saturating_mul(4)).min(i64::MAX as u64) as i64;
+    let batch_rows = pipelines
+        .iter()
+        .map(|(_, a)| a.batch_rows)
+        .max()
+        .unwrap_or(1);
+    options.pending_ceiling = (batch_rows.saturating_mul(4)).min(i64::MAX as u64) as i64;
     let runtime =
         PipelineRuntime::start(pipeline, options).map_err(|e| Exit::failed(e.to_string()))?;
     if let Some(addr) = runtime.admin_addr() {
@@ -177,23 +277,140 @@ pub fn run(args: RunArgs) -> Result<(), Exit> {
 }
 
 /// How `--max-buffered-bytes` is shared: a quarter for the drivers' open
-/// batches, half for batches queued or in flight to ClickHouse (lanes
-/// pause above it, resume below half of it), a quarter for the Kafka
-/// client's prefetch (see `kafka_config`).
+/// batches (each driver has one open batch per shard), half for batches
+/// queued or in flight to ClickHouse, split equally over the shards (lanes
+/// feeding a shard pause above its share, resume below half of it), a
+/// quarter for the Kafka client's prefetch (see `kafka_config`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Budget {
+    /// Most bytes of one open batch.
     batch_bytes: usize,
-    queue_high_water: usize,
+    /// High-water mark of one shard's queue.
+    shard_high_water: usize,
 }
 
 impl Budget {
-    fn split(total: usize, batch_bytes: usize, drivers: usize) -> Self {
-        let per_driver = (total / 4 / drivers.max(1)).max(64 << 10);
+    fn split(total: usize, drivers: usize, shards: usize) -> Self {
+        let shards = shards.max(1);
         Self {
-            batch_bytes: batch_bytes.min(per_driver).max(1),
-            queue_high_water: (total / 2).max(1),
+            batch_bytes: (total / 4 / drivers.max(1) / shards).max(64 << 10),
+            shard_high_water: (total / 2 / shards).max(1),
         }
     }
+}
+
+/// A TOML string.
+fn quoted(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| format!("{s:?}"))
+}
+
+fn list(items: &[String]) -> String {
+    format!(
+        "[{}]",
+        items
+            .iter()
+            .map(|s| quoted(s))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+fn masked(key: &str, value: &str) -> String {
+    let k = key.to_ascii_lowercase();
+    if ["password", "secret", "jaas", "token", "key.pem"]
+        .iter()
+        .any(|w| k.contains(w))
+    {
+        quoted("***")
+    } else {
+        quoted(value)
+    }
+}
+
+/// The effective configuration as a `--config` file would state it,
+/// secrets masked (`--print-config`).
+fn effective_config(pipelines: &[(String, RunArgs)]) -> String {
+    use std::fmt::Write as _;
+    let a = &pipelines[0].1;
+    let opt = |v: Option<String>| v.map_or_else(|| "(unset)".to_string(), |v| quoted(&v));
+    let mut out =
+        String::from("# effective configuration: flags > SPATE_* environment > --config file\n");
+    let process = [
+        ("brokers", quoted(&a.brokers)),
+        ("group", quoted(&a.group)),
+        ("until_end", a.until_end.to_string()),
+        (
+            "drivers",
+            a.drivers
+                .map_or_else(|| "(one per core)".into(), |d| d.to_string()),
+        ),
+        ("max_buffered_bytes", a.max_buffered_bytes.to_string()),
+        (
+            "commit_interval",
+            quoted(&format!("{:?}", a.commit_interval)),
+        ),
+        (
+            "shutdown_timeout",
+            quoted(&format!("{:?}", a.shutdown_timeout)),
+        ),
+        (
+            "revoke_timeout",
+            a.revoke_timeout
+                .map_or_else(|| "(derived)".into(), |d| quoted(&format!("{d:?}"))),
+        ),
+        ("admin_addr", opt(a.admin_addr.map(|x| x.to_string()))),
+        ("probe_interval", quoted(&format!("{:?}", a.probe_interval))),
+        ("stall_timeout", quoted(&format!("{:?}", a.stall_timeout))),
+        (
+            "log_format",
+            quoted(&format!("{:?}", a.log_format).to_lowercase()),
+        ),
+        ("log_level", quoted(&a.log_level)),
+    ];
+    for (k, v) in process {
+        let _ = writeln!(out, "{k} = {v}");
+    }
+    if !a.properties.is_empty() {
+        out.push_str("\n[kafka]\n");
+        // Later settings of a property win, as in the client's config.
+        let mut props: Vec<(&str, &str)> = Vec::new();
+        for (k, v) in &a.properties {
+            props.retain(|(pk, _)| pk != k);
+            props.push((k, v));
+        }
+        for (k, v) in props {
+            let _ = writeln!(out, "{} = {}", quoted(k), masked(k, v));
+        }
+    }
+    for (name, p) in pipelines {
+        let _ = writeln!(out, "\n[[pipeline]]\nname = {}", quoted(name));
+        let fields = [
+            ("topics", list(&p.topics)),
+            ("table", quoted(&p.table)),
+            ("clickhouse_url", opt(p.clickhouse_url.clone())),
+            ("shards", list(&p.shards)),
+            ("shard_weights", format!("{:?}", p.shard_weights)),
+            ("cluster", opt(p.cluster.clone())),
+            ("shard_key", list(&p.shard_key)),
+            ("user", opt(p.user.clone())),
+            (
+                "password",
+                p.password
+                    .as_ref()
+                    .map_or_else(|| "(unset)".into(), |v| masked("password", v)),
+            ),
+            ("strict", p.strict.to_string()),
+            ("batch_rows", p.batch_rows.to_string()),
+            ("batch_bytes", p.batch_bytes.to_string()),
+            ("flush_interval", quoted(&format!("{:?}", p.flush_interval))),
+            ("insert_timeout", quoted(&format!("{:?}", p.insert_timeout))),
+            ("insert_workers", p.insert_workers.to_string()),
+        ];
+        for (k, v) in fields {
+            let _ = writeln!(out, "{k} = {v}");
+        }
+    }
+    out
 }
 
 pub(crate) fn kafka_config(args: &RunArgs) -> Result<KafkaSourceConfig, Exit> {
@@ -217,23 +434,17 @@ pub(crate) fn kafka_config(args: &RunArgs) -> Result<KafkaSourceConfig, Exit> {
     Ok(kafka)
 }
 
-fn start_sink(
+fn prepare_sink(
     io: &tokio::runtime::Runtime,
     spec: &SinkSpec,
-    acks: &spate_core::sink::AckSender,
     metrics: &Arc<Metrics>,
-) -> Result<SinkPool, Exit> {
+) -> Result<PreparedSink, Exit> {
     let deadline = Instant::now() + STARTUP_RETRY;
     let mut attempt = 0u32;
     loop {
         attempt += 1;
-        match io.block_on(SinkPool::start(
-            spec,
-            io.handle().clone(),
-            acks.clone(),
-            metrics.clone(),
-        )) {
-            Ok(pool) => return Ok(pool),
+        match io.block_on(SinkPool::prepare(spec, metrics.clone())) {
+            Ok(prepared) => return Ok(prepared),
             Err(e) if e.is_config() => return Err(Exit::usage(e.to_string())),
             Err(e) if Instant::now() < deadline => {
                 let delay = spec.retry.delay(attempt, rand::random::<f64>());
@@ -285,16 +496,21 @@ mod tests {
 
     #[test]
     fn budget_keeps_open_batches_within_a_quarter() {
-        let b = Budget::split(256 << 20, 16 << 20, 2);
+        let b = Budget::split(256 << 20, 2, 1);
         assert_eq!(
             b,
             Budget {
-                batch_bytes: 16 << 20,
-                queue_high_water: 128 << 20
+                batch_bytes: 32 << 20,
+                shard_high_water: 128 << 20
             }
         );
-        let b = Budget::split(256 << 20, 16 << 20, 64);
-        assert_eq!(b.batch_bytes, 1 << 20);
-        assert!(b.batch_bytes * 64 <= (256 << 20) / 4);
+        let b = Budget::split(256 << 20, 64, 2);
+        assert_eq!(b.batch_bytes, 512 << 10);
+        assert!(b.batch_bytes * 64 * 2 <= (256 << 20) / 4);
+        assert_eq!(
+            b.shard_high_water * 2,
+            128 << 20,
+            "the queue half is split over the shards"
+        );
     }
 }

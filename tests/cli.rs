@@ -15,6 +15,7 @@ use support::*;
 /// (flag as in the help, env var, expected default: `Some("")` = some
 /// default must be shown, `Some(v)` = `[default: v]`, `None` = no check)
 const RUN_FLAGS: &[(&str, &str, Option<&str>)] = &[
+    ("--config", "SPATE_CONFIG", None),
     ("--brokers", "SPATE_BROKERS", None),
     ("--topic", "SPATE_TOPIC", None),
     ("--group", "SPATE_GROUP", None),

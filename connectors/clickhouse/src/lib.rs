@@ -30,6 +30,6 @@ pub use classify::{classify, parse_code, ErrorClass};
 pub use client::{ChClient, ChClientOptions, ClientError, InsertError};
 pub use encode::{EncoderOptions, RowEncoder, RowError, SchemaError};
 pub use schema::{Column, DefaultKind, ServerFeatures, VersionError};
-pub use sink::{ChRowEncoder, EncoderFactory, ShardSpec, Topology, TopologySource};
+pub use sink::{ChRowEncoder, EncoderFactory, PreparedSink, ShardSpec, Topology, TopologySource};
 pub use sink::{RetryPolicy, SinkError, SinkPool, SinkSpec, TableRef};
 pub use types::{parse_type, ChType, TypeError};

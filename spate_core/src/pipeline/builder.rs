@@ -260,6 +260,91 @@ impl<E: RowEncode> Chain for EncodeChain<E> {
     }
 }
 
+/// One chain per pipeline, chosen by the lane's topic: several pipelines
+/// (each its topics into its table) in one process, sharing the drivers.
+pub struct TopicChains {
+    chains: Vec<Box<dyn Chain>>,
+    by_topic: std::collections::HashMap<String, usize>,
+    /// Per slot handed out: (chain, that chain's slot).
+    slots: Vec<Option<(usize, usize)>>,
+}
+
+impl TopicChains {
+    /// `chains[i]` takes the lanes of the topics `topics[i]`.
+    ///
+    /// # Panics
+    /// If the lengths differ or no chain is given.
+    #[must_use]
+    pub fn new(chains: Vec<Box<dyn Chain>>, topics: &[Vec<String>]) -> Self {
+        assert!(
+            !chains.is_empty() && chains.len() == topics.len(),
+            "one topic list per chain"
+        );
+        let by_topic = topics
+            .iter()
+            .enumerate()
+            .flat_map(|(i, ts)| ts.iter().map(move |t| (t.clone(), i)))
+            .collect();
+        Self {
+            chains,
+            by_topic,
+            slots: Vec::new(),
+        }
+    }
+
+    fn slot(&self, slot: usize) -> (usize, usize) {
+        self.slots[slot].expect("a lane added to this chain")
+    }
+}
+
+impl Chain for TopicChains {
+    fn add_lane(
+        &mut self,
+        lane: LaneId,
+        partition: &PartitionId,
+        gate: Option<PendingGate>,
+    ) -> usize {
+        let chain = match self.by_topic.get(&*partition.topic) {
+            Some(&c) => c,
+            None => {
+                // The source only reads configured topics.
+                tracing::error!(%partition, "lane of a topic no pipeline names; using the first pipeline");
+                0
+            }
+        };
+        let inner = self.chains[chain].add_lane(lane, partition, gate);
+        self.slots.push(Some((chain, inner)));
+        self.slots.len() - 1
+    }
+
+    fn push(&mut self, slot: usize, msg: &Message<'_>) -> Result<(), ChainError> {
+        let (c, s) = self.slot(slot);
+        self.chains[c].push(s, msg)
+    }
+
+    fn tick(&mut self, now: Instant) -> Result<(), ChainError> {
+        self.chains.iter_mut().try_for_each(|c| c.tick(now))
+    }
+
+    fn flush(&mut self) -> Result<(), ChainError> {
+        self.chains.iter_mut().try_for_each(|c| c.flush())
+    }
+
+    fn remove_lane(&mut self, slot: usize) {
+        if let Some(Some((c, s))) = self.slots.get(slot).copied() {
+            self.chains[c].remove_lane(s);
+            self.slots[slot] = None;
+        }
+    }
+
+    fn take_shards_fed(&mut self, slot: usize) -> u64 {
+        match self.slots.get(slot).copied().flatten() {
+            Some((c, s)) => self.chains[c].take_shards_fed(s),
+            None => 0,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

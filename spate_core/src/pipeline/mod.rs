@@ -34,6 +34,7 @@ mod runtime;
 
 pub use builder::{
     BuildError, Chain, ChainCtx, ChainFactory, EncodeChain, Pipeline, PipelineError, SinkOptions,
+    TopicChains,
 };
 pub use controller::SourceReadiness;
 pub use runtime::{metrics_settings, PipelineRuntime, RuntimeOptions, ShutdownHandle, StartError};

@@ -24,6 +24,8 @@ mod retry;
 mod topology;
 mod worker;
 
-pub use pool::{ChRowEncoder, EncoderFactory, SinkError, SinkPool, SinkSpec, TableRef};
+pub use pool::{
+    ChRowEncoder, EncoderFactory, PreparedSink, SinkError, SinkPool, SinkSpec, TableRef,
+};
 pub use retry::RetryPolicy;
 pub use topology::{ShardSpec, Topology, TopologySource};

@@ -11,7 +11,7 @@ use spate_core::metrics::Metrics;
 use spate_core::pipeline::SinkRuntime;
 use spate_core::record::Message;
 use spate_core::sink::{
-    AckSender, DrainReport, EncodeFailure, ProbeResult, RowEncode, ShardQueues,
+    AckSender, DrainReport, EncodeFailure, ProbeResult, RowEncode, ShardQueues, ShardReceiver,
 };
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -187,6 +187,24 @@ impl SinkPool {
         acks: AckSender,
         metrics: Arc<Metrics>,
     ) -> Result<SinkPool, SinkError> {
+        let prepared = Self::prepare(spec, metrics).await?;
+        let n = prepared.shards();
+        let (queues, receivers) = ShardQueues::new(
+            n,
+            (spec.high_water_bytes / n).max(1),
+            spec.low_water_bytes / n,
+        );
+        Ok(prepared.spawn(&queues, receivers, 0, &io, &acks))
+    }
+
+    /// The first half of [`start`](Self::start): resolve the shards, read
+    /// and check the schema, without queues or workers yet. Several
+    /// prepared sinks can then share one set of shard queues (one pipeline
+    /// per table in one process), each spawned on its own range of shards.
+    pub async fn prepare(
+        spec: &SinkSpec,
+        metrics: Arc<Metrics>,
+    ) -> Result<PreparedSink, SinkError> {
         let (seed, topology) = resolve(spec).await?;
         let columns = seed
             .client
@@ -240,12 +258,6 @@ impl SinkPool {
             shard_key = %spec.shard_key.join(","),
             "clickhouse sink ready"
         );
-        let n = shards.len();
-        let (queues, receivers) = ShardQueues::new(
-            n,
-            (spec.high_water_bytes / n).max(1),
-            spec.low_water_bytes / n,
-        );
         let shared = Arc::new(PoolShared {
             db: spec.table.db.clone(),
             table_name: spec.table.table.clone(),
@@ -259,37 +271,16 @@ impl SinkPool {
             abandoned_chunks: AtomicU64::new(0),
             abandoned_rows: AtomicU64::new(0),
         });
-        let settings = insert_settings(&seed.client);
-        let (abandon, abandon_rx) = watch::channel(false);
-        let mut workers = Vec::new();
-        for rx in receivers {
-            let shard = shards[rx.shard()].clone();
-            let rx = Arc::new(Mutex::new(rx));
-            for index in 0..spec.workers_per_shard.max(1) {
-                let worker = Worker {
-                    shard: shard.clone(),
-                    index,
-                    rx: rx.clone(),
-                    acks: acks.clone(),
-                    abandon: abandon_rx.clone(),
-                    shared: shared.clone(),
-                    retry: spec.retry,
-                    settings: settings.clone(),
-                };
-                workers.push(io.spawn(worker.run()));
-            }
-        }
-        Ok(SinkPool {
+        Ok(PreparedSink {
+            settings: insert_settings(&seed.client),
             columns,
             encoder_options,
             shard_key: spec.shard_key.clone(),
-            slots: topology.slots().into(),
-            queues,
+            slots: topology.slots(),
             shards,
-            workers,
-            abandon,
             shared,
-            io,
+            workers_per_shard: spec.workers_per_shard.max(1),
+            retry: spec.retry,
         })
     }
 
@@ -321,6 +312,57 @@ impl SinkPool {
         self.slots.clone()
     }
 
+    /// The runtime's half of several pools that share one set of shard
+    /// queues (see [`prepare`](Self::prepare)): the drain hook drains them
+    /// one after the other within the one budget, the probe asks them all.
+    ///
+    /// # Panics
+    /// If `pools` is empty.
+    #[must_use]
+    pub fn combine(pools: Vec<SinkPool>) -> SinkRuntime {
+        let mut runtimes: Vec<SinkRuntime> =
+            pools.into_iter().map(SinkPool::into_runtime).collect();
+        let first = runtimes.first_mut().expect("at least one sink pool");
+        let queues = std::mem::take(&mut first.queues);
+        let probes: Vec<_> = runtimes.iter().filter_map(|r| r.probe.clone()).collect();
+        let drains: Vec<_> = runtimes.into_iter().map(|r| r.drain).collect();
+        let drain = Box::new(move |budget: Duration| {
+            let deadline = std::time::Instant::now() + budget;
+            let mut total = DrainReport::default();
+            for d in drains {
+                let r = d(deadline.saturating_duration_since(std::time::Instant::now()));
+                total.flushed_chunks += r.flushed_chunks;
+                total.flushed_rows += r.flushed_rows;
+                total.abandoned_chunks += r.abandoned_chunks;
+                total.abandoned_rows += r.abandoned_rows;
+                total.reason = total.reason.or(r.reason);
+            }
+            total
+        });
+        let probe = Arc::new(move || {
+            let probes = probes.clone();
+            Box::pin(async move {
+                let mut errors = Vec::new();
+                for p in &probes {
+                    if let Err(e) = p().await {
+                        errors.push(e);
+                    }
+                }
+                if errors.is_empty() {
+                    Ok(())
+                } else {
+                    Err(errors.join("; "))
+                }
+            })
+                as std::pin::Pin<Box<dyn std::future::Future<Output = ProbeResult> + Send>>
+        });
+        SinkRuntime {
+            queues,
+            drain,
+            probe: Some(probe),
+        }
+    }
+
     /// The runtime's half: queues, drain hook, probe.
     #[must_use]
     pub fn into_runtime(self) -> SinkRuntime {
@@ -347,6 +389,72 @@ impl SinkPool {
             queues: vec![queues],
             drain,
             probe: Some(probe),
+        }
+    }
+}
+
+/// A sink with its shards resolved and its schema checked, waiting for
+/// its queues ([`SinkPool::prepare`]).
+pub struct PreparedSink {
+    settings: Vec<(String, String)>,
+    columns: Vec<Column>,
+    encoder_options: EncoderOptions,
+    shard_key: Vec<String>,
+    slots: Vec<u16>,
+    shards: Arc<[Arc<Shard>]>,
+    shared: Arc<PoolShared>,
+    workers_per_shard: usize,
+    retry: RetryPolicy,
+}
+
+impl PreparedSink {
+    /// How many shard queues this sink needs.
+    #[must_use]
+    pub fn shards(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Spawn the workers of shards `offset..offset + shards()` of `queues`
+    /// (their receivers are `receivers`, in order).
+    #[must_use]
+    pub fn spawn(
+        self,
+        queues: &ShardQueues,
+        receivers: Vec<ShardReceiver>,
+        offset: usize,
+        io: &tokio::runtime::Handle,
+        acks: &AckSender,
+    ) -> SinkPool {
+        let (abandon, abandon_rx) = watch::channel(false);
+        let mut workers = Vec::new();
+        for rx in receivers {
+            let shard = self.shards[rx.shard() - offset].clone();
+            let rx = Arc::new(Mutex::new(rx));
+            for index in 0..self.workers_per_shard {
+                let worker = Worker {
+                    shard: shard.clone(),
+                    index,
+                    rx: rx.clone(),
+                    acks: acks.clone(),
+                    abandon: abandon_rx.clone(),
+                    shared: self.shared.clone(),
+                    retry: self.retry,
+                    settings: self.settings.clone(),
+                };
+                workers.push(io.spawn(worker.run()));
+            }
+        }
+        SinkPool {
+            columns: self.columns,
+            encoder_options: self.encoder_options,
+            shard_key: self.shard_key,
+            slots: self.slots.iter().map(|&s| s + offset as u16).collect(),
+            queues: queues.clone(),
+            shards: self.shards,
+            workers,
+            abandon,
+            shared: self.shared,
+            io: io.clone(),
         }
     }
 }

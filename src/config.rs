@@ -1,0 +1,540 @@
+//! `--config FILE`: one TOML file for one or more pipelines.
+//!
+//! The file is turned into command-line arguments *before* clap parses
+//! them, so a file value is validated exactly like the flag it stands for
+//! and precedence falls out of the order: for every setting, a flag wins
+//! over its `SPATE_*` environment variable, which wins over the file. A
+//! `[[pipeline]]` entry's own value wins over the file's top level.
+//!
+//! ```toml
+//! brokers = "kafka:9092"          # process-wide settings: any `run` flag,
+//! group = "spate"                 # by its long name with `_` for `-`
+//! max_buffered_bytes = "512MiB"
+//! batch_rows = 50000              # pipeline settings here are defaults
+//!
+//! [kafka]                         # librdkafka properties (-X)
+//! "session.timeout.ms" = "10000"
+//!
+//! [[pipeline]]
+//! name = "events"
+//! topics = ["events"]
+//! table = "analytics.events"
+//! clickhouse_url = "http://ch:8123"
+//!
+//! [[pipeline]]
+//! name = "clicks"
+//! topics = ["clicks"]
+//! table = "analytics.clicks"
+//! shards = ["http://ch1:8123", "http://ch2:8123"]
+//! shard_key = ["user_id"]
+//! ```
+//!
+//! Pipelines share the process: one consumer group, the drivers and the
+//! memory budget. Each maps its topics to its table with its own batching
+//! and shards. Unknown keys are errors naming the key and its line.
+
+use crate::Exit;
+use clap::{ArgAction, CommandFactory};
+use std::collections::BTreeSet;
+use toml_edit::{Item, Table, Value};
+
+/// Settings a `[[pipeline]]` may set (and the top level may default).
+const PIPELINE_KEYS: &[&str] = &[
+    "topics",
+    "table",
+    "clickhouse_url",
+    "shards",
+    "shard_weights",
+    "cluster",
+    "shard_key",
+    "user",
+    "password",
+    "strict",
+    "batch_rows",
+    "batch_bytes",
+    "flush_interval",
+    "insert_timeout",
+    "insert_workers",
+];
+
+/// One way to name the servers; a pipeline or the command line that sets
+/// one of them replaces all three from a lower level.
+const TOPOLOGY_KEYS: &[&str] = &["clickhouse_url", "shards", "cluster"];
+
+/// Settings that only make sense on the command line.
+const NOT_IN_FILE: &[&str] = &["config", "print_config", "help", "version"];
+
+/// One pipeline's complete argument vector, ready for clap.
+#[derive(Debug)]
+pub struct Expanded {
+    /// The pipeline's name (`name` key, or `pipeline-N`).
+    pub name: String,
+    /// `spate <subcommand> ...`.
+    pub argv: Vec<String>,
+}
+
+/// What clap knows about one argument of the subcommand.
+struct ArgInfo {
+    id: String,
+    long: Option<String>,
+    short: Option<char>,
+    env: Option<String>,
+    is_flag: bool,
+}
+
+impl ArgInfo {
+    fn flag(&self) -> String {
+        match (&self.long, self.short) {
+            (Some(l), _) => format!("--{l}"),
+            (None, Some(s)) => format!("-{s}"),
+            (None, None) => format!("--{}", self.id),
+        }
+    }
+
+    /// Whether the command line gives this argument.
+    fn on_command_line(&self, cli: &[String]) -> bool {
+        cli.iter().any(|t| {
+            self.long
+                .as_ref()
+                .is_some_and(|l| t == &format!("--{l}") || t.starts_with(&format!("--{l}=")))
+                || self
+                    .short
+                    .is_some_and(|s| t.starts_with(&format!("-{s}")) && !t.starts_with("--"))
+        })
+    }
+
+    fn in_environment(&self) -> bool {
+        self.env
+            .as_ref()
+            .and_then(std::env::var_os)
+            .is_some_and(|v| !v.is_empty())
+    }
+}
+
+/// Expand `argv` (`spate run|check ... --config FILE ...`) into one
+/// argument vector per pipeline. Without `--config` (or `SPATE_CONFIG`),
+/// `argv` comes back unchanged as the only pipeline.
+pub fn expand(argv: Vec<String>) -> Result<Vec<Expanded>, Exit> {
+    let single = |argv| {
+        Ok(vec![Expanded {
+            name: "main".into(),
+            argv,
+        }])
+    };
+    let Some(sub) = argv
+        .get(1)
+        .filter(|s| *s == "run" || *s == "check")
+        .cloned()
+    else {
+        return single(argv);
+    };
+    let cli: Vec<String> = argv[2..].to_vec();
+    let Some(path) = config_path(&cli) else {
+        return single(argv);
+    };
+    let text =
+        std::fs::read_to_string(&path).map_err(|e| Exit::usage(format!("--config {path}: {e}")))?;
+    let doc = toml_edit::Document::parse(text.clone()).map_err(|e| {
+        Exit::usage(format!(
+            "--config {path}: {}",
+            e.to_string().trim().replace('\n', " ")
+        ))
+    })?;
+    let args = arg_infos(&sub);
+    let file = File {
+        path: &path,
+        text: &text,
+        args: &args,
+    };
+    let top: &Table = doc.as_table();
+    file.check_keys(top, false)?;
+    let pipelines: Vec<&Table> = match top.get("pipeline") {
+        None => Vec::new(),
+        Some(Item::ArrayOfTables(a)) => a.iter().collect(),
+        Some(other) => {
+            return Err(file.error(
+                top,
+                "pipeline",
+                other,
+                "must be an array of tables: [[pipeline]]",
+            ))
+        }
+    };
+    for p in &pipelines {
+        file.check_keys(p, true)?;
+    }
+    let set_outside: BTreeSet<&str> = args
+        .iter()
+        .filter(|a| a.on_command_line(&cli) || a.in_environment())
+        .map(|a| a.id.as_str())
+        .collect();
+    let topology_outside = TOPOLOGY_KEYS.iter().any(|k| set_outside.contains(k));
+    let mut out = Vec::new();
+    let empty = Table::new();
+    let tables: Vec<&Table> = if pipelines.is_empty() {
+        vec![&empty]
+    } else {
+        pipelines
+    };
+    for (i, p) in tables.iter().enumerate() {
+        let mut argv = vec![argv[0].clone(), sub.clone()];
+        let pipeline_topology = TOPOLOGY_KEYS.iter().any(|k| p.contains_key(k));
+        for (table, is_pipeline) in [(top, false), (*p, true)] {
+            for (key, item) in table.iter() {
+                if matches!(key, "pipeline" | "kafka" | "name") || set_outside.contains(key) {
+                    continue;
+                }
+                let topology = TOPOLOGY_KEYS.contains(&key);
+                if topology && (topology_outside || (!is_pipeline && pipeline_topology)) {
+                    continue;
+                }
+                if !is_pipeline && PIPELINE_KEYS.contains(&key) && p.contains_key(key) {
+                    continue;
+                }
+                file.push_tokens(table, key, item, &mut argv)?;
+            }
+        }
+        if let Some(kafka) = top.get("kafka") {
+            let Some(t) = kafka.as_table() else {
+                return Err(file.error(
+                    top,
+                    "kafka",
+                    kafka,
+                    "must be a table of librdkafka properties",
+                ));
+            };
+            for (k, v) in t.iter() {
+                let Some(v) = scalar(v) else {
+                    return Err(file.error(t, k, v, "must be a string, number or boolean"));
+                };
+                argv.push("-X".into());
+                argv.push(format!("{k}={v}"));
+            }
+        }
+        // The file's -X tokens hide SPATE_PROPERTY from clap (a value on
+        // the command line wins over the environment), so the environment's
+        // properties are restated after them: the environment overrides
+        // the file key by key, and flags override both.
+        if let Some(props) = args.iter().find(|a| a.id == "properties") {
+            if props.in_environment() && !props.on_command_line(&cli) {
+                let env = props
+                    .env
+                    .as_deref()
+                    .and_then(|e| std::env::var(e).ok())
+                    .unwrap_or_default();
+                for kv in env.split(';').filter(|kv| !kv.trim().is_empty()) {
+                    argv.push("-X".into());
+                    argv.push(kv.trim().to_owned());
+                }
+            }
+        }
+        argv.extend(cli.iter().cloned());
+        let name = match p.get("name") {
+            Some(n) => n
+                .as_str()
+                .ok_or_else(|| file.error(p, "name", n, "must be a string"))?
+                .to_owned(),
+            None => format!("pipeline-{}", i + 1),
+        };
+        out.push(Expanded { name, argv });
+    }
+    Ok(out)
+}
+
+/// `--config FILE`, `--config=FILE`, or `SPATE_CONFIG`.
+fn config_path(cli: &[String]) -> Option<String> {
+    let mut it = cli.iter();
+    while let Some(t) = it.next() {
+        if t == "--" {
+            break;
+        }
+        if t == "--config" {
+            return it.next().cloned();
+        }
+        if let Some(p) = t.strip_prefix("--config=") {
+            return Some(p.to_owned());
+        }
+    }
+    std::env::var("SPATE_CONFIG")
+        .ok()
+        .filter(|p| !p.trim().is_empty())
+}
+
+fn arg_infos(sub: &str) -> Vec<ArgInfo> {
+    let cmd = crate::cli::Cli::command();
+    let Some(sc) = cmd.find_subcommand(sub) else {
+        return Vec::new();
+    };
+    sc.get_arguments()
+        .map(|a| ArgInfo {
+            id: a.get_id().to_string(),
+            long: a.get_long().map(str::to_owned),
+            short: a.get_short(),
+            env: a.get_env().map(|e| e.to_string_lossy().into_owned()),
+            is_flag: matches!(a.get_action(), ArgAction::SetTrue),
+        })
+        .collect()
+}
+
+fn scalar(item: &Item) -> Option<String> {
+    match item.as_value()? {
+        Value::String(s) => Some(s.value().clone()),
+        Value::Integer(i) => Some(i.value().to_string()),
+        Value::Float(f) => Some(f.value().to_string()),
+        Value::Boolean(b) => Some(b.value().to_string()),
+        _ => None,
+    }
+}
+
+struct File<'a> {
+    path: &'a str,
+    text: &'a str,
+    args: &'a [ArgInfo],
+}
+
+impl File<'_> {
+    fn line_of(&self, table: &Table, key: &str, item: &Item) -> usize {
+        let at = table
+            .key(key)
+            .and_then(toml_edit::Key::span)
+            .or_else(|| item.span())
+            .map_or(0, |s| s.start);
+        self.text[..at.min(self.text.len())].matches('\n').count() + 1
+    }
+
+    fn error(&self, table: &Table, key: &str, item: &Item, what: &str) -> Exit {
+        Exit::usage(format!(
+            "--config {}: key `{key}` (line {}) {what}",
+            self.path,
+            self.line_of(table, key, item)
+        ))
+    }
+
+    /// Every key must be a setting allowed at this level.
+    fn check_keys(&self, table: &Table, in_pipeline: bool) -> Result<(), Exit> {
+        for (key, item) in table.iter() {
+            let known = self.args.iter().any(|a| a.id == key) && !NOT_IN_FILE.contains(&key);
+            let ok = match key {
+                "pipeline" | "kafka" => !in_pipeline,
+                "name" => in_pipeline,
+                _ if !known => false,
+                _ if in_pipeline => PIPELINE_KEYS.contains(&key),
+                _ => true,
+            };
+            if ok {
+                continue;
+            }
+            let why = if in_pipeline && (known || key == "kafka") {
+                "is process-wide: set it at the top level, not in a [[pipeline]]".to_string()
+            } else if NOT_IN_FILE.contains(&key) {
+                "only works on the command line".to_string()
+            } else {
+                let known: Vec<&str> = self
+                    .args
+                    .iter()
+                    .map(|a| a.id.as_str())
+                    .filter(|k| !NOT_IN_FILE.contains(k))
+                    .collect();
+                format!(
+                    "is not a setting (known: {}, kafka, pipeline)",
+                    known.join(", ")
+                )
+            };
+            return Err(self.error(table, key, item, &why));
+        }
+        Ok(())
+    }
+
+    /// The command-line tokens standing for `key = item`.
+    fn push_tokens(
+        &self,
+        table: &Table,
+        key: &str,
+        item: &Item,
+        argv: &mut Vec<String>,
+    ) -> Result<(), Exit> {
+        let Some(arg) = self.args.iter().find(|a| a.id == key) else {
+            return Err(self.error(table, key, item, "is not a setting"));
+        };
+        if arg.is_flag {
+            match item.as_bool() {
+                Some(true) => argv.push(arg.flag()),
+                Some(false) => {}
+                None => return Err(self.error(table, key, item, "must be true or false")),
+            }
+            return Ok(());
+        }
+        let values: Vec<String> = match item.as_array() {
+            Some(a) => a
+                .iter()
+                .map(|v| scalar(&Item::Value(v.clone())))
+                .collect::<Option<_>>()
+                .ok_or_else(|| self.error(table, key, item, "must hold strings or numbers"))?,
+            None => vec![scalar(item)
+                .ok_or_else(|| self.error(table, key, item, "must be a string, number or list"))?],
+        };
+        for v in values {
+            argv.push(format!("{}={v}", arg.flag()));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write as _;
+
+    fn file(text: &str) -> tempfile_path::TempPath {
+        tempfile_path::TempPath::with(text)
+    }
+
+    /// A file removed on drop (no tempfile crate needed).
+    mod tempfile_path {
+        pub struct TempPath(pub String);
+        impl TempPath {
+            pub fn with(text: &str) -> Self {
+                use std::sync::atomic::{AtomicU64, Ordering};
+                static N: AtomicU64 = AtomicU64::new(0);
+                let p = std::env::temp_dir().join(format!(
+                    "spate-config-test-{}-{}.toml",
+                    std::process::id(),
+                    N.fetch_add(1, Ordering::Relaxed)
+                ));
+                std::fs::write(&p, text).unwrap();
+                TempPath(p.to_string_lossy().into_owned())
+            }
+        }
+        impl Drop for TempPath {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_file(&self.0);
+            }
+        }
+    }
+
+    fn argv(extra: &[&str]) -> Vec<String> {
+        ["spate", "run"]
+            .iter()
+            .chain(extra)
+            .map(|s| s.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn without_config_argv_is_unchanged() {
+        let a = argv(&["--brokers", "b"]);
+        let out = expand(a.clone()).unwrap();
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].argv, a);
+    }
+
+    #[test]
+    fn pipelines_inherit_the_top_level_and_flags_come_last() {
+        let f = file(
+            r#"
+brokers = "k:9092"
+group = "g"
+batch_rows = 5000
+strict = true
+[kafka]
+"session.timeout.ms" = 6000
+[[pipeline]]
+name = "a"
+topics = ["ta"]
+table = "db.a"
+clickhouse_url = "http://ch:8123"
+[[pipeline]]
+topics = ["tb", "tc"]
+table = "db.b"
+batch_rows = 7
+shards = ["http://s1:8123", "http://s2:8123"]
+"#,
+        );
+        let out = expand(argv(&["--config", &f.0])).unwrap();
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0].name, "a");
+        assert_eq!(out[1].name, "pipeline-2");
+        let a = out[0].argv.join(" ");
+        assert!(
+            a.starts_with("spate run --brokers=k:9092 --group=g --batch-rows=5000 --strict"),
+            "{a}"
+        );
+        assert!(a.contains("--topic=ta --table=db.a --clickhouse-url=http://ch:8123 -X session.timeout.ms=6000"), "{a}");
+        let b = out[1].argv.join(" ");
+        assert!(
+            b.contains("--topic=tb --topic=tc")
+                && b.contains("--shard=http://s1:8123 --shard=http://s2:8123"),
+            "{b}"
+        );
+        assert!(
+            b.contains("--batch-rows=7") && !b.contains("--batch-rows=5000"),
+            "the pipeline's own value replaces the top level's: {b}"
+        );
+        // A flag replaces the file's value at every level.
+        let out = expand(argv(&["--config", &f.0, "--batch-rows", "9"])).unwrap();
+        for p in &out {
+            let a = p.argv.join(" ");
+            assert!(
+                !a.contains("--batch-rows=")
+                    && a.ends_with(&format!("--config {} --batch-rows 9", f.0)),
+                "{a}"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_and_misplaced_keys_name_key_and_line() {
+        let f = file("brokers = \"k\"\n\nbatch_rowz = 5\n");
+        let e = expand(argv(&["--config", &f.0])).unwrap_err();
+        assert_eq!(e.code, 2);
+        assert!(
+            e.message.contains("`batch_rowz` (line 3) is not a setting"),
+            "{}",
+            e.message
+        );
+        let f = file("[[pipeline]]\ntopics = [\"t\"]\ngroup = \"g\"\n");
+        let e = expand(argv(&["--config", &f.0])).unwrap_err();
+        assert!(
+            e.message.contains("`group` (line 3) is process-wide"),
+            "{}",
+            e.message
+        );
+        let f = file("strict = \"yes\"\n");
+        let e = expand(argv(&["--config", &f.0])).unwrap_err();
+        assert!(
+            e.message
+                .contains("`strict` (line 1) must be true or false"),
+            "{}",
+            e.message
+        );
+        let f = file("brokers = [\n");
+        let e = expand(argv(&["--config", &f.0])).unwrap_err();
+        assert_eq!(e.code, 2, "{}", e.message);
+        let mut missing = std::env::temp_dir();
+        missing.push("spate-no-such-config.toml");
+        let e = expand(argv(&["--config", missing.to_str().unwrap()])).unwrap_err();
+        assert!(
+            e.message.contains("spate-no-such-config.toml"),
+            "{}",
+            e.message
+        );
+        let _ = std::io::stderr().flush();
+    }
+
+    #[test]
+    fn command_line_topology_replaces_the_file_s() {
+        let f = file("clickhouse_url = \"http://a:8123\"\n[[pipeline]]\ncluster = \"c\"\n");
+        let out = expand(argv(&["--config", &f.0, "--shard", "http://x:1"])).unwrap();
+        let a = out[0].argv.join(" ");
+        assert!(
+            !a.contains("--clickhouse-url=") && !a.contains("--cluster="),
+            "{a}"
+        );
+        let out = expand(argv(&["--config", &f.0])).unwrap();
+        let a = out[0].argv.join(" ");
+        assert!(
+            a.contains("--cluster=c") && !a.contains("--clickhouse-url="),
+            "the pipeline's topology replaces the top level's: {a}"
+        );
+    }
+}
