@@ -81,16 +81,28 @@ pub async fn serve(
             let metrics = metrics.clone();
             let readiness = readiness.clone();
             tokio::spawn(async move {
+                // Read until the end of the request head: a client may
+                // send "GET " and the rest in separate segments.
                 let mut buf = [0u8; 2048];
-                let n = match tokio::time::timeout(
-                    std::time::Duration::from_secs(5),
-                    stream.read(&mut buf),
-                )
-                .await
-                {
-                    Ok(Ok(n)) => n,
-                    _ => return,
+                let mut n = 0;
+                let read_head = async {
+                    while n < buf.len() {
+                        match stream.read(&mut buf[n..]).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(k) => n += k,
+                        }
+                        if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+                            break;
+                        }
+                    }
                 };
+                if tokio::time::timeout(std::time::Duration::from_secs(5), read_head)
+                    .await
+                    .is_err()
+                    || n == 0
+                {
+                    return;
+                }
                 let request = String::from_utf8_lossy(&buf[..n]);
                 let path = request.split_whitespace().nth(1).unwrap_or("/");
                 let (status, ctype, body) = route(path, &metrics, &readiness);
@@ -184,6 +196,20 @@ mod tests {
             assert!(metrics.contains("spate_lanes_paused 3"));
             assert!(get("/readyz").await.starts_with("HTTP/1.1 503"));
             assert!(get("/healthz").await.starts_with("HTTP/1.1 200"));
+            // A request split over several segments is still one request.
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.set_nodelay(true).unwrap();
+            for part in ["GET ", "/metrics HTTP/1.1\r\n", "Host: x\r\n\r\n"] {
+                s.write_all(part.as_bytes()).await.unwrap();
+                s.flush().await.unwrap();
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            let mut out = String::new();
+            s.read_to_string(&mut out).await.unwrap();
+            assert!(
+                out.starts_with("HTTP/1.1 200") && out.contains("spate_lanes_paused 3"),
+                "{out}"
+            );
         });
     }
 }
