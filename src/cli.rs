@@ -165,6 +165,10 @@ pub struct RunArgs {
     /// Serve Prometheus /metrics, /healthz and /readyz on this address.
     #[arg(long, env = "SPATE_ADMIN_ADDR")]
     pub admin_addr: Option<SocketAddr>,
+    /// Log a one-line summary (rows/s, lag, paused lanes, errors) this
+    /// often; 0 turns it off.
+    #[arg(long, env = "SPATE_STATS_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    pub stats_interval: Duration,
     /// How often /readyz probes every ClickHouse replica.
     #[arg(long, env = "SPATE_PROBE_INTERVAL", default_value = "5s", value_parser = parse_duration)]
     pub probe_interval: Duration,

@@ -9,6 +9,7 @@ mod cli;
 mod config;
 mod gen;
 mod run;
+mod stats;
 mod units;
 
 use clap::Parser;

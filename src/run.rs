@@ -247,8 +247,11 @@ pub fn run(pipelines: Vec<(String, RunArgs)>) -> Result<(), Exit> {
         .max()
         .unwrap_or(1);
     options.pending_ceiling = (batch_rows.saturating_mul(4)).min(i64::MAX as u64) as i64;
+    let stats_metrics = options.metrics.clone();
     let runtime =
         PipelineRuntime::start(pipeline, options).map_err(|e| Exit::failed(e.to_string()))?;
+    let progress = args.until_end && crate::stats::stderr_is_terminal();
+    crate::stats::spawn(io.handle(), stats_metrics, args.stats_interval, progress);
     if let Some(addr) = runtime.admin_addr() {
         tracing::info!(%addr, "admin server listening (/metrics, /healthz, /readyz)");
     }
@@ -360,6 +363,7 @@ fn effective_config(pipelines: &[(String, RunArgs)]) -> String {
         ),
         ("admin_addr", opt(a.admin_addr.map(|x| x.to_string()))),
         ("probe_interval", quoted(&format!("{:?}", a.probe_interval))),
+        ("stats_interval", quoted(&format!("{:?}", a.stats_interval))),
         ("stall_timeout", quoted(&format!("{:?}", a.stall_timeout))),
         (
             "log_format",

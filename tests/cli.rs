@@ -39,6 +39,7 @@ const RUN_FLAGS: &[(&str, &str, Option<&str>)] = &[
     ("--insert-timeout", "SPATE_INSERT_TIMEOUT", Some("30s")),
     ("--admin-addr", "SPATE_ADMIN_ADDR", None),
     ("--probe-interval", "SPATE_PROBE_INTERVAL", Some("5s")),
+    ("--stats-interval", "SPATE_STATS_INTERVAL", Some("30s")),
     ("--stall-timeout", "SPATE_STALL_TIMEOUT", Some("60s")),
     ("-X", "SPATE_PROPERTY", None),
     ("--log-format", "SPATE_LOG_FORMAT", Some("text")),

@@ -69,6 +69,25 @@ pub struct Metrics {
     pub build_info: IntGaugeVec,
 }
 
+/// Process-wide sums of a few series (see [`Metrics::totals`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// Messages handed to the chains.
+    pub consumed: u64,
+    /// Rows ClickHouse acknowledged.
+    pub inserted: u64,
+    /// Summed consumer lag of the owned partitions.
+    pub lag: i64,
+    /// Lanes owned.
+    pub lanes_active: i64,
+    /// Lanes paused by backpressure.
+    pub lanes_paused: i64,
+    /// Messages that could not be decoded.
+    pub decode_errors: u64,
+    /// Failed insert attempts.
+    pub insert_errors: u64,
+}
+
 /// Names of every exported metric family (for dashboards and their tests).
 pub const METRIC_NAMES: &[&str] = &[
     "spate_messages_consumed_total",
@@ -306,6 +325,38 @@ impl Metrics {
         &self.registry
     }
 
+    /// Process-wide totals for the periodic summary and the progress line.
+    #[must_use]
+    pub fn totals(&self) -> Totals {
+        let mut t = Totals::default();
+        for family in self.registry.gather() {
+            let sum = |gauge: bool| -> f64 {
+                family
+                    .get_metric()
+                    .iter()
+                    .map(|m| {
+                        if gauge {
+                            m.get_gauge().get_value()
+                        } else {
+                            m.get_counter().get_value()
+                        }
+                    })
+                    .sum()
+            };
+            match family.name() {
+                "spate_messages_consumed_total" => t.consumed = sum(false) as u64,
+                "spate_rows_inserted_total" => t.inserted = sum(false) as u64,
+                "spate_consumer_lag" => t.lag = sum(true) as i64,
+                "spate_lanes_active" => t.lanes_active = sum(true) as i64,
+                "spate_lanes_paused" => t.lanes_paused = sum(true) as i64,
+                "spate_decode_errors_total" => t.decode_errors = sum(false) as u64,
+                "spate_insert_errors_total" => t.insert_errors = sum(false) as u64,
+                _ => {}
+            }
+        }
+        t
+    }
+
     /// The Prometheus text exposition of every metric.
     #[must_use]
     pub fn encode_text(&self) -> String {
@@ -354,6 +405,13 @@ mod tests {
             .with_label_values(&["db.t", "1"])
             .observe(1000.0);
         m.uptime.set(1);
+        m.lanes_paused.set(2);
+        m.consumer_lag.with_label_values(&["t", "1"]).set(7);
+        let t = m.totals();
+        assert_eq!(
+            (t.consumed, t.inserted, t.lag, t.lanes_paused),
+            (1, 1, 7, 2)
+        );
         let text = m.encode_text();
         for name in METRIC_NAMES {
             assert!(text.contains(&format!("# TYPE {name} ")), "{name} missing");

@@ -45,6 +45,9 @@ struct LaneEntry<L> {
     feeds: u64,
     consumed: IntCounter,
     bytes: IntCounter,
+    /// `lane{topic, partition}`: what the lane logs while it is polled
+    /// carries its partition.
+    span: tracing::Span,
 }
 
 pub(crate) struct Driver<L: Lane> {
@@ -164,6 +167,8 @@ impl<L: Lane> Driver<L> {
             let chain = &mut self.chain;
             let slot = entry.slot;
             let mut bytes = 0u64;
+            let span = entry.span.clone();
+            let _in_lane = span.enter();
             let result = entry.lane.poll(self.config.poll_batch, &mut |msg| {
                 chain.push(slot, msg)?;
                 bytes += msg.payload.map_or(0, |p| p.len() as u64);
@@ -261,6 +266,7 @@ impl<L: Lane> Driver<L> {
                     // high-water mark.
                     paused: false,
                     feeds: 0,
+                    span: tracing::info_span!("lane", topic = %partition.topic, partition = partition.partition),
                 });
                 Flow::Continue
             }
