@@ -1,21 +1,53 @@
-//! A rebalance storm: three spate processes in one group on an 8-partition
-//! topic while 1M messages are being produced; every few seconds one member
-//! is stopped with SIGTERM and a new one started, so partitions are
-//! revoked, assigned and handed over again and again.
+//! A rebalance storm: three spate processes in one consumer group (dynamic
+//! members: no `group.instance.id`) on an 8-partition topic while 1M
+//! messages are being produced. Every few seconds (`CYCLES` times) the
+//! member that has run longest is stopped and a fresh member started, so
+//! partitions are revoked, assigned and handed over again and again
+//! (cooperative-sticky rebalances). Most stops are SIGTERM, with the fresh
+//! member started right away, so its join overlaps the rebalance of the
+//! leave. The stops of `KILL_CYCLES` (two, both while the producer runs) are
+//! SIGKILL (`kill -9`: no drain, no final commit, no LeaveGroup): the broker
+//! has to expire the dead member, and the survivors take its partitions over
+//! from the last committed offsets. The remaining members are stopped with
+//! SIGTERM one at a time, and one `--until-end` run finishes the topic.
 //!
 //! Expected: every offset present at least once, committed offsets equal to
-//! the end offsets, and duplicates bounded by the unacknowledged tails spate
-//! itself reports (revoke deadline passed, sink abandoned at shutdown),
-//! which are zero when every drain completes in time.
+//! the end offsets, and duplicates bounded, separately:
+//! - after a kill, by the rows in ClickHouse at or above the committed
+//!   offsets of the killed member's partitions (acknowledged but not yet
+//!   committed, or in flight at the kill), sampled after the kill until two
+//!   samples a second apart agree, and before any survivor owns one of
+//!   those partitions (asserted): the new owners insert exactly these again;
+//! - everywhere else (SIGTERM stops, revocations, the final stops), by the
+//!   unacknowledged tails spate itself reports (revoke deadline passed, sink
+//!   abandoned at shutdown), which are zero when every drain completes in
+//!   time.
 //!
-//! Each stop picks a member that has finished joining, and the final stops
-//! let the group settle in between: tansu 0.6 never expires a member that
-//! left in the middle of a rebalance, which wedges the group for good.
+//! What the local broker (tansu 0.6) does, measured, and what shapes the
+//! storm:
+//! - A member that leaves in the middle of a rebalance wedges the group for
+//!   good: tansu never expires a member that leaves during its own join, and
+//!   a SIGTERM that came between the two rounds of a cooperative rebalance
+//!   (right after the member had revoked a partition for a newcomer) left
+//!   the newcomer without partitions for good. So every stop, SIGTERM or
+//!   kill, mid-storm or final, waits (bounded) for a settled group: every
+//!   member owns partitions, none twice, all 8 between them, unchanged for a
+//!   second.
+//! - A dynamic member killed in a settled group is expired after about
+//!   `session.timeout.ms` (6 s here; measured ~8 s); the survivors rejoin in
+//!   a new generation and own its partitions ~10-12 s after the kill. The
+//!   storm waits for that (at most `KILL_TAKEOVER`) before it starts the
+//!   replacement member, so no join races the expiry and the killed
+//!   member's partitions go to the survivors only, after the replay was
+//!   sampled.
+//! - tansu does not tell existing members that a rebalance started, so a
+//!   join waits for the rebalance timeout (`max.poll.interval.ms`, 10 s
+//!   here).
 //!
-//! Not here: a `kill -9` of a member. The local broker (tansu 0.6) never
-//! expires a dead member, so its partitions are never reassigned and the
-//! group cannot finish; against a broker that does (docker-compose's Apache
-//! Kafka), the replay after a crash is bounded by the commit interval.
+//! Not here: static membership (`group.instance.id`): tansu wedges the group
+//! when a static member expires or a new static member joins. Nor a stop or
+//! kill of a member in the middle of a rebalance, nor a join racing the
+//! expiry of a killed member.
 
 #![allow(unknown_lints, clippy::manual_is_multiple_of)]
 
@@ -31,9 +63,14 @@ use support::*;
 
 const N: usize = 1_000_000;
 const PARTITIONS: i32 = 8;
-const PRODUCE_FOR: Duration = Duration::from_secs(30);
+const PRODUCE_FOR: Duration = Duration::from_secs(60);
 const CHURN_EVERY: Duration = Duration::from_secs(6);
 const CYCLES: usize = 6;
+/// Cycles whose stop is SIGKILL; both come while the producer runs.
+const KILL_CYCLES: &[usize] = &[1, 3];
+/// How long the survivors may take to own a killed member's partitions
+/// (measured: 10-12 s).
+const KILL_TAKEOVER: Duration = Duration::from_secs(45);
 
 /// Produce N messages round-robin over the partitions, spread over
 /// `PRODUCE_FOR`, so the storm happens while data flows.
@@ -84,7 +121,7 @@ fn produce_paced(
 }
 
 /// Partitions a member owns according to its JSON log: assigned minus
-/// revoked, in log order.
+/// revoked or lost, in log order.
 fn owned_partitions(stderr: &str) -> BTreeSet<i32> {
     let mut owned = BTreeSet::new();
     for line in stderr.lines() {
@@ -103,7 +140,8 @@ fn owned_partitions(stderr: &str) -> BTreeSet<i32> {
                     owned.insert(p);
                 }
             }
-            Some("partitions revoked") => {
+            // A lost assignment (session timeout) takes partitions too.
+            Some(m) if m == "partitions revoked" || m.starts_with("assignment lost") => {
                 let list = fields["partitions"].as_str().unwrap_or("");
                 for p in list
                     .trim_matches(|c| c == '[' || c == ']')
@@ -173,6 +211,63 @@ fn member_args(svc: &Services, topic: &str, group: &str, table: &str) -> Vec<Str
     args
 }
 
+/// Each member's owned partitions, or why the group is not settled: every
+/// member owns partitions, none twice, all of them between them.
+fn settled(members: &[Running]) -> Result<Vec<BTreeSet<i32>>, String> {
+    let owned: Vec<BTreeSet<i32>> = members
+        .iter()
+        .map(|m| owned_partitions(&m.stderr_so_far()))
+        .collect();
+    let all: BTreeSet<i32> = owned.iter().flatten().copied().collect();
+    let total: usize = owned.iter().map(BTreeSet::len).sum();
+    if owned.iter().all(|o| !o.is_empty())
+        && all.len() == PARTITIONS as usize
+        && total == PARTITIONS as usize
+    {
+        Ok(owned)
+    } else {
+        Err(format!("members own {owned:?}"))
+    }
+}
+
+/// Wait (bounded) until the group is settled: the same full assignment
+/// (see [`settled`]) seen twice, a second apart.
+fn wait_settled(members: &[Running], what: &str) -> Vec<BTreeSet<i32>> {
+    let mut last: Option<Vec<BTreeSet<i32>>> = None;
+    wait_for(
+        what,
+        Duration::from_secs(60),
+        Duration::from_secs(1),
+        || {
+            let now = settled(members);
+            let stable = matches!((&now, &last), (Ok(a), Some(b)) if a == b);
+            last = now.clone().ok();
+            match now {
+                Ok(o) if stable => Ok(o),
+                Ok(o) => Err(format!("members own {o:?}, not yet stable")),
+                Err(e) => Err(e),
+            }
+        },
+    )
+}
+
+/// Log lines of partitions taken away without a revocation: their
+/// unacknowledged rows replay unreported (not expected in this storm).
+fn lost_events(stderr: &str) -> usize {
+    stderr
+        .lines()
+        .filter(|l| l.contains("assignment lost") || l.contains("partitions lost"))
+        .count()
+}
+
+/// The rows a killed member left at or above its partitions' committed
+/// offsets, which the new owners replay: `(partition, first, last)` offsets.
+#[derive(Clone, PartialEq)]
+struct KillReplay {
+    windows: Vec<(i32, i64, u64)>,
+    rows: u64,
+}
+
 #[test]
 fn rebalance_storm_loses_nothing_and_bounds_duplicates() {
     let Some(svc) = services() else { return };
@@ -185,78 +280,104 @@ fn rebalance_storm_loses_nothing_and_bounds_duplicates() {
     create_topic(&svc.brokers, &topic, PARTITIONS);
     let produced = Arc::new(AtomicBool::new(false));
     let producer = produce_paced(svc.brokers.clone(), topic.clone(), produced.clone());
+    let storm_started = Instant::now();
 
     let args = member_args(&svc, &topic, &group, &table);
+    // In start order: the front is the member that has run longest.
+    // Members are labelled m0, m1, ... in start order.
     let mut members: Vec<Running> = (0..3)
         .map(|k| spawn(&format!("storm-m{k}"), &args))
         .collect();
     let mut finished: Vec<Finished> = Vec::new();
+    let mut kills: Vec<KillReplay> = Vec::new();
     let mut clean_stops = 0;
-    // Members are labelled m0, m1, ... in start order.
     for (cycle, next_label) in (0..CYCLES).zip(3..) {
         std::thread::sleep(CHURN_EVERY);
-        // Stop the oldest member that has finished joining (owns
-        // partitions): tansu never expires a member that leaves in the
-        // middle of its join, which would wedge the group for good.
-        let k = wait_for(
-            "a member owning partitions",
-            Duration::from_secs(60),
-            Duration::from_millis(200),
-            || {
-                members
+        // Stop only in a settled group (see the top of this file), and then
+        // the member that has run longest.
+        wait_settled(&members, &format!("a settled group before cycle {cycle}"));
+        if KILL_CYCLES.contains(&cycle) {
+            let victim = members.remove(0);
+            let owned = owned_partitions(&victim.stderr_so_far());
+            let during_produce = !produced.load(Ordering::Acquire);
+            let fin = victim.kill9();
+            let killed_at = Instant::now();
+            // Let inserts that were in flight at the kill land, then take
+            // what is at or above the committed offsets, until two samples a
+            // second apart agree. The survivors need the session timeout and
+            // a rejoin (measured: 10 s or more) before they own any of it;
+            // checked below.
+            let sample = || {
+                let all = committed(&svc.brokers, &group, &topic, PARTITIONS);
+                let at_kill: Vec<(i32, i64)> = owned
                     .iter()
-                    .position(|m| !owned_partitions(&m.stderr_so_far()).is_empty())
-                    .ok_or_else(|| "no member owns a partition yet".to_string())
-            },
-        );
-        let victim = members.remove(k);
-        victim.sigterm();
-        let fin = victim.wait(Duration::from_secs(60));
-        fin.assert_code(0);
-        assert!(
-            fin.stderr.contains("pipeline finished"),
-            "exit report missing:\n{}",
-            fin.tail(20)
-        );
-        eprintln!(
-            "[rebalance_storm] cycle {cycle}: SIGTERM, clean exit after {:.1?}",
-            fin.elapsed
-        );
-        finished.push(fin);
-        clean_stops += 1;
-        members.push(spawn(&format!("storm-m{next_label}"), &args));
-    }
-    producer.join().expect("producer thread");
-    assert!(produced.load(Ordering::Acquire));
-    // Stop the rest only once each has finished joining (see above).
-    wait_for(
-        "every remaining member owning partitions",
-        Duration::from_secs(60),
-        Duration::from_millis(200),
-        || {
-            let joining = members
+                    .map(|&p| (p, all[p as usize].unwrap_or(0)))
+                    .collect();
+                let mut replay = KillReplay {
+                    windows: Vec::new(),
+                    rows: 0,
+                };
+                for &(p, from) in &at_kill {
+                    let row = &ch.u64_rows(&format!(
+                        "SELECT count(), max(_offset) FROM {table} \
+                         WHERE _partition = {p} AND _offset >= {from}"
+                    ))[0];
+                    if row[0] > 0 {
+                        replay.windows.push((p, from, row[1]));
+                        replay.rows += row[0];
+                    }
+                }
+                (at_kill, replay)
+            };
+            std::thread::sleep(Duration::from_secs(1));
+            let mut last = sample();
+            std::thread::sleep(Duration::from_secs(1));
+            let (at_kill, replay) = wait_for(
+                "the killed member's rows to stop changing",
+                Duration::from_secs(3),
+                Duration::from_secs(1),
+                || {
+                    let now = sample();
+                    let same = now == last;
+                    last = now;
+                    if same {
+                        Ok(last.clone())
+                    } else {
+                        Err(format!("{} rows at or above {:?}", last.1.rows, last.0))
+                    }
+                },
+            );
+            let early: Vec<BTreeSet<i32>> = members
                 .iter()
-                .filter(|m| owned_partitions(&m.stderr_so_far()).is_empty())
-                .count();
-            if joining == 0 {
-                Ok(())
-            } else {
-                Err(format!("{joining} still joining"))
-            }
-        },
-    );
-    while !members.is_empty() {
-        let m = members.remove(0);
-        m.sigterm();
-        let fin = m.wait(Duration::from_secs(60));
-        fin.assert_code(0);
-        finished.push(fin);
-        // Let the group settle before the next leave: tansu wedges a group
-        // when a member leaves while a rebalance is still in progress.
-        if !members.is_empty() {
+                .map(|m| {
+                    owned_partitions(&m.stderr_so_far())
+                        .intersection(&owned)
+                        .copied()
+                        .collect()
+                })
+                .collect();
+            assert!(
+                early.iter().all(BTreeSet::is_empty),
+                "survivors owned partitions of {} before the replay was measured: {early:?}",
+                fin.label
+            );
+            eprintln!(
+                "[rebalance_storm] cycle {cycle}: SIGKILL {} after {:.1?}, {}; {} rows at or \
+                 above its partitions' committed offsets {at_kill:?} will replay",
+                fin.label,
+                fin.elapsed,
+                if during_produce {
+                    "while producing"
+                } else {
+                    "after the producer finished"
+                },
+                replay.rows
+            );
+            // The survivors take the dead member's partitions over once
+            // tansu expires it; only then the replacement joins.
             wait_for(
-                "the remaining members to own every partition",
-                Duration::from_secs(60),
+                "the survivors to own every partition after the kill",
+                KILL_TAKEOVER,
                 Duration::from_millis(200),
                 || {
                     let owned: BTreeSet<i32> = members
@@ -266,11 +387,50 @@ fn rebalance_storm_loses_nothing_and_bounds_duplicates() {
                     if owned.len() == PARTITIONS as usize {
                         Ok(())
                     } else {
-                        Err(format!("remaining members own {owned:?}"))
+                        Err(format!("survivors own {owned:?}"))
                     }
                 },
             );
+            eprintln!(
+                "[rebalance_storm] cycle {cycle}: survivors own every partition {:.1?} after the kill",
+                killed_at.elapsed()
+            );
+            // Its log counts too: revocations it went through before.
+            finished.push(fin);
+            kills.push(replay);
+        } else {
+            let victim = members.remove(0);
+            victim.sigterm();
+            let fin = victim.wait(Duration::from_secs(60));
+            fin.assert_code(0);
+            assert!(
+                fin.stderr.contains("pipeline finished"),
+                "exit report missing:\n{}",
+                fin.tail(20)
+            );
+            eprintln!(
+                "[rebalance_storm] cycle {cycle}: SIGTERM {}, clean exit after {:.1?}",
+                fin.label, fin.elapsed
+            );
+            finished.push(fin);
+            clean_stops += 1;
         }
+        members.push(spawn(&format!("storm-m{next_label}"), &args));
+    }
+    eprintln!(
+        "[rebalance_storm] {CYCLES} cycles done {:.1?} into the storm",
+        storm_started.elapsed()
+    );
+    producer.join().expect("producer thread");
+    assert!(produced.load(Ordering::Acquire));
+    // Stop the rest one by one, each in a settled group (see above).
+    while !members.is_empty() {
+        wait_settled(&members, "a settled group before a final stop");
+        let m = members.remove(0);
+        m.sigterm();
+        let fin = m.wait(Duration::from_secs(60));
+        fin.assert_code(0);
+        finished.push(fin);
     }
     // Finish whatever the storm left behind with one bounded run.
     let mut last = member_args(&svc, &topic, &group, &table);
@@ -288,11 +448,29 @@ fn rebalance_storm_loses_nothing_and_bounds_duplicates() {
         .iter()
         .map(|f| reported_unacknowledged(&f.stderr))
         .sum();
+    let lost: usize = finished.iter().map(|f| lost_events(&f.stderr)).sum();
+    let kill_bound: u64 = kills.iter().map(|k| k.rows).sum();
+    let kill_dups: u64 = kills
+        .iter()
+        .flat_map(|k| &k.windows)
+        .map(|(p, from, to)| {
+            ch.u64(&format!(
+                "SELECT count() - uniqExact(_offset) FROM {table} \
+                 WHERE _partition = {p} AND _offset BETWEEN {from} AND {to}"
+            ))
+        })
+        .sum();
+    let clean_dups = dups - kill_dups.min(dups);
     eprintln!(
-        "[rebalance_storm] {clean_stops} SIGTERM mid-storm: {count} rows, {uniq} distinct, \
-         {dups} duplicates (bound: {clean_bound} rows reported unacknowledged at a deadline)"
+        "[rebalance_storm] {count} rows, {uniq} distinct, {dups} duplicates: \
+         {kill_dups} after {} SIGKILL (bound: {kill_bound} rows at or above the committed \
+         offsets at the kills), {clean_dups} after {clean_stops} SIGTERM mid-storm, the \
+         revocations and the final stops (bound: {clean_bound} rows reported unacknowledged \
+         at a deadline); {lost} lost-assignment events",
+        kills.len()
     );
     assert!(clean_stops >= 3);
+    assert_eq!(kills.len(), KILL_CYCLES.len());
     assert_eq!(uniq, N as u64, "every offset present at least once");
     let committed = committed(&svc.brokers, &group, &topic, PARTITIONS);
     let per_partition = (N / PARTITIONS as usize) as i64;
@@ -304,7 +482,13 @@ fn rebalance_storm_loses_nothing_and_bounds_duplicates() {
         );
     }
     assert!(
-        dups <= clean_bound,
-        "{dups} duplicates exceed the unacknowledged tails spate reported ({clean_bound})"
+        kill_dups <= kill_bound,
+        "{kill_dups} duplicates after SIGKILL exceed the rows at or above the committed \
+         offsets at the kills ({kill_bound})"
+    );
+    assert!(
+        clean_dups <= clean_bound,
+        "{clean_dups} duplicates after clean stops exceed the unacknowledged tails spate \
+         reported ({clean_bound})"
     );
 }

@@ -156,6 +156,30 @@ impl Running {
         );
     }
 
+    /// Send SIGKILL (`kill -9`: no drain, no final commit, no LeaveGroup)
+    /// and reap the process; panics unless it died of that signal.
+    pub fn kill9(self) -> Finished {
+        use std::os::unix::process::ExitStatusExt as _;
+        let pid = self.pid() as libc::pid_t;
+        // SAFETY: plain kill(2) on our own child's pid.
+        let rc = unsafe { libc::kill(pid, libc::SIGKILL) };
+        assert_eq!(
+            rc,
+            0,
+            "kill -KILL {pid}: {}",
+            std::io::Error::last_os_error()
+        );
+        let fin = self.wait(Duration::from_secs(10));
+        assert_eq!(
+            fin.status.signal(),
+            Some(libc::SIGKILL),
+            "{}: expected death by SIGKILL, got {:?}",
+            fin.label,
+            fin.status
+        );
+        fin
+    }
+
     /// The stderr written so far.
     pub fn stderr_so_far(&self) -> String {
         read_lossy(&self.stderr_path)
