@@ -25,6 +25,7 @@ summary in a fixed form for tools to track.
 import datetime
 import json
 import os
+import statistics
 import tempfile
 import subprocess
 import sys
@@ -138,10 +139,14 @@ def suite_backpressure(topic):
             print(f"  {r['label']}: {r['rows_per_s']:,.0f} rows/s steady, {r['cpu_s_per_million']:.2f} CPU s/M",
                   flush=True)
             results.append(r)
-    best = {label: max(r["rows_per_s"] for r in results if r["label"].startswith(label)) for label, _ in configs}
-    ratio = best["budget-default"] / best["budget-huge"]
-    summary = (f"bench backpressure: ratio={ratio:.3f} default_rows_per_s={best['budget-default']:.0f} "
-               f"huge_rows_per_s={best['budget-huge']:.0f}")
+    def median(label, key):
+        return statistics.median(r[key] for r in results if r["label"].startswith(label))
+    rate = {label: median(label, "rows_per_s") for label, _ in configs}
+    cpu = {label: median(label, "cpu_s_per_million") for label, _ in configs}
+    ratio = rate["budget-default"] / rate["budget-huge"]
+    cpu_ratio = cpu["budget-default"] / cpu["budget-huge"]
+    summary = (f"bench backpressure: ratio={ratio:.3f} cpu_ratio={cpu_ratio:.3f} "
+               f"default_rows_per_s={rate['budget-default']:.0f} huge_rows_per_s={rate['budget-huge']:.0f}")
     return results, summary, ratio
 
 
@@ -157,7 +162,7 @@ def main():
         results, summary, _ = {"backpressure": suite_backpressure}[suite](topic)
         md = (f"# spate bench: {suite}\n\n{date}, {os.cpu_count()} cores, ClickHouse {server}, "
               f"{MESSAGES} events on {PARTITIONS} partitions, {REPEAT} runs per configuration "
-              f"(alternated; the ratio uses each configuration's best run).\n\n{table_md(results)}\n\n`{summary}`\n")
+              f"(alternated; ratios of each configuration's median steady rows/s and median CPU s per million rows).\n\n{table_md(results)}\n\n`{summary}`\n")
         path = os.path.join(ROOT, "bench", "results", f"{suite}-{date}.md")
         with open(path, "w") as f:
             f.write(md)
