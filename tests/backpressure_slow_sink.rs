@@ -20,17 +20,6 @@ const PARTITIONS: i32 = 4;
 const BUDGET_MIB: u64 = 64;
 const STALL: Duration = Duration::from_secs(30);
 
-/// Resumes ClickHouse if the test fails while it is frozen.
-struct Resume<'a>(&'a str, bool);
-
-impl Drop for Resume<'_> {
-    fn drop(&mut self) {
-        if self.1 {
-            let _ = Command::new(self.0).arg("ch-resume").status();
-        }
-    }
-}
-
 #[test]
 fn stalled_clickhouse_pauses_lanes_keeps_membership_and_bounds_memory() {
     let Some(svc) = services() else { return };
@@ -98,7 +87,9 @@ fn stalled_clickhouse_pauses_lanes_keeps_membership_and_bounds_memory() {
     );
 
     services_sh(&script, "ch-pause");
-    let mut resume = Resume(&script, true);
+    let mut resume = Undo::new(|| {
+        let _ = Command::new(&script).arg("ch-resume").status();
+    });
     let stall_end = Instant::now() + STALL;
     let mut max_paused = 0;
     let mut peak_kib = 0;
@@ -115,7 +106,7 @@ fn stalled_clickhouse_pauses_lanes_keeps_membership_and_bounds_memory() {
         std::thread::sleep(Duration::from_millis(250));
     }
     services_sh(&script, "ch-resume");
-    resume.1 = false;
+    resume.disarm();
 
     // Keep sampling the peak until the run ends.
     let deadline = Instant::now() + Duration::from_secs(180);

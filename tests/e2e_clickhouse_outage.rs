@@ -35,23 +35,6 @@ use support::*;
 const N: usize = 300_000;
 const PARTITIONS: i32 = 4;
 
-/// Resumes and starts ClickHouse again if the test panics while it is
-/// frozen or stopped.
-struct Restart<'a> {
-    script: &'a str,
-    armed: bool,
-}
-
-impl Drop for Restart<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            eprintln!("[e2e_clickhouse_outage] resuming/restarting ClickHouse after a failure");
-            let _ = Command::new(self.script).arg("ch-resume").status();
-            let _ = Command::new(self.script).arg("ch-start").status();
-        }
-    }
-}
-
 /// Send `sig` to the local clickhouse-server named in its PID file; `false`
 /// without one (e.g. against docker-compose).
 fn signal_clickhouse(pid_file: Option<&str>, sig: libc::c_int) -> bool {
@@ -77,12 +60,7 @@ fn signal_clickhouse(pid_file: Option<&str>, sig: libc::c_int) -> bool {
 #[test]
 fn clickhouse_outage_mid_run() {
     let Some(svc) = services() else { return };
-    let script = svc.services_sh.clone().unwrap_or_else(|| {
-        panic!(
-            "SPATE_SERVICES_SH is not set: this test stops and starts ClickHouse with scripts/services.sh; \
-             run `make services` and `source build/services.env`"
-        )
-    });
+    let script = svc.script();
     let _timer = Timer::start("e2e_clickhouse_outage");
     let _lock = ch_exclusive_lock();
     let ch = Ch::connect(&svc.clickhouse_url);
@@ -127,10 +105,11 @@ fn clickhouse_outage_mid_run() {
         !running.has_exited() && before < N as u64,
         "spate finished before ClickHouse could be stopped ({before} rows in): the outage tests nothing"
     );
-    let mut guard = Restart {
-        script: &script,
-        armed: true,
-    };
+    let mut guard = Undo::new(|| {
+        eprintln!("[test] resuming/restarting ClickHouse after a failure");
+        let _ = Command::new(&script).arg("ch-resume").status();
+        let _ = Command::new(&script).arg("ch-start").status();
+    });
     let pid_file = svc.clickhouse_pid_file.as_deref();
     let frozen = signal_clickhouse(pid_file, libc::SIGSTOP);
     if frozen {
@@ -149,7 +128,7 @@ fn clickhouse_outage_mid_run() {
     let still_running = !running.has_exited();
     services_sh(&script, "ch-start");
     Ch::wait_up(&svc.clickhouse_url, Duration::from_secs(60));
-    guard.armed = false;
+    guard.disarm();
     eprintln!(
         "[e2e_clickhouse_outage] ClickHouse back after {:.1?} down",
         stopped.elapsed()

@@ -26,6 +26,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer as _,
 use rdkafka::ClientContext;
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
+
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -310,21 +311,6 @@ fn metrics_after_an_end_to_end_run() {
     ch.drop_database_of(&table);
 }
 
-/// Starts ClickHouse again if the test fails while it is stopped.
-struct Restart<'a> {
-    script: &'a str,
-    armed: bool,
-}
-
-impl Drop for Restart<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            eprintln!("[e2e_observe] starting ClickHouse again after a failure");
-            let _ = Command::new(self.script).arg("ch-start").status();
-        }
-    }
-}
-
 /// Poll `/readyz` (and `/healthz`, which must stay 200) every 50 ms until
 /// its status line starts with `want`; returns how long that took and the
 /// answer. Panics after `timeout` or if spate exits.
@@ -424,12 +410,7 @@ fn readiness_follows_clickhouse() {
     const PARTITIONS: i32 = 2;
     const PROBE: Duration = Duration::from_secs(1);
     let Some(svc) = services() else { return };
-    let script = svc.services_sh.clone().unwrap_or_else(|| {
-        panic!(
-            "SPATE_SERVICES_SH is not set: this test stops and starts ClickHouse with scripts/services.sh; \
-             run `make services` and `source build/services.env`"
-        )
-    });
+    let script = svc.script();
     let _timer = Timer::start("e2e_observe::readiness");
     let _lock = ch_exclusive_lock();
     let ch = Ch::connect(&svc.clickhouse_url);
@@ -487,10 +468,11 @@ fn readiness_follows_clickhouse() {
     assert_healthy(port, "before the outage");
 
     // The outage.
-    let mut guard = Restart {
-        script: &script,
-        armed: true,
-    };
+    let mut guard = Undo::new(|| {
+        eprintln!("[test] resuming/restarting ClickHouse after a failure");
+        let _ = Command::new(&script).arg("ch-resume").status();
+        let _ = Command::new(&script).arg("ch-start").status();
+    });
     let stop_began = Instant::now();
     services_sh(&script, "ch-stop");
     let stopped = Instant::now();
@@ -556,7 +538,7 @@ fn readiness_follows_clickhouse() {
     let start_began = Instant::now();
     services_sh(&script, "ch-start");
     Ch::wait_up(&svc.clickhouse_url, Duration::from_secs(120));
-    guard.armed = false;
+    guard.disarm();
     let up = Instant::now();
     eprintln!(
         "[e2e_observe] ClickHouse down {down_for:.1?}; ch-start + wait_up took {:.1?}",

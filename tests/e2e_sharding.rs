@@ -95,6 +95,24 @@ impl Setup {
         self.nodes[node].u64(&format!("SELECT count() FROM {table}"))
     }
 
+    /// Wait until node a holds rows of `table` while `running` still
+    /// runs, so the test can take a node away mid-run (`what`).
+    fn first_rows_on_a(&self, table: &str, running: &mut Running, what: &str) {
+        wait_for(
+            "the first rows on node a",
+            Duration::from_secs(60),
+            Duration::from_millis(10),
+            || match self.nodes[0].try_u64(&format!("SELECT count() FROM {table}")) {
+                Ok(n) if n > 0 => Ok(n),
+                other => Err(format!("{other:?}")),
+            },
+        );
+        assert!(
+            !running.has_exited(),
+            "the run ended before {what}: make N larger"
+        );
+    }
+
     /// Distinct (partition, offset) over both nodes, and all rows.
     fn union(&self, table: &str) -> (usize, u64) {
         let mut seen = std::collections::HashSet::new();
@@ -255,22 +273,6 @@ fn cluster_weights_split_keyed_rows() {
     );
 }
 
-/// Starts a node again if the test fails while it is down.
-struct Revive<'a> {
-    cluster: &'a Cluster,
-    node: usize,
-    cmd: &'static str,
-    armed: bool,
-}
-
-impl Drop for Revive<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.cluster.node(self.node, self.cmd);
-        }
-    }
-}
-
 #[test]
 fn a_killed_replica_fails_over_to_the_next() {
     const N: usize = 400_000;
@@ -298,30 +300,13 @@ fn a_killed_replica_fails_over_to_the_next() {
         .map(String::from),
     );
     let mut running = spawn("failover", &args);
-    wait_for(
-        "the first rows on replica a",
-        Duration::from_secs(60),
-        Duration::from_millis(10),
-        || match s.nodes[0].try_u64(&format!("SELECT count() FROM {table}")) {
-            Ok(n) if n > 0 => Ok(n),
-            other => Err(format!("{other:?}")),
-        },
-    );
-    assert!(
-        !running.has_exited(),
-        "the run ended before replica a could be killed: make N larger"
-    );
+    s.first_rows_on_a(&table, &mut running, "replica a could be killed");
     s.cluster.node(0, "kill");
-    let mut revive = Revive {
-        cluster: &s.cluster,
-        node: 0,
-        cmd: "start",
-        armed: true,
-    };
+    let mut revive = Undo::new(|| s.cluster.node(0, "start"));
     let fin = running.wait(Duration::from_secs(120));
     fin.assert_code(0);
     s.cluster.node(0, "start");
-    revive.armed = false;
+    revive.disarm();
     Ch::wait_up(&s.cluster.urls[0], Duration::from_secs(60));
 
     let on_a = s.count(0, &table);
@@ -381,26 +366,9 @@ fn a_frozen_shard_holds_back_only_within_the_budget() {
         .map(String::from),
     );
     let mut running = spawn("slow-shard", &s.args(&topic, &table, &sink));
-    wait_for(
-        "the first rows on shard a",
-        Duration::from_secs(60),
-        Duration::from_millis(10),
-        || match s.nodes[0].try_u64(&format!("SELECT count() FROM {table}")) {
-            Ok(n) if n > 0 => Ok(n),
-            other => Err(format!("{other:?}")),
-        },
-    );
-    assert!(
-        !running.has_exited(),
-        "the run ended before shard b could be frozen: make N larger"
-    );
+    s.first_rows_on_a(&table, &mut running, "shard b could be frozen");
     s.cluster.node(1, "pause");
-    let mut resume = Revive {
-        cluster: &s.cluster,
-        node: 1,
-        cmd: "resume",
-        armed: true,
-    };
+    let mut resume = Undo::new(|| s.cluster.node(1, "resume"));
     let stall_end = Instant::now() + STALL;
     let pid = running.pid();
     let (mut peak_kib, mut max_paused, mut a_during) = (0, 0, Vec::new());
@@ -430,7 +398,7 @@ fn a_frozen_shard_holds_back_only_within_the_budget() {
     let up = |shard: &str| metric_sum(&metrics_during, "spate_replica_up", &[shard]);
     let queued_b = metric_sum(&metrics_during, "spate_queue_bytes", &[r#"shard="2""#]);
     s.cluster.node(1, "resume");
-    resume.armed = false;
+    resume.disarm();
     let deadline = Instant::now() + Duration::from_secs(180);
     while !running.has_exited() {
         peak_kib = peak_kib.max(peak_rss_kib(pid).unwrap_or(0));

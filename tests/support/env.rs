@@ -279,3 +279,42 @@ pub fn services_sh_args(script: &str, args: &[&str]) {
         );
     }
 }
+
+/// Runs its closure when dropped, unless disarmed: puts a service back
+/// (restart, resume) when a test that took it away fails midway.
+pub struct Undo<F: FnMut()> {
+    undo: Option<F>,
+}
+
+impl<F: FnMut()> Undo<F> {
+    /// Arm `undo`.
+    pub fn new(undo: F) -> Self {
+        Self { undo: Some(undo) }
+    }
+
+    /// The service is back: nothing to undo.
+    pub fn disarm(&mut self) {
+        self.undo = None;
+    }
+}
+
+impl<F: FnMut()> Drop for Undo<F> {
+    fn drop(&mut self) {
+        if let Some(mut undo) = self.undo.take() {
+            undo();
+        }
+    }
+}
+
+impl Services {
+    /// `scripts/services.sh`, for a test that takes ClickHouse away;
+    /// panics with instructions when `SPATE_SERVICES_SH` is not set.
+    pub fn script(&self) -> String {
+        self.services_sh.clone().unwrap_or_else(|| {
+            panic!(
+                "SPATE_SERVICES_SH is not set: this test stops and starts ClickHouse with scripts/services.sh; \
+                 run `make services` and `source build/services.env`"
+            )
+        })
+    }
+}
