@@ -32,6 +32,19 @@ impl Exit {
         }
     }
 
+    /// The same exit, its message naming pipeline `name` when the process
+    /// runs `several`.
+    #[must_use]
+    pub fn in_pipeline(self, name: &str, several: bool) -> Self {
+        if !several {
+            return self;
+        }
+        Self {
+            code: self.code,
+            message: format!("pipeline {name}: {}", self.message),
+        }
+    }
+
     /// A pipeline failure (exit 1).
     pub fn failed(message: impl Into<String>) -> Self {
         Self {
@@ -109,14 +122,7 @@ fn dispatch(argv: Vec<String>) -> Result<(), Exit> {
             println!("== pipeline {name} ==");
         }
         if let Err(e) = check::check(args) {
-            let e = if several {
-                Exit {
-                    code: e.code,
-                    message: format!("pipeline {name}: {}", e.message),
-                }
-            } else {
-                e
-            };
+            let e = e.in_pipeline(&name, several);
             if worst.as_ref().is_none_or(|w| e.code > w.code) {
                 worst = Some(e);
             }

@@ -72,20 +72,6 @@ pub(crate) fn validate(args: &RunArgs) -> Result<Validated, Exit> {
     })
 }
 
-/// The pipeline `name`'s error, named when there are several.
-fn in_pipeline(name: &str, several: bool) -> impl Fn(Exit) -> Exit + '_ {
-    move |e| {
-        if several {
-            Exit {
-                code: e.code,
-                message: format!("pipeline {name}: {}", e.message),
-            }
-        } else {
-            e
-        }
-    }
-}
-
 /// Run one or more pipelines (from `--config`, or the one the flags
 /// describe) in one process: one consumer group for all their topics,
 /// shared drivers and memory budget, each pipeline's own table, shards and
@@ -100,7 +86,7 @@ pub fn run(pipelines: Vec<(String, RunArgs)>) -> Result<(), Exit> {
     let mut validated = Vec::with_capacity(pipelines.len());
     let mut owner: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
     for (name, a) in &pipelines {
-        validated.push(validate(a).map_err(in_pipeline(name, several))?);
+        validated.push(validate(a).map_err(|e| e.in_pipeline(name, several))?);
         for t in &a.topics {
             if let Some(other) = owner.insert(t, name) {
                 return Err(Exit::usage(format!(
@@ -144,11 +130,9 @@ pub fn run(pipelines: Vec<(String, RunArgs)>) -> Result<(), Exit> {
             },
             retry: RetryPolicy::default(),
             workers_per_shard: a.insert_workers.max(1),
-            // Queue marks are set for all sinks together below.
-            high_water_bytes: 0,
-            low_water_bytes: 0,
         };
-        prepared.push(prepare_sink(&io, &spec, &metrics).map_err(in_pipeline(name, several))?);
+        prepared
+            .push(prepare_sink(&io, &spec, &metrics).map_err(|e| e.in_pipeline(name, several))?);
     }
     let total_shards: usize = prepared.iter().map(PreparedSink::shards).sum();
     let budget = Budget::split(args.max_buffered_bytes, drivers, total_shards);

@@ -200,12 +200,6 @@ impl ShardQueues {
         self.depth_bytes(shard) >= self.high_water
     }
 
-    /// Whether any shard is at or above its high-water mark.
-    #[must_use]
-    pub fn any_over(&self) -> bool {
-        (0..self.shards()).any(|s| self.is_over(s))
-    }
-
     /// Shards at or above their high-water mark, as a [`shard_bit`] mask.
     #[must_use]
     pub fn over_mask(&self) -> u64 {
@@ -225,12 +219,6 @@ impl ShardQueues {
                 m & !shard_bit(s)
             }
         })
-    }
-
-    /// Whether every shard is at or below its low-water mark.
-    #[must_use]
-    pub fn all_clear(&self) -> bool {
-        (0..self.shards()).all(|s| self.depth_bytes(s) <= self.low_water)
     }
 }
 
@@ -259,16 +247,19 @@ mod tests {
     fn depth_counts_until_the_worker_drops_the_chunk_with_hysteresis() {
         let (q, mut rx) = ShardQueues::new(2, 100, 40);
         q.push(chunk(1, 60)).unwrap();
-        assert!(!q.any_over());
+        assert_eq!(q.over_mask(), 0);
         q.push(chunk(1, 60)).unwrap();
         assert!(q.is_over(1) && !q.is_over(0));
         let first = rx[1].try_recv().unwrap();
         assert_eq!(q.depth_bytes(1), 120, "in flight still counts");
         drop(first);
         assert_eq!(q.depth_bytes(1), 60);
-        assert!(!q.any_over() && !q.all_clear(), "between the marks");
+        assert!(
+            q.over_mask() == 0 && q.clear_mask() == !shard_bit(1),
+            "between the marks"
+        );
         drop(rx[1].try_recv().unwrap());
-        assert!(q.all_clear());
+        assert_eq!(q.clear_mask(), u64::MAX);
         assert_eq!(q.depth_chunks(1), 0);
     }
 

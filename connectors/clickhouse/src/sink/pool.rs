@@ -1,5 +1,6 @@
-//! [`SinkPool`]: connect, read the target schema, build the shard queues
-//! and spawn the insert workers; then hand the runtime its half.
+//! [`SinkPool`]: connect, read the target schema ([`SinkPool::prepare`]),
+//! spawn the insert workers on the shard queues the caller made
+//! ([`PreparedSink::spawn`]); then hand the runtime its half.
 
 use super::retry::RetryPolicy;
 use super::topology::{Topology, TopologySource};
@@ -74,11 +75,6 @@ pub struct SinkSpec {
     pub retry: RetryPolicy,
     /// Concurrent inserts per shard.
     pub workers_per_shard: usize,
-    /// Queue depth (queued + in-flight bytes) at which lanes pause, for all
-    /// shards together; each shard gets an equal share.
-    pub high_water_bytes: usize,
-    /// Queue depth at or below which lanes resume, for all shards together.
-    pub low_water_bytes: usize,
 }
 
 /// Why the sink could not start.
@@ -178,29 +174,11 @@ pub struct SinkPool {
 
 impl SinkPool {
     /// Resolve the shards, read the table's columns (checking every
-    /// reachable replica has the same ones), check they can be encoded
-    /// with the shard key, and spawn each shard's workers on `io`.
-    /// Acknowledgements go to `acks`.
-    pub async fn start(
-        spec: &SinkSpec,
-        io: tokio::runtime::Handle,
-        acks: AckSender,
-        metrics: Arc<Metrics>,
-    ) -> Result<SinkPool, SinkError> {
-        let prepared = Self::prepare(spec, metrics).await?;
-        let n = prepared.shards();
-        let (queues, receivers) = ShardQueues::new(
-            n,
-            (spec.high_water_bytes / n).max(1),
-            spec.low_water_bytes / n,
-        );
-        Ok(prepared.spawn(&queues, receivers, 0, &io, &acks))
-    }
-
-    /// The first half of [`start`](Self::start): resolve the shards, read
-    /// and check the schema, without queues or workers yet. Several
-    /// prepared sinks can then share one set of shard queues (one pipeline
-    /// per table in one process), each spawned on its own range of shards.
+    /// reachable replica has the same ones) and check they can be encoded
+    /// with the shard key; no queues or workers yet. The caller creates
+    /// the shard queues (several prepared sinks may share one set, one
+    /// pipeline per table in one process) and hands each sink its range
+    /// with [`PreparedSink::spawn`].
     pub async fn prepare(
         spec: &SinkSpec,
         metrics: Arc<Metrics>,
@@ -282,11 +260,6 @@ impl SinkPool {
             workers_per_shard: spec.workers_per_shard.max(1),
             retry: spec.retry,
         })
-    }
-
-    /// A fresh encoder for one driver thread, with the shard key set.
-    pub fn encoder(&self) -> Result<ChRowEncoder, SchemaError> {
-        self.encoder_factory().build()
     }
 
     /// What builds an encoder per driver thread; outlives the pool.
