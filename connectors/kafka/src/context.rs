@@ -110,16 +110,21 @@ impl SpateContext {
                 continue;
             };
             let id = LaneId(self.next_lane.fetch_add(1, Ordering::Relaxed) + 1);
-            tracing::info!(%partition, lane = %id, "partition assigned");
-            shared.lanes.insert(partition.clone(), id);
-            shared.by_id.insert(id, partition.clone());
-            shared.new_lanes.push(KafkaLane::new(
+            let Some(lane) = KafkaLane::new(
                 id,
-                partition,
+                partition.clone(),
+                &consumer,
                 queue,
                 self.until_end,
                 self.ended.clone(),
-            ));
+            ) else {
+                shared.fatal = Some(format!("no fetch queue for {partition}"));
+                continue;
+            };
+            tracing::info!(%partition, lane = %id, "partition assigned");
+            shared.lanes.insert(partition.clone(), id);
+            shared.by_id.insert(id, partition);
+            shared.new_lanes.push(lane);
         }
     }
 
