@@ -1,7 +1,9 @@
 //! Command line: `spate run`, `spate check` and `spate gen`. Every flag also reads an
 //! environment variable `SPATE_<FLAG>`; flags win over the environment.
 
+use crate::events::Schema;
 use crate::units::{parse_bytes, parse_duration, parse_property};
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -203,6 +205,16 @@ pub struct GenArgs {
     /// round-robin over the topic's partitions.
     #[arg(long, env = "SPATE_GEN_PARTITIONS", default_value_t = 4)]
     pub partitions: i32,
+    /// Event schema: `small` (10 fields, ~200 bytes: ts, user_id, event,
+    /// country, value, duration_ms, ok, tags, session, page) or `wide` (50
+    /// columns, ~1 KB: ts, user_id, c02..c49 of mixed types).
+    #[arg(
+        long,
+        env = "SPATE_GEN_SCHEMA",
+        default_value = "small",
+        value_parser = PossibleValuesParser::new(Schema::NAMES).try_map(|s| s.parse::<Schema>())
+    )]
+    pub schema: Schema,
     /// librdkafka producer property KEY=VALUE (repeatable).
     #[arg(short = 'X', long = "property", value_name = "KEY=VALUE", value_parser = parse_property)]
     pub properties: Vec<(String, String)>,

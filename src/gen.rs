@@ -1,9 +1,11 @@
 //! `spate gen`: produce generated demo events, so the demo and the
 //! benchmarks need no other Kafka tooling.
 //!
-//! Each event is one JSON object of about 200 bytes:
-//! `{"ts":…,"user_id":…,"event":"…","value":…,"tags":[…]}`. Events are
-//! spread round-robin over the topic's partitions.
+//! Each event is one JSON object of the `--schema` chosen (see
+//! [`crate::events`]): `small`, about 200 bytes
+//! (`{"ts":…,"user_id":…,"event":"…","value":…,"tags":[…],…}`), or `wide`,
+//! 50 columns in about 1 KB. Events are spread round-robin over the
+//! topic's partitions.
 
 use crate::cli::GenArgs;
 use crate::Exit;
@@ -12,11 +14,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
-use std::fmt::Write as _;
 use std::time::{Duration, Instant};
-
-const EVENTS: [&str; 6] = ["view", "click", "purchase", "signup", "logout", "search"];
-const TAGS: [&str; 5] = ["mobile", "web", "beta", "eu", "us"];
 
 pub fn run(args: GenArgs) -> Result<(), Exit> {
     if args.partitions < 1 {
@@ -43,10 +41,10 @@ pub fn run(args: GenArgs) -> Result<(), Exit> {
         .map_err(|e| Exit::usage(format!("kafka producer configuration: {e}")))?;
     let partitions = topic_partitions(&producer, &args.topic).unwrap_or(args.partitions);
     let started = Instant::now();
-    let mut payload = String::with_capacity(256);
+    let mut payload = String::with_capacity(2048);
     for i in 0..args.count {
         payload.clear();
-        event(i, &mut payload);
+        args.schema.write(i, &mut payload);
         let partition = (i % partitions as u64) as i32;
         loop {
             let record = BaseRecord::<(), str>::to(&args.topic)
@@ -69,8 +67,9 @@ pub fn run(args: GenArgs) -> Result<(), Exit> {
         .map_err(|e| Exit::failed(format!("flushing produced events: {e}")))?;
     let secs = started.elapsed().as_secs_f64();
     eprintln!(
-        "spate gen: produced {} events to {} ({} partitions) in {:.1}s ({:.0} events/s)",
+        "spate gen: produced {} {} events to {} ({} partitions) in {:.1}s ({:.0} events/s)",
         args.count,
+        args.schema.name(),
         args.topic,
         partitions,
         secs,
@@ -109,33 +108,47 @@ fn topic_partitions(producer: &BaseProducer, topic: &str) -> Option<i32> {
     (n > 0).then_some(n)
 }
 
-/// The `i`-th demo event, deterministic, about 200 bytes.
-pub fn event(i: u64, out: &mut String) {
-    let ts = 1_700_000_000 + i / 100;
-    let user = i.wrapping_mul(2_654_435_761) % 100_000;
-    let kind = EVENTS[(i % EVENTS.len() as u64) as usize];
-    let value = (i % 10_000) as f64 / 100.0;
-    let _ = write!(
-        out,
-        "{{\"ts\":{ts},\"user_id\":{user},\"event\":\"{kind}\",\"value\":{value},\"tags\":[\"{}\",\"{}\"],\"session\":\"s-{:016x}\",\"page\":\"/products/{}/details?ref=campaign-{}\"}}",
-        TAGS[(i % 5) as usize],
-        TAGS[((i / 5) % 5) as usize],
-        i.wrapping_mul(0x9E37_79B9_7F4A_7C15),
-        i % 977,
-        i % 31
-    );
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::cli::{Cli, Command, GenArgs};
+    use crate::events::Schema;
+    use clap::Parser;
+
+    fn gen_args(extra: &[&str]) -> Result<GenArgs, clap::Error> {
+        let mut argv = vec!["spate", "gen", "--brokers", "b:9092", "--topic", "t"];
+        argv.extend_from_slice(extra);
+        match Cli::try_parse_from(argv)?.command {
+            Command::Gen(g) => Ok(g),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    fn payload(args: &GenArgs, i: u64) -> String {
+        let mut s = String::new();
+        args.schema.write(i, &mut s);
+        s
+    }
 
     #[test]
-    fn events_are_json_of_about_200_bytes() {
-        let mut s = String::new();
-        event(123_457, &mut s); // 123457 % 6 == 1
+    fn default_events_are_the_demos_small_json() {
+        let args = gen_args(&[]).unwrap();
+        assert_eq!(args.schema, Schema::Small);
+        let s = payload(&args, 123_457); // 123457 % 6 == 1
         let v: serde_json::Value = serde_json::from_str(&s).unwrap();
         assert_eq!(v["event"], "click");
+        for demo_column in ["ts", "user_id", "event", "value", "tags"] {
+            assert!(v.get(demo_column).is_some(), "{demo_column} missing: {s}");
+        }
         assert!((150..260).contains(&s.len()), "{} bytes: {s}", s.len());
+    }
+
+    #[test]
+    fn schema_flag_selects_wide_events() {
+        let args = gen_args(&["--schema", "wide"]).unwrap();
+        assert_eq!(args.schema, Schema::Wide);
+        let s = payload(&args, 5);
+        let v: serde_json::Value = serde_json::from_str(&s).unwrap();
+        assert_eq!(v.as_object().map(|o| o.len()), Some(50), "{s}");
+        assert!(gen_args(&["--schema", "medium"]).is_err());
     }
 }

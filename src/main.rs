@@ -7,6 +7,7 @@
 mod check;
 mod cli;
 mod config;
+mod events;
 mod gen;
 mod run;
 mod stats;
