@@ -23,7 +23,7 @@
 //! Threads: everything runs on the calling thread; ClickHouse requests run
 //! on a current-thread tokio runtime, all replicas at once.
 
-use crate::cli::{CheckArgs, RunArgs};
+use crate::cli::{CheckArgs, Compression, RunArgs};
 use crate::run::{validate, Validated};
 use crate::Exit;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
@@ -104,6 +104,7 @@ impl<'a> Flags<'a> {
         ChClientOptions {
             connect_timeout: REQUEST_TIMEOUT,
             insert_timeout: self.args.insert_timeout,
+            lz4: self.args.compression == Compression::Lz4,
         }
     }
 }

@@ -55,6 +55,7 @@ const PIPELINE_KEYS: &[&str] = &[
     "flush_interval",
     "insert_timeout",
     "insert_workers",
+    "compression",
 ];
 
 /// One way to name the servers; a pipeline or the command line that sets

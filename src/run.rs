@@ -3,7 +3,7 @@
 //! the `PipelineRuntime` until SIGTERM/SIGINT (or the end of input with
 //! `--until-end`), and maps the `ExitReport` to the exit code.
 
-use crate::cli::RunArgs;
+use crate::cli::{Compression, RunArgs};
 use crate::Exit;
 use spate_clickhouse::{
     ChClientOptions, PreparedSink, RetryPolicy, SinkPool, SinkSpec, TableRef, Topology,
@@ -127,6 +127,7 @@ pub fn run(pipelines: Vec<(String, RunArgs)>) -> Result<(), Exit> {
             client: ChClientOptions {
                 connect_timeout: Duration::from_secs(10),
                 insert_timeout: a.insert_timeout,
+                lz4: a.compression == Compression::Lz4,
             },
             retry: RetryPolicy::default(),
             workers_per_shard: a.insert_workers.max(1),
@@ -393,6 +394,13 @@ fn effective_config(pipelines: &[(String, RunArgs)]) -> String {
             ("flush_interval", quoted(&format!("{:?}", p.flush_interval))),
             ("insert_timeout", quoted(&format!("{:?}", p.insert_timeout))),
             ("insert_workers", p.insert_workers.to_string()),
+            (
+                "compression",
+                quoted(match p.compression {
+                    Compression::Lz4 => "lz4",
+                    Compression::None => "none",
+                }),
+            ),
         ];
         for (k, v) in fields {
             let _ = writeln!(out, "{k} = {v}");

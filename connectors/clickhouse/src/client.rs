@@ -24,6 +24,10 @@ pub struct ChClientOptions {
     /// Bound on sending an insert body and, separately, on waiting for the
     /// server's answer to it. Keep below Kafka's `max.poll.interval.ms`.
     pub insert_timeout: Duration,
+    /// Compress insert bodies with LZ4 (ClickHouse's native block
+    /// compression). Off, the RowBinary goes as is: less CPU on both sides,
+    /// about 3× more bytes on the wire.
+    pub lz4: bool,
 }
 
 impl Default for ChClientOptions {
@@ -31,6 +35,7 @@ impl Default for ChClientOptions {
         ChClientOptions {
             connect_timeout: Duration::from_secs(10),
             insert_timeout: Duration::from_secs(60),
+            lz4: true,
         }
     }
 }
@@ -216,7 +221,12 @@ impl ChClient {
     ) -> Result<ChClient, ClientError> {
         let mut inner = clickhouse::Client::default()
             .with_url(url)
-            .with_validation(false);
+            .with_validation(false)
+            .with_compression(if opts.lz4 {
+                clickhouse::Compression::Lz4
+            } else {
+                clickhouse::Compression::None
+            });
         if let Some(u) = user {
             inner = inner.with_user(u);
         }
