@@ -40,9 +40,18 @@ test: services ## services up, then every test (unit, fakes, proptest, integrati
 loom: ## model-check the drain barrier and the pending gate with loom
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p spate_core --lib loom
 
-bench: services ## end-to-end benchmarks (BENCH_SUITE, BENCH_MESSAGES); results in bench/results/
+BENCH_VENV := $(or $(SPATE_BUILD_DIR),build)/bench-venv
+
+bench: services $(BENCH_VENV)/.ready ## micro + end-to-end benchmarks, ceilings, peers (BENCH_MESSAGES, BENCH_SUITE); results in bench/results/
 	$(CARGO) build --release
-	source $(ENV_FILE) && python3 bench/bench.py
+	$(CARGO) build --release -p spate_kafka --example consume_ceiling
+	source $(ENV_FILE) && $(BENCH_VENV)/bin/python bench/bench.py
+
+# matplotlib for the plot, in a venv of its own (the bench's only non-stdlib module).
+$(BENCH_VENV)/.ready:
+	python3 -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install --quiet --disable-pip-version-check 'matplotlib>=3.8,<4'
+	touch $@
 
 demo: ## gen DEMO_COUNT (1000000) events, load them with spate run, show rows/s
 	scripts/demo.sh

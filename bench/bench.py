@@ -1,120 +1,512 @@
 #!/usr/bin/env python3
-"""spate end-to-end benchmarks against the local services (make services).
+"""spate benchmarks against the local services (make services).
 
-Preloads BENCH_MESSAGES demo events (spate gen, 8 partitions) into a fresh
-topic once, then loads them with `spate run --until-end` under several
-configurations, each into a fresh MergeTree table with a fresh group, and
-measures for each run:
+Suites (BENCH_SUITE, comma-separated; default "e2e"):
 
-- steady-state rows/s: from ClickHouse's count() sampled every 50 ms, the
-  rate between 10% and 90% of the rows (start-up and the group join, which
-  tansu delays by session.timeout.ms/2, are excluded);
-- CPU seconds per million rows of the spate process (user+sys, getrusage);
-- peak RSS of the spate process (ru_maxrss).
+- e2e: the figures of the benchmark issue, in one run on the same data.
+  1. micro: `cargo bench --bench hot_path` (criterion); ns per row and MB/s of
+     decoding + routing + RowBinary encoding, small and wide events.
+  2. Preloads BENCH_MESSAGES small events (default 5,000,000; `spate gen`,
+     BENCH_PARTITIONS=8) into a fresh topic.
+  3. Alternating BENCH_REPEAT times (default 3), on that topic:
+     - the consume ceiling: a bare rdkafka consumer (examples/consume_ceiling)
+       that reads every partition to EOF and discards;
+     - spate: `spate run --until-end` with its default flags into a fresh
+       MergeTree table;
+     - the insert ceiling: `clickhouse-client` inserting the same rows from a
+       RowBinary file encoded beforehand.
+  4. Peers (BENCH_PEERS, default "kafka-engine"; "" for none): ClickHouse's
+     Kafka engine + a materialized view consuming the same topic.
+  5. Throughput against --batch-rows 10k, 50k, 100k, 500k (a PNG plot).
+  Every figure is the median over the repeats. spate's rate is reported as a
+  fraction of the lower ceiling, and the targets are checked.
 
-Suites (BENCH_SUITE, comma-separated, default "backpressure"):
+- backpressure: the default memory budget against one too large to ever
+  pause a lane (the ratio of steady rates; issue: within 5%).
 
-- backpressure: the default memory budget (backpressure machinery on, and
-  tripping when ClickHouse is the bottleneck) against a budget too large to
-  ever trigger it; reports the throughput ratio (issue: within 5%).
+Measurement, for spate and the consume ceiling alike:
+- steady rows/s: the rate between 10% and 90% of the rows (for spate from
+  the rows of the table's active parts in system.parts, sampled every
+  50 ms), so that start-up and tansu's group join (session.timeout.ms/2)
+  are excluded;
+- CPU seconds per million rows of the process (user+sys, from wait4);
+- peak RSS of the process (ru_maxrss);
+- for spate also the ClickHouse server's CPU over the run (/proc/PID/stat).
 
-Results go to bench/results/<suite>-<date>.md; the last line printed is a
-summary in a fixed form for tools to track.
+Results go to bench/results/<suite>-<date>.md (and .png); the last line
+printed is a summary in a fixed form for tools to track:
+  bench: rows_per_s=<int> cpu_s_per_million=<float> fraction_of_ceiling=<float> peak_rss_mib=<int>
 """
 
 import datetime
+import glob
 import json
 import os
 import statistics
-import tempfile
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.parse
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SPATE = os.environ.get("SPATE_BIN", os.path.join(ROOT, "target", "release", "spate"))
+TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+SPATE = os.environ.get("SPATE_BIN", os.path.join(TARGET, "release", "spate"))
+CONSUME_CEILING = os.path.join(TARGET, "release", "examples", "consume_ceiling")
 BROKERS = os.environ["SPATE_TEST_BROKERS"]
 CH = os.environ["SPATE_TEST_CLICKHOUSE_URL"]
-MESSAGES = int(os.environ.get("BENCH_MESSAGES", "2000000"))
+CH_TCP = os.environ.get("SPATE_TEST_CLICKHOUSE_TCP", "127.0.0.1:9000")
+CH_PID_FILE = os.environ.get("SPATE_TEST_CLICKHOUSE_PID_FILE")
+MESSAGES = int(os.environ.get("BENCH_MESSAGES", "5000000"))
 PARTITIONS = int(os.environ.get("BENCH_PARTITIONS", "8"))
-REPEAT = int(os.environ.get("BENCH_REPEAT", "2"))
-RUN_TIMEOUT = 600
+REPEAT = int(os.environ.get("BENCH_REPEAT", "3"))
+MICRO = os.environ.get("BENCH_MICRO", "1") != "0"
+PEERS = [p for p in os.environ.get("BENCH_PEERS", "kafka-engine").split(",") if p]
+SWEEP = [int(x) for x in os.environ.get("BENCH_BATCH_ROWS", "10000,50000,100000,500000").split(",") if x]
+# One run may take at most this long: 60 s plus 20 s per million rows.
+RUN_TIMEOUT = 60 + 20 * MESSAGES / 1e6
+DEFAULT_BUDGET_MIB = 256  # spate's default --max-buffered-bytes
+
+# The small event of `spate gen` (src/events.rs) and two columns that prove
+# every message arrived exactly once.
+SMALL_COLUMNS = [
+    ("ts", "DateTime"),
+    ("user_id", "UInt64"),
+    ("event", "LowCardinality(String)"),
+    ("country", "LowCardinality(String)"),
+    ("value", "Float64"),
+    ("duration_ms", "UInt32"),
+    ("ok", "UInt8"),
+    ("tags", "Array(String)"),
+    ("session", "String"),
+    ("page", "String"),
+]
+META_COLUMNS = [("_partition", "UInt32"), ("_offset", "UInt64")]
 
 
-def ch(sql, **settings):
+def log(msg):
+    print(msg, flush=True)
+
+
+def ch(sql, timeout=120, **settings):
     q = urllib.parse.urlencode(settings)
-    with urllib.request.urlopen(f"{CH}/?{q}", data=sql.encode(), timeout=60) as r:
+    with urllib.request.urlopen(f"{CH}/?{q}", data=sql.encode(), timeout=timeout) as r:
         return r.read().decode().strip()
 
 
 def fresh_table(name):
     ch("CREATE DATABASE IF NOT EXISTS spate_bench")
     ch(f"DROP TABLE IF EXISTS spate_bench.{name}")
-    ch(
-        f"CREATE TABLE spate_bench.{name} (ts DateTime, user_id UInt64, event LowCardinality(String), "
-        "value Float64, tags Array(String), _partition UInt32, _offset UInt64) "
-        "ENGINE = MergeTree() ORDER BY (_partition, _offset)",
-        allow_experimental_low_cardinality_type=1,
-    )
+    cols = ", ".join(f"{n} {t}" for n, t in SMALL_COLUMNS + META_COLUMNS)
+    ch(f"CREATE TABLE spate_bench.{name} ({cols}) ENGINE = MergeTree() ORDER BY (_partition, _offset)",
+       allow_experimental_low_cardinality_type=1)
     return f"spate_bench.{name}"
+
+
+# Tables are dropped at the end of a suite, not after each run: the files of
+# a dropped table are "recently deleted" inodes, and ext4 makes the next run's
+# part files slow to create (find_inode_bit/recently_deleted were 16% of the
+# server's CPU in a profile when tables were dropped between runs).
+DROP_LATER = []
+
+
+def drop_table(table):
+    DROP_LATER.append(table)
+
+
+def drop_tables():
+    while DROP_LATER:
+        ch(f"DROP TABLE IF EXISTS {DROP_LATER.pop()}")
+
+
+def rows_so_far(table):
+    """Rows in `table` from the parts' metadata. Unlike count(), which on
+    18.16 reads a column of every part, this costs the server next to
+    nothing, so sampling it every 50 ms does not load the server whose CPU
+    is being measured."""
+    db, name = table.split(".")
+    return int(ch(f"SELECT sum(rows) FROM system.parts WHERE database = '{db}' AND table = '{name}' AND active",
+                  timeout=5) or 0)
+
+
+def server_cpu_s():
+    """user+sys CPU seconds of the local ClickHouse server so far, or None."""
+    if not CH_PID_FILE or not os.path.exists(CH_PID_FILE):
+        return None
+    try:
+        pid = open(CH_PID_FILE).read().strip()
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return None
+
+
+def wait_child(proc, label, timeout, on_tick=None, tick=0.05):
+    """wait4 the child with a deadline; returns (status, rusage)."""
+    started = time.monotonic()
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid != 0:
+            return status, usage
+        if time.monotonic() - started > timeout:
+            proc.kill()
+            proc.wait()
+            sys.exit(f"bench: {label} did not finish within {timeout:.0f}s")
+        if on_tick:
+            on_tick()
+        time.sleep(tick)
 
 
 def preload(topic):
     t0 = time.monotonic()
     subprocess.run(
         [SPATE, "gen", "--brokers", BROKERS, "--topic", topic, "--count", str(MESSAGES),
-         "--partitions", str(PARTITIONS)],
-        check=True, stderr=subprocess.DEVNULL,
+         "--partitions", str(PARTITIONS), "--schema", "small"],
+        check=True, stderr=subprocess.DEVNULL, timeout=RUN_TIMEOUT,
     )
     return time.monotonic() - t0
 
 
-def load(topic, label, extra):
+def steady_rate(samples, total):
+    lo = next(s for s in samples if s[1] >= 0.1 * total)
+    hi = next(s for s in samples if s[1] >= 0.9 * total)
+    return (hi[1] - lo[1]) / max(hi[0] - lo[0], 1e-9)
+
+
+# ---------------------------------------------------------------- runs ----
+
+def run_spate(topic, label, extra, keep=False):
+    """One `spate run --until-end` into a fresh table; figures of the run."""
     table = fresh_table(label.replace("-", "_"))
     group = f"bench_{label}_{int(time.time() * 1000)}"
     args = [SPATE, "run", "--brokers", BROKERS, "--topic", topic, "--group", group,
             "--clickhouse-url", CH, "--table", table, "--until-end",
             "-X", "session.timeout.ms=6000", "--log-level", "warn"] + extra
-    log = tempfile.TemporaryFile(mode="w+")
-    started = time.monotonic()
-    proc = subprocess.Popen(args, stderr=log)
+    errlog = tempfile.TemporaryFile(mode="w+")
     samples = []
-    while True:
-        # wait4 gives this child's own rusage (CPU and peak RSS).
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid != 0:
-            break
-        if time.monotonic() - started > RUN_TIMEOUT:
-            proc.kill()
-            sys.exit(f"bench: {label} did not finish within {RUN_TIMEOUT}s")
+
+    def sample():
         try:
-            samples.append((time.monotonic(), int(ch(f"SELECT count() FROM {table}"))))
+            samples.append((time.monotonic(), rows_so_far(table)))
         except Exception:
             pass
-        time.sleep(0.05)
+
+    server0 = server_cpu_s()
+    started = time.monotonic()
+    proc = subprocess.Popen(args, stderr=errlog)
+    status, usage = wait_child(proc, label, RUN_TIMEOUT, on_tick=sample)
+    wall = time.monotonic() - started
+    server1 = server_cpu_s()
     code = os.waitstatus_to_exitcode(status)
     if code != 0:
-        log.seek(0)
-        sys.exit(f"bench: {label} exited {code}:\n{log.read()[-2000:]}")
+        errlog.seek(0)
+        sys.exit(f"bench: {label} exited {code}:\n{errlog.read()[-2000:]}")
     rows = int(ch(f"SELECT count() FROM {table}"))
     samples.append((time.monotonic(), rows))
-    if int(ch(f"SELECT uniqExact(_partition, _offset) FROM {table}")) != MESSAGES:
-        sys.exit(f"bench: {label}: not every message arrived")
-    lo = next(s for s in samples if s[1] >= 0.1 * MESSAGES)
-    hi = next(s for s in samples if s[1] >= 0.9 * MESSAGES)
-    steady = (hi[1] - lo[1]) / max(hi[0] - lo[0], 1e-9)
+    distinct = int(ch(f"SELECT uniqExact(_partition, _offset) FROM {table}"))
+    if distinct != MESSAGES:
+        sys.exit(f"bench: {label}: {distinct} of {MESSAGES} messages arrived")
     cpu = usage.ru_utime + usage.ru_stime
-    return {
+    result = {
         "label": label,
         "rows": rows,
-        "wall_s": time.monotonic() - started,
-        "rows_per_s": steady,
+        "duplicates": rows - distinct,
+        "wall_s": wall,
+        "rows_per_s": steady_rate(samples, MESSAGES),
         "cpu_s_per_million": cpu / (rows / 1e6),
+        "server_cpu_s_per_million": (server1 - server0) / (rows / 1e6) if server0 is not None else None,
         "peak_rss_mib": usage.ru_maxrss / 1024,
         "args": " ".join(extra),
     }
+    if keep:
+        result["table"] = table
+    else:
+        drop_table(table)
+    return result
+
+
+def run_consume_ceiling(topic, label):
+    proc = subprocess.Popen([CONSUME_CEILING, BROKERS, topic], stdout=subprocess.PIPE)
+    status, usage = wait_child(proc, label, RUN_TIMEOUT)
+    out = proc.stdout.read().decode()
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"bench: {label} failed")
+    r = json.loads(out.strip().splitlines()[-1])
+    if r["messages"] != MESSAGES:
+        sys.exit(f"bench: {label} read {r['messages']} of {MESSAGES} messages")
+    return {
+        "label": label,
+        "rows_per_s": r["rows_per_s"],
+        "payload_bytes": r["bytes"],
+        "cpu_s_per_million": (usage.ru_utime + usage.ru_stime) / (MESSAGES / 1e6),
+        "peak_rss_mib": usage.ru_maxrss / 1024,
+    }
+
+
+def export_rowbinary(table, path):
+    """The rows of `table` (spate's load) as one RowBinary file."""
+    host, port = CH_TCP.rsplit(":", 1)
+    cols = ", ".join(n for n, _ in SMALL_COLUMNS + META_COLUMNS)
+    with open(path, "wb") as f:
+        subprocess.run(["clickhouse-client", "--host", host, "--port", port, "--query",
+                        f"SELECT {cols} FROM {table} FORMAT RowBinary"],
+                       stdout=f, check=True, timeout=RUN_TIMEOUT)
+    return os.path.getsize(path)
+
+
+def run_insert_ceiling(path, label):
+    """clickhouse-client inserting the pre-encoded RowBinary file."""
+    host, port = CH_TCP.rsplit(":", 1)
+    table = fresh_table(label.replace("-", "_"))
+    cols = ", ".join(n for n, _ in SMALL_COLUMNS + META_COLUMNS)
+    server0 = server_cpu_s()
+    started = time.monotonic()
+    with open(path, "rb") as f:
+        proc = subprocess.Popen(["clickhouse-client", "--host", host, "--port", port, "--query",
+                                 f"INSERT INTO {table} ({cols}) FORMAT RowBinary"], stdin=f)
+        status, usage = wait_child(proc, label, RUN_TIMEOUT)
+    wall = time.monotonic() - started
+    server1 = server_cpu_s()
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"bench: {label}: clickhouse-client failed")
+    rows = int(ch(f"SELECT count() FROM {table}"))
+    drop_table(table)
+    if rows != MESSAGES:
+        sys.exit(f"bench: {label} inserted {rows} of {MESSAGES} rows")
+    return {
+        "label": label,
+        "rows_per_s": rows / wall,
+        "wall_s": wall,
+        "client_cpu_s_per_million": (usage.ru_utime + usage.ru_stime) / (rows / 1e6),
+        "server_cpu_s_per_million": (server1 - server0) / (rows / 1e6) if server0 is not None else None,
+    }
+
+
+def run_micro():
+    """criterion's hot-path benchmarks; one dict per benchmark."""
+    log("bench: micro benchmarks (cargo bench --bench hot_path)")
+    subprocess.run(["cargo", "bench", "--bench", "hot_path", "--", "--noplot"], cwd=ROOT, check=True,
+                   timeout=1200)
+    results = []
+    for bj in sorted(glob.glob(os.path.join(TARGET, "criterion", "**", "new", "benchmark.json"),
+                               recursive=True)):
+        with open(bj) as f:
+            meta = json.load(f)
+        with open(os.path.join(os.path.dirname(bj), "estimates.json")) as f:
+            est = json.load(f)
+        ns = est["mean"]["point_estimate"]  # per iteration
+        thr = meta.get("throughput") or {}
+        rows = thr.get("Elements")
+        nbytes = thr.get("Bytes")
+        results.append({
+            "id": meta["full_id"],
+            "ns_per_iter": ns,
+            "rows": rows,
+            "bytes": nbytes,
+        })
+    return results
+
+
+def micro_rows(results):
+    """Joins the Elements and Bytes measurements of one benchmark:
+    (name, ns/row, MB/s); criterion gives each group one throughput kind."""
+    by_name = {}
+    for r in results:
+        group, _, name = r["id"].partition("/")
+        entry = by_name.setdefault(name, {})
+        if r["rows"]:
+            entry["ns_per_row"] = r["ns_per_iter"] / r["rows"]
+        if r["bytes"]:
+            entry["mb_per_s"] = r["bytes"] / r["ns_per_iter"] * 1e9 / 1e6
+    return [(n, e.get("ns_per_row"), e.get("mb_per_s")) for n, e in sorted(by_name.items())]
+
+
+# --------------------------------------------------------------- output ----
+
+def fmt(x, spec=",.0f"):
+    return "—" if x is None else format(x, spec)
+
+
+def plot_batch_rows(sweep, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    xs = [r["batch_rows"] for r in sweep]
+    ys = [r["rows_per_s"] / 1e3 for r in sweep]
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    ax.plot(xs, ys, marker="o", label="spate steady rows/s")
+    ax.set_xscale("log")
+    ax.set_xticks(xs)
+    ax.set_xticklabels([f"{x // 1000}k" for x in xs])
+    ax.set_xlabel("--batch-rows")
+    ax.set_ylabel("thousand rows/s")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.set_title(f"spate throughput against --batch-rows ({MESSAGES:,} small events, {os.cpu_count()} cores)")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def suite_e2e(topic, date):
+    md = []
+    micro = run_micro() if MICRO else []
+    micro_table = micro_rows(micro)
+    payload_bytes = None
+    consume, spate, insert = [], [], []
+    rowbinary = os.path.join(tempfile.gettempdir(), f"spate-bench-{os.getpid()}.rowbinary")
+    try:
+        for i in range(REPEAT):
+            c = run_consume_ceiling(topic, f"consume-ceiling-{i}")
+            consume.append(c)
+            payload_bytes = c["payload_bytes"]
+            s = run_spate(topic, f"spate-{i}", [], keep=(i == 0))
+            spate.append(s)
+            if i == 0:
+                size = export_rowbinary(s["table"], rowbinary)
+                drop_table(s["table"])
+                log(f"  RowBinary file: {size / 2**20:.0f} MiB")
+            ins = run_insert_ceiling(rowbinary, f"insert-ceiling-{i}")
+            insert.append(ins)
+            log(f"  round {i}: consume ceiling {c['rows_per_s']:,.0f}/s, spate {s['rows_per_s']:,.0f}/s "
+                f"({s['cpu_s_per_million']:.2f} CPU s/M, {s['peak_rss_mib']:.0f} MiB), "
+                f"insert ceiling {ins['rows_per_s']:,.0f}/s")
+    finally:
+        if os.path.exists(rowbinary):
+            os.remove(rowbinary)
+
+    def med(rs, key):
+        vals = [r[key] for r in rs if r.get(key) is not None]
+        return statistics.median(vals) if vals else None
+
+    avg_bytes = payload_bytes / MESSAGES
+    rate = med(spate, "rows_per_s")
+    cpu = med(spate, "cpu_s_per_million")
+    server_cpu = med(spate, "server_cpu_s_per_million")
+    rss = max(r["peak_rss_mib"] for r in spate)
+    consume_rate = med(consume, "rows_per_s")
+    insert_rate = med(insert, "rows_per_s")
+    ceiling = min(consume_rate, insert_rate)
+    fraction = rate / ceiling
+
+    peers = []
+    for peer in PEERS:
+        log(f"bench: peer {peer}")
+        try:
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+            import peers as peer_mod  # bench/peers.py
+            if peer == "kafka-engine":
+                r = peer_mod.kafka_engine(BROKERS, topic, MESSAGES, PARTITIONS)
+            else:
+                raise ValueError(f"unknown peer {peer}")
+            r["label"] = peer
+            peers.append(r)
+            log(f"  {peer}: {r['rows_per_s']:,.0f} rows/s, server {r['server_cpu_s_per_million']:.2f} CPU s/M")
+        except Exception as e:  # a peer that cannot run is reported, not fatal
+            peers.append({"label": peer, "error": f"{type(e).__name__}: {e}"})
+            log(f"  {peer}: FAILED: {e}")
+
+    # The same load without LZ4 on the insert bodies (ClickHouse on this host).
+    plain = run_spate(topic, "spate-compression-none", ["--compression", "none"])
+    log(f"  --compression none: {plain['rows_per_s']:,.0f} rows/s, {plain['cpu_s_per_million']:.2f} CPU s/M, "
+        f"server {fmt(plain['server_cpu_s_per_million'], '.2f')} CPU s/M")
+
+    sweep = []
+    for n in SWEEP:
+        # A budget large enough that --batch-rows, not --batch-bytes, closes
+        # the batches (spate caps a batch at a quarter of the budget per driver).
+        extra = ["--batch-rows", str(n), "--batch-bytes", "256MiB", "--max-buffered-bytes", "1GiB"]
+        r = run_spate(topic, f"batch-rows-{n}", extra)
+        r["batch_rows"] = n
+        sweep.append(r)
+        log(f"  --batch-rows {n}: {r['rows_per_s']:,.0f} rows/s, {r['cpu_s_per_million']:.2f} CPU s/M")
+    png = os.path.join(ROOT, "bench", "results", f"batch-rows-{date}.png")
+    if sweep:
+        plot_batch_rows(sweep, png)
+
+    # ---- the report
+    server = ch("SELECT version()")
+    md.append(f"# spate bench: e2e\n\n{date}, {os.cpu_count()} cores, ClickHouse {server}, tansu broker; "
+              f"{MESSAGES:,} small events (~{avg_bytes:.0f} B of JSON, 10 columns) on {PARTITIONS} partitions. "
+              f"Medians of {REPEAT} alternated rounds (consume ceiling, spate, insert ceiling).\n")
+    if micro_table:
+        md.append("## Hot path per row (criterion, one core)\n")
+        md.append("| benchmark | ns/row | MB/s of JSON |\n|---|---:|---:|")
+        for name, ns, mbs in micro_table:
+            md.append(f"| {name} | {fmt(ns, '.0f')} | {fmt(mbs, '.1f')} |")
+        md.append("")
+    md.append("## End to end\n")
+    md.append("| run | steady rows/s | MB/s | CPU s / M rows | server CPU s / M rows | peak RSS MiB | wall s |")
+    md.append("|---|---:|---:|---:|---:|---:|---:|")
+    for r in consume:
+        md.append(f"| {r['label']} | {r['rows_per_s']:,.0f} | {r['rows_per_s'] * avg_bytes / 1e6:.0f} | "
+                  f"{r['cpu_s_per_million']:.2f} | — | {r['peak_rss_mib']:.0f} | — |")
+    for r in spate:
+        md.append(f"| {r['label']} | {r['rows_per_s']:,.0f} | {r['rows_per_s'] * avg_bytes / 1e6:.0f} | "
+                  f"{r['cpu_s_per_million']:.2f} | {fmt(r['server_cpu_s_per_million'], '.2f')} | "
+                  f"{r['peak_rss_mib']:.0f} | {r['wall_s']:.1f} |")
+    for r in insert:
+        md.append(f"| {r['label']} (clickhouse-client) | {r['rows_per_s']:,.0f} | — | "
+                  f"{r['client_cpu_s_per_million']:.2f} | {fmt(r['server_cpu_s_per_million'], '.2f')} | — | "
+                  f"{r['wall_s']:.1f} |")
+    md.append("")
+    md.append(f"Lower ceiling: {'consume' if consume_rate <= insert_rate else 'insert'} "
+              f"({ceiling:,.0f} rows/s); spate reaches **{fraction:.2f}** of it.\n")
+    if peers:
+        md.append("## Peers, same topic, same run\n")
+        md.append("| connector | steady rows/s | own CPU s / M rows | server CPU s / M rows | total CPU s / M rows |")
+        md.append("|---|---:|---:|---:|---:|")
+        total = cpu + (server_cpu or 0)
+        md.append(f"| spate | {rate:,.0f} | {cpu:.2f} | {fmt(server_cpu, '.2f')} | {total:.2f} |")
+        p_total = plain["cpu_s_per_million"] + (plain["server_cpu_s_per_million"] or 0)
+        md.append(f"| spate --compression none | {plain['rows_per_s']:,.0f} | {plain['cpu_s_per_million']:.2f} | "
+                  f"{fmt(plain['server_cpu_s_per_million'], '.2f')} | {p_total:.2f} |")
+        for p in peers:
+            if "error" in p:
+                md.append(f"| {p['label']} | failed: {p['error']} | | | |")
+            else:
+                md.append(f"| {p['label']} | {p['rows_per_s']:,.0f} | — (in the server) | "
+                          f"{p['server_cpu_s_per_million']:.2f} | {p['server_cpu_s_per_million']:.2f} |")
+        md.append("")
+    if sweep:
+        md.append(f"## Throughput against --batch-rows\n\n![throughput against --batch-rows]({os.path.basename(png)})\n")
+        md.append("| --batch-rows | steady rows/s | CPU s / M rows | server CPU s / M rows | peak RSS MiB |")
+        md.append("|---:|---:|---:|---:|---:|")
+        for r in sweep:
+            md.append(f"| {r['batch_rows']:,} | {r['rows_per_s']:,.0f} | {r['cpu_s_per_million']:.2f} | "
+                      f"{fmt(r['server_cpu_s_per_million'], '.2f')} | {r['peak_rss_mib']:.0f} |")
+        md.append("\n(with `--batch-bytes 256MiB --max-buffered-bytes 1GiB`, so that rows close the batches)\n")
+
+    # ---- the targets
+    checks = []
+    small = [ns for name, ns, _ in micro_table if ns is not None and name.startswith("small")]
+    if small:
+        worst = max(small)
+        checks.append((f"hot path ≤ 1000 ns per small row: {worst:.0f} ns (slowest small benchmark)", worst <= 1000))
+    checks.append((f"spate CPU ≤ 1.5 s per million rows: {cpu:.2f}", cpu <= 1.5))
+    checks.append((f"throughput ≥ 0.80 of the lower ceiling: {fraction:.2f}", fraction >= 0.8))
+    checks.append((f"peak RSS ≤ budget + 64 MiB = {DEFAULT_BUDGET_MIB + 64} MiB: {rss:.0f} MiB",
+                   rss <= DEFAULT_BUDGET_MIB + 64))
+    for p in peers:
+        if "error" in p:
+            checks.append((f"beats {p['label']}: not measured ({p['error']})", False))
+            continue
+        if server_cpu is not None:
+            total = cpu + server_cpu
+            checks.append((f"spate + server CPU per million rows below {p['label']}'s: "
+                           f"{total:.2f} < {p['server_cpu_s_per_million']:.2f}",
+                           total < p["server_cpu_s_per_million"]))
+        checks.append((f"rows/s at least twice {p['label']}'s: {rate:,.0f} ≥ 2 × {p['rows_per_s']:,.0f} "
+                       f"({rate / p['rows_per_s']:.2f}×)", rate >= 2 * p["rows_per_s"]))
+    md.append("## Targets\n")
+    for text, ok in checks:
+        md.append(f"- {'met' if ok else '**missed**'}: {text}")
+    summary = (f"bench: rows_per_s={rate:.0f} cpu_s_per_million={cpu:.3f} "
+               f"fraction_of_ceiling={fraction:.3f} peak_rss_mib={rss:.0f}")
+    md.append(f"\n`{summary}`\n")
+    return "\n".join(md), summary, checks
 
 
 def table_md(results):
@@ -126,7 +518,7 @@ def table_md(results):
     return "\n".join(out)
 
 
-def suite_backpressure(topic):
+def suite_backpressure(topic, date):
     configs = [
         ("budget-default", ["--max-buffered-bytes", "256MiB"]),
         ("budget-huge", ["--max-buffered-bytes", "16GiB"]),
@@ -135,10 +527,10 @@ def suite_backpressure(topic):
     # Alternate the two configurations so drift on a shared machine hits both.
     for i in range(REPEAT):
         for label, extra in configs:
-            r = load(topic, f"{label}-{i}", extra)
-            print(f"  {r['label']}: {r['rows_per_s']:,.0f} rows/s steady, {r['cpu_s_per_million']:.2f} CPU s/M",
-                  flush=True)
+            r = run_spate(topic, f"{label}-{i}", extra)
+            log(f"  {r['label']}: {r['rows_per_s']:,.0f} rows/s steady, {r['cpu_s_per_million']:.2f} CPU s/M")
             results.append(r)
+
     def median(label, key):
         return statistics.median(r[key] for r in results if r["label"].startswith(label))
     rate = {label: median(label, "rows_per_s") for label, _ in configs}
@@ -147,28 +539,43 @@ def suite_backpressure(topic):
     cpu_ratio = cpu["budget-default"] / cpu["budget-huge"]
     summary = (f"bench backpressure: ratio={ratio:.3f} cpu_ratio={cpu_ratio:.3f} "
                f"default_rows_per_s={rate['budget-default']:.0f} huge_rows_per_s={rate['budget-huge']:.0f}")
-    return results, summary, ratio
+    server = ch("SELECT version()")
+    md = (f"# spate bench: backpressure\n\n{date}, {os.cpu_count()} cores, ClickHouse {server}, "
+          f"{MESSAGES} events on {PARTITIONS} partitions, {REPEAT} runs per configuration "
+          f"(alternated; ratios of each configuration's median steady rows/s and median CPU s per million rows)."
+          f"\n\n{table_md(results)}\n\n`{summary}`\n")
+    return md, summary, []
 
 
 def main():
-    suites = os.environ.get("BENCH_SUITE", "backpressure").split(",")
-    topic = f"bench_{int(time.time())}"
-    print(f"bench: preloading {MESSAGES} events into {topic} ({PARTITIONS} partitions)", flush=True)
-    secs = preload(topic)
-    print(f"bench: preloaded in {secs:.1f}s", flush=True)
+    suites = os.environ.get("BENCH_SUITE", "e2e").split(",")
+    for s in suites:
+        if s not in ("e2e", "backpressure"):
+            sys.exit(f"bench: unknown suite {s} (e2e, backpressure)")
+    for exe in (SPATE, CONSUME_CEILING):
+        if not os.access(exe, os.X_OK):
+            sys.exit(f"bench: {exe} is missing; run `make bench` (it builds it)")
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H%MZ")
-    server = ch("SELECT version()")
+    topic = f"bench_{int(time.time())}"
+    log(f"bench: preloading {MESSAGES:,} events into {topic} ({PARTITIONS} partitions)")
+    secs = preload(topic)
+    log(f"bench: preloaded in {secs:.1f}s")
+    last_summary = None
     for suite in suites:
-        results, summary, _ = {"backpressure": suite_backpressure}[suite](topic)
-        md = (f"# spate bench: {suite}\n\n{date}, {os.cpu_count()} cores, ClickHouse {server}, "
-              f"{MESSAGES} events on {PARTITIONS} partitions, {REPEAT} runs per configuration "
-              f"(alternated; ratios of each configuration's median steady rows/s and median CPU s per million rows).\n\n{table_md(results)}\n\n`{summary}`\n")
+        log(f"bench: suite {suite}")
+        try:
+            md, summary, checks = {"e2e": suite_e2e, "backpressure": suite_backpressure}[suite](topic, date)
+        finally:
+            drop_tables()
         path = os.path.join(ROOT, "bench", "results", f"{suite}-{date}.md")
         with open(path, "w") as f:
             f.write(md)
-        print(table_md(results))
-        print(f"bench: wrote {os.path.relpath(path, ROOT)}")
-        print(summary)
+        print()
+        print(md)
+        log(f"bench: wrote {os.path.relpath(path, ROOT)}")
+        last_summary = summary
+    # The fixed-form line last, for tools that track it over time.
+    print(last_summary, flush=True)
 
 
 if __name__ == "__main__":
