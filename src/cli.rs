@@ -56,6 +56,17 @@ pub enum Compression {
     None,
 }
 
+/// The format of insert bodies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum InsertFormat {
+    /// Native blocks, column by column: the least work for the server.
+    /// Tables that need RowBinaryWithDefaults, or have a type spate does
+    /// not transpose (Map), get RowBinary.
+    Native,
+    /// RowBinary rows, as encoded.
+    Rowbinary,
+}
+
 /// Log output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -168,6 +179,9 @@ pub struct RunArgs {
     /// a timed-out insert is retried with the same rows.
     #[arg(long, env = "SPATE_INSERT_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub insert_timeout: Duration,
+    /// Format of insert bodies.
+    #[arg(long, env = "SPATE_INSERT_FORMAT", value_enum, default_value_t = InsertFormat::Native)]
+    pub insert_format: InsertFormat,
     /// Compression of insert bodies.
     #[arg(long, env = "SPATE_COMPRESSION", value_enum, default_value_t = Compression::Lz4)]
     pub compression: Compression,

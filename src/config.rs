@@ -56,6 +56,7 @@ const PIPELINE_KEYS: &[&str] = &[
     "insert_timeout",
     "insert_workers",
     "compression",
+    "insert_format",
 ];
 
 /// One way to name the servers; a pipeline or the command line that sets

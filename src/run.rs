@@ -3,7 +3,7 @@
 //! the `PipelineRuntime` until SIGTERM/SIGINT (or the end of input with
 //! `--until-end`), and maps the `ExitReport` to the exit code.
 
-use crate::cli::{Compression, RunArgs};
+use crate::cli::{Compression, InsertFormat, RunArgs};
 use crate::Exit;
 use spate_clickhouse::{
     ChClientOptions, PreparedSink, RetryPolicy, SinkPool, SinkSpec, TableRef, Topology,
@@ -131,6 +131,7 @@ pub fn run(pipelines: Vec<(String, RunArgs)>) -> Result<(), Exit> {
             },
             retry: RetryPolicy::default(),
             workers_per_shard: a.insert_workers.max(1),
+            native: a.insert_format == InsertFormat::Native,
         };
         prepared
             .push(prepare_sink(&io, &spec, &metrics).map_err(|e| e.in_pipeline(name, several))?);
@@ -394,6 +395,13 @@ fn effective_config(pipelines: &[(String, RunArgs)]) -> String {
             ("flush_interval", quoted(&format!("{:?}", p.flush_interval))),
             ("insert_timeout", quoted(&format!("{:?}", p.insert_timeout))),
             ("insert_workers", p.insert_workers.to_string()),
+            (
+                "insert_format",
+                quoted(match p.insert_format {
+                    InsertFormat::Native => "native",
+                    InsertFormat::Rowbinary => "rowbinary",
+                }),
+            ),
             (
                 "compression",
                 quoted(match p.compression {

@@ -28,7 +28,7 @@ pub mod types;
 
 pub use classify::{classify, parse_code, ErrorClass};
 pub use client::{ChClient, ChClientOptions, ClientError, InsertError};
-pub use encode::{EncoderOptions, RowEncoder, RowError, SchemaError};
+pub use encode::{EncoderOptions, NativeLayout, RowEncoder, RowError, SchemaError, TransposeError};
 pub use schema::{Column, DefaultKind, ServerFeatures, VersionError};
 pub use sink::{ChRowEncoder, EncoderFactory, PreparedSink, ShardSpec, Topology, TopologySource};
 pub use sink::{RetryPolicy, SinkError, SinkPool, SinkSpec, TableRef};

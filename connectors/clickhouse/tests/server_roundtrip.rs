@@ -199,17 +199,24 @@ async fn every_type_round_trips() {
         .iter()
         .map(|(n, t, _)| format!("`{n}` {t}"))
         .collect();
-    let create = format!("CREATE TABLE {db}.t ({}) ENGINE = Memory", cols.join(", "));
     let lc_flag = [("allow_experimental_low_cardinality_type", "1")];
     let settings: &[(&str, &str)] = if features.low_cardinality_needs_experimental_flag {
         &lc_flag
     } else {
         &[]
     };
-    client
-        .execute(&create, settings)
-        .await
-        .expect("create table");
+    // `t` gets the rows as RowBinary, `tn` as one Native block made from
+    // the same RowBinary bytes; both must read back the same.
+    for table in ["t", "tn"] {
+        let create = format!(
+            "CREATE TABLE {db}.{table} ({}) ENGINE = Memory",
+            cols.join(", ")
+        );
+        client
+            .execute(&create, settings)
+            .await
+            .expect("create table");
+    }
 
     let columns = client.describe(&db, "t").await.expect("describe");
     let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
@@ -223,6 +230,10 @@ async fn every_type_round_trips() {
     let mut body = Vec::new();
     enc.encode(&msg(ROW_A, 10), &mut body).expect("row a");
     enc.encode(&msg(ROW_B, 11), &mut body).expect("row b");
+    let native = enc
+        .native_layout()
+        .expect("every column here is transposed");
+    let block = native.transpose(&body).expect("transpose");
     client
         .insert(
             &db,
@@ -234,33 +245,46 @@ async fn every_type_round_trips() {
         )
         .await
         .expect("insert");
+    client
+        .insert(
+            &db,
+            "tn",
+            enc.insert_columns(),
+            "Native",
+            Bytes::from(block),
+            &[],
+        )
+        .await
+        .expect("insert native");
 
     let select: Vec<String> = COLUMNS
         .iter()
         .map(|(n, _, e)| format!("{e} AS `{n}`"))
         .collect();
-    let text = client
-        .fetch_text(
-            &format!("SELECT {} FROM {db}.t ORDER BY id", select.join(", ")),
-            "JSONEachRow",
-        )
-        .await
-        .expect("select");
-    let rows: Vec<serde_json::Map<String, serde_json::Value>> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("json row"))
-        .collect();
-    assert_eq!(rows.len(), 2, "{text}");
-    for (row, want) in rows.iter().zip([expected_a(), expected_b()]) {
-        for ((name, _, _), want) in COLUMNS.iter().zip(want) {
-            let got = row
-                .get(*name)
-                .and_then(|v| v.as_str())
-                .unwrap_or("<missing>");
-            assert!(
-                want.split('|').any(|w| w == got),
-                "column {name}: got {got:?}, want {want:?}: {row:?}"
-            );
+    for table in ["t", "tn"] {
+        let text = client
+            .fetch_text(
+                &format!("SELECT {} FROM {db}.{table} ORDER BY id", select.join(", ")),
+                "JSONEachRow",
+            )
+            .await
+            .expect("select");
+        let rows: Vec<serde_json::Map<String, serde_json::Value>> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("json row"))
+            .collect();
+        assert_eq!(rows.len(), 2, "{table}: {text}");
+        for (row, want) in rows.iter().zip([expected_a(), expected_b()]) {
+            for ((name, _, _), want) in COLUMNS.iter().zip(want) {
+                let got = row
+                    .get(*name)
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("<missing>");
+                assert!(
+                    want.split('|').any(|w| w == got),
+                    "{table}: column {name}: got {got:?}, want {want:?}: {row:?}"
+                );
+            }
         }
     }
 

@@ -1,6 +1,7 @@
 //! [`RowEncoder`]: the per-table column plan and the per-row loop.
 
 use super::json::{scan_document, unescape_into, Walk};
+use super::native::NativeLayout;
 use super::value::{put_int, write_text, write_value, write_zero, Fail};
 use crate::schema::{Column, DefaultKind};
 use crate::shard_hash::{combine, KeyHash};
@@ -326,6 +327,17 @@ impl RowEncoder {
     #[must_use]
     pub fn insert_columns(&self) -> &[String] {
         &self.insert_columns
+    }
+
+    /// How batches of these rows can be sent as `Native` blocks; `None` for
+    /// `RowBinaryWithDefaults` (Native has no per-row "use the default")
+    /// or a type [`NativeLayout`] does not transpose.
+    #[must_use]
+    pub fn native_layout(&self) -> Option<NativeLayout> {
+        if self.opts.with_defaults {
+            return None;
+        }
+        NativeLayout::new(self.plans.iter().map(|p| (p.name.as_str(), &p.ty)))
     }
 
     /// The ClickHouse input format the rows are in.

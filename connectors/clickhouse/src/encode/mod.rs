@@ -9,18 +9,22 @@
 //! - `json`: zero-copy scanner (validates, reports value spans);
 //! - `number`, `time`: exact text → integer/decimal/float/temporal parsing;
 //! - `value`: per-type RowBinary writers and zero values;
-//! - `encoder`: the column plan, key lookup table, metadata columns, errors.
+//! - `encoder`: the column plan, key lookup table, metadata columns, errors;
+//! - `native`: a batch of RowBinary rows as one `Native` block, for the
+//!   insert (cheaper for the server to read).
 //!
 //! Steady state makes no heap allocation per row: spans and scratch buffers
 //! live in the encoder and are reused (proved by `tests/alloc_free.rs`).
 
 mod encoder;
 mod json;
+mod native;
 mod number;
 mod time;
 mod value;
 
 pub use encoder::{EncoderOptions, RowEncoder, RowError, SchemaError};
+pub use native::{NativeLayout, TransposeError};
 
 #[cfg(test)]
 mod tests;

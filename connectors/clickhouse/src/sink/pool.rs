@@ -6,7 +6,7 @@ use super::retry::RetryPolicy;
 use super::topology::{Topology, TopologySource};
 use super::worker::Worker;
 use crate::client::{ChClient, ChClientOptions, ClientError};
-use crate::encode::{EncoderOptions, RowEncoder, RowError, SchemaError};
+use crate::encode::{EncoderOptions, NativeLayout, RowEncoder, RowError, SchemaError};
 use crate::schema::Column;
 use spate_core::metrics::Metrics;
 use spate_core::pipeline::SinkRuntime;
@@ -75,6 +75,9 @@ pub struct SinkSpec {
     pub retry: RetryPolicy,
     /// Concurrent inserts per shard.
     pub workers_per_shard: usize,
+    /// Send batches as `Native` blocks where the table allows it (see
+    /// [`crate::NativeLayout`]); otherwise, or when off, RowBinary.
+    pub native: bool,
 }
 
 /// Why the sink could not start.
@@ -126,6 +129,8 @@ pub(crate) struct PoolShared {
     pub(crate) table: String,
     pub(crate) columns: Vec<String>,
     pub(crate) format: &'static str,
+    /// Set: batches are transposed into Native blocks, sent as `format`.
+    pub(crate) native: Option<NativeLayout>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) failed: AtomicBool,
     pub(crate) inserted_chunks: AtomicU64,
@@ -226,11 +231,22 @@ impl SinkPool {
             })
             .collect();
         check_replicas(&shards, &seed, &spec.table, &columns, &metrics).await?;
+        let native = if spec.native {
+            probe.native_layout()
+        } else {
+            None
+        };
+        let format = if native.is_some() {
+            "Native"
+        } else {
+            probe.format()
+        };
+        let settings = insert_settings(&seed.client);
         tracing::info!(
             server = seed.client.version(),
             table = %spec.table,
             columns = probe.insert_columns().len(),
-            format = probe.format(),
+            format,
             shards = shards.len(),
             replicas = shards.iter().map(|s| s.replicas.len()).sum::<usize>(),
             shard_key = %spec.shard_key.join(","),
@@ -241,7 +257,8 @@ impl SinkPool {
             table_name: spec.table.table.clone(),
             table,
             columns: probe.insert_columns().to_vec(),
-            format: probe.format(),
+            format,
+            native,
             metrics,
             failed: AtomicBool::new(false),
             inserted_chunks: AtomicU64::new(0),
@@ -250,7 +267,7 @@ impl SinkPool {
             abandoned_rows: AtomicU64::new(0),
         });
         Ok(PreparedSink {
-            settings: insert_settings(&seed.client),
+            settings,
             columns,
             encoder_options,
             shard_key: spec.shard_key.clone(),

@@ -107,8 +107,24 @@ impl Worker {
     }
 
     async fn insert(&mut self, chunk: &Chunk) -> Outcome {
-        let body = Bytes::copy_from_slice(&chunk.data);
         let shared = self.shared.clone();
+        // The body is made once; retries and failovers send the same bytes.
+        let body = match &shared.native {
+            Some(layout) => match layout.transpose(&chunk.data) {
+                Ok(block) => Bytes::from(block),
+                Err(e) => {
+                    return Outcome::Failed(FatalError::new(
+                        format!(
+                            "clickhouse sink {} shard {}",
+                            shared.table, self.shard.label
+                        ),
+                        e.to_string(),
+                        Fault::Internal,
+                    ))
+                }
+            },
+            None => Bytes::copy_from_slice(&chunk.data),
+        };
         let shard = self.shard.clone();
         let labels = [shared.table.as_str(), shard.label.as_str()];
         let replicas = shard.replicas.len();
