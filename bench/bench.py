@@ -68,8 +68,11 @@ SWEEP = [int(x) for x in os.environ.get("BENCH_BATCH_ROWS", "10000,50000,100000,
 RUN_TIMEOUT = 60 + 20 * MESSAGES / 1e6
 DEFAULT_BUDGET_MIB = 256  # spate's default --max-buffered-bytes
 
-# The small event of `spate gen` (src/events.rs) and two columns that prove
-# every message arrived exactly once.
+# The small event of `spate gen` (src/events.rs). spate and the Kafka engine
+# load the same table. `session` is unique per event (an odd multiple of the
+# event number), so count() = uniqExact(session) = N shows that every
+# message arrived exactly once.
+ORDER_BY = "(ts, user_id)"
 SMALL_COLUMNS = [
     ("ts", "DateTime"),
     ("user_id", "UInt64"),
@@ -82,7 +85,6 @@ SMALL_COLUMNS = [
     ("session", "String"),
     ("page", "String"),
 ]
-META_COLUMNS = [("_partition", "UInt32"), ("_offset", "UInt64")]
 
 
 def log(msg):
@@ -98,8 +100,8 @@ def ch(sql, timeout=120, **settings):
 def fresh_table(name):
     ch("CREATE DATABASE IF NOT EXISTS spate_bench")
     ch(f"DROP TABLE IF EXISTS spate_bench.{name}")
-    cols = ", ".join(f"{n} {t}" for n, t in SMALL_COLUMNS + META_COLUMNS)
-    ch(f"CREATE TABLE spate_bench.{name} ({cols}) ENGINE = MergeTree() ORDER BY (_partition, _offset)",
+    cols = ", ".join(f"{n} {t}" for n, t in SMALL_COLUMNS)
+    ch(f"CREATE TABLE spate_bench.{name} ({cols}) ENGINE = MergeTree() ORDER BY {ORDER_BY}",
        allow_experimental_low_cardinality_type=1)
     return f"spate_bench.{name}"
 
@@ -204,7 +206,7 @@ def run_spate(topic, label, extra, keep=False):
         sys.exit(f"bench: {label} exited {code}:\n{errlog.read()[-2000:]}")
     rows = int(ch(f"SELECT count() FROM {table}"))
     samples.append((time.monotonic(), rows))
-    distinct = int(ch(f"SELECT uniqExact(_partition, _offset) FROM {table}"))
+    distinct = int(ch(f"SELECT uniqExact(session) FROM {table}"))
     if distinct != MESSAGES:
         sys.exit(f"bench: {label}: {distinct} of {MESSAGES} messages arrived")
     cpu = usage.ru_utime + usage.ru_stime
@@ -247,7 +249,7 @@ def run_consume_ceiling(topic, label):
 def export_rowbinary(table, path):
     """The rows of `table` (spate's load) as one RowBinary file."""
     host, port = CH_TCP.rsplit(":", 1)
-    cols = ", ".join(n for n, _ in SMALL_COLUMNS + META_COLUMNS)
+    cols = ", ".join(n for n, _ in SMALL_COLUMNS)
     with open(path, "wb") as f:
         subprocess.run(["clickhouse-client", "--host", host, "--port", port, "--query",
                         f"SELECT {cols} FROM {table} FORMAT RowBinary"],
@@ -259,7 +261,7 @@ def run_insert_ceiling(path, label):
     """clickhouse-client inserting the pre-encoded RowBinary file."""
     host, port = CH_TCP.rsplit(":", 1)
     table = fresh_table(label.replace("-", "_"))
-    cols = ", ".join(n for n, _ in SMALL_COLUMNS + META_COLUMNS)
+    cols = ", ".join(n for n, _ in SMALL_COLUMNS)
     server0 = server_cpu_s()
     started = time.monotonic()
     with open(path, "rb") as f:
@@ -398,10 +400,13 @@ def suite_e2e(topic, date):
             sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
             import peers as peer_mod  # bench/peers.py
             if peer == "kafka-engine":
-                r = peer_mod.kafka_engine(BROKERS, topic, MESSAGES, PARTITIONS)
+                r = peer_mod.kafka_engine(BROKERS, topic, MESSAGES, PARTITIONS,
+                                          columns=SMALL_COLUMNS, order_by=ORDER_BY)
             else:
                 raise ValueError(f"unknown peer {peer}")
             r["label"] = peer
+            if not r.get("complete"):
+                r["label"] += f" (rows {r.get('rows')} of {MESSAGES})"
             peers.append(r)
             log(f"  {peer}: {r['rows_per_s']:,.0f} rows/s, server {r['server_cpu_s_per_million']:.2f} CPU s/M")
         except Exception as e:  # a peer that cannot run is reported, not fatal

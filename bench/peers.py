@@ -79,7 +79,8 @@ def _steady_rate(samples, total):
 
 
 def kafka_engine(brokers, topic, messages, partitions, num_consumers=None, columns=None,
-                 max_block_size=None, timeout_s=None, settle_s=3.0, keep_table=False):
+                 max_block_size=None, timeout_s=None, settle_s=3.0, keep_table=False,
+                 order_by="tuple()"):
     """Consume `messages` JSON events of `topic` with ClickHouse's Kafka engine.
 
     Creates a fresh MergeTree table, a Kafka table (fresh kafka_group_name, so
@@ -115,7 +116,7 @@ def kafka_engine(brokers, topic, messages, partitions, num_consumers=None, colum
     names = ", ".join(n for n, _ in columns)
 
     _ch(url, f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
-    _ch(url, f"CREATE TABLE {target} ({cols}) ENGINE = MergeTree() ORDER BY tuple()",
+    _ch(url, f"CREATE TABLE {target} ({cols}) ENGINE = MergeTree() ORDER BY {order_by}",
         allow_experimental_low_cardinality_type=1)
     settings = [
         f"kafka_broker_list = '{brokers}'",
