@@ -565,6 +565,20 @@ def main():
     log(f"bench: preloading {MESSAGES:,} events into {topic} ({PARTITIONS} partitions)")
     secs = preload(topic)
     log(f"bench: preloaded in {secs:.1f}s")
+    # The Kafka engine's server is stopped at the end unless it was up before.
+    engine_sh = os.path.join(ROOT, "scripts", "kafka-engine.sh")
+    engine_was_up = subprocess.run([engine_sh, "status"], capture_output=True).returncode == 0
+    last_summary = None
+    try:
+        last_summary = run_suites(suites, topic, date)
+    finally:
+        if "kafka-engine" in PEERS and not engine_was_up:
+            subprocess.run([engine_sh, "down"], capture_output=True, timeout=120)
+    # The fixed-form line last, for tools that track it over time.
+    print(last_summary, flush=True)
+
+
+def run_suites(suites, topic, date):
     last_summary = None
     for suite in suites:
         log(f"bench: suite {suite}")
@@ -579,8 +593,7 @@ def main():
         print(md)
         log(f"bench: wrote {os.path.relpath(path, ROOT)}")
         last_summary = summary
-    # The fixed-form line last, for tools that track it over time.
-    print(last_summary, flush=True)
+    return last_summary
 
 
 if __name__ == "__main__":
