@@ -131,6 +131,13 @@ impl KafkaSourceConfig {
                 "queued.max.messages.kbytes",
                 self.prefetch_kbytes.clamp(1024, 65536).to_string(),
             )
+            // After a partition's prefetch queue was found full, librdkafka
+            // waits this long before it considers fetching it again (1 s by
+            // default). With the small per-partition prefetch a small budget
+            // gives, the queue drains far sooner and the lane starves:
+            // measured with --max-buffered-bytes 64MiB (2 MiB per
+            // partition), 3M events took 33.4 s at 1 s and 11.5 s at 50 ms.
+            .set("fetch.queue.backoff.ms", "50")
             .set("client.id", "spate")
             // High watermarks for the lag metrics come from the statistics.
             .set("statistics.interval.ms", "2000");
@@ -165,6 +172,18 @@ mod tests {
         let cc = c.client_config();
         assert_eq!(cc.get("partition.assignment.strategy"), Some("range"));
         assert_eq!(cc.get("enable.auto.commit"), Some("false"));
+    }
+
+    #[test]
+    fn a_full_prefetch_queue_is_fetched_again_soon() {
+        let mut c = cfg();
+        assert_eq!(c.client_config().get("fetch.queue.backoff.ms"), Some("50"));
+        c.properties
+            .push(("fetch.queue.backoff.ms".into(), "1000".into()));
+        assert_eq!(
+            c.client_config().get("fetch.queue.backoff.ms"),
+            Some("1000")
+        );
     }
 
     #[test]
