@@ -427,7 +427,10 @@ pub(crate) fn kafka_config(args: &RunArgs) -> Result<KafkaSourceConfig, Exit> {
         revoke_timeout: Duration::from_secs(10),
         // A quarter of the budget for librdkafka's prefetch, spread over
         // up to 8 partitions (each partition has its own prefetch queue).
-        prefetch_kbytes: args.max_buffered_bytes / 4 / 8 / 1024,
+        // The limit librdkafka applies counts payload bytes only, and a
+        // queued small message costs about as much again in its own
+        // structures, so the limit is half the share: an eighth.
+        prefetch_kbytes: args.max_buffered_bytes / 8 / 8 / 1024,
     };
     let session_ms = kafka
         .session_timeout_ms()
