@@ -218,18 +218,7 @@ impl LowCardBuilder {
                 _ => return Err(TransposeError("Nullable flag")),
             }
         }
-        let start = *pos;
-        match &self.key {
-            Shape::Fixed(w) => {
-                take(b, pos, *w)?;
-            }
-            _ => {
-                let len = varint(b, pos)?;
-                let len = usize::try_from(len).map_err(|_| TransposeError("string length"))?;
-                take(b, pos, len)?;
-            }
-        }
-        let value = &b[start..*pos];
+        let value = scalar(&self.key, b, pos)?;
         let i = match self.index.get(value) {
             Some(&i) => i,
             None => {
@@ -290,16 +279,8 @@ impl Builder {
     /// Move one RowBinary value at `b[*pos..]` into the column.
     fn read(&mut self, b: &[u8], pos: &mut usize) -> Result<(), TransposeError> {
         match self {
-            Builder::Fixed(w, buf) => {
-                buf.extend_from_slice(take(b, pos, *w)?);
-            }
-            Builder::Str(buf) => {
-                let start = *pos;
-                let len = varint(b, pos)?;
-                let len = usize::try_from(len).map_err(|_| TransposeError("string length"))?;
-                take(b, pos, len)?;
-                buf.extend_from_slice(&b[start..*pos]);
-            }
+            Builder::Fixed(w, buf) => buf.extend_from_slice(scalar(&Shape::Fixed(*w), b, pos)?),
+            Builder::Str(buf) => buf.extend_from_slice(scalar(&Shape::Str, b, pos)?),
             Builder::Nullable { map, inner } => {
                 let flag = take(b, pos, 1)?[0];
                 map.push(flag);
@@ -356,6 +337,22 @@ impl Builder {
             Builder::LowCard(lc) => lc.write(out),
         }
     }
+}
+
+/// The bytes of one fixed-width or String value at `b[*pos..]` (a String's
+/// with its LEB128 length: Native stores it the same way), moving `pos`
+/// past it.
+fn scalar<'a>(shape: &Shape, b: &'a [u8], pos: &mut usize) -> Result<&'a [u8], TransposeError> {
+    let start = *pos;
+    match shape {
+        Shape::Fixed(w) => take(b, pos, *w)?,
+        _ => {
+            let len = varint(b, pos)?;
+            let len = usize::try_from(len).map_err(|_| TransposeError("string length"))?;
+            take(b, pos, len)?
+        }
+    };
+    Ok(&b[start..*pos])
 }
 
 fn take<'a>(b: &'a [u8], pos: &mut usize, n: usize) -> Result<&'a [u8], TransposeError> {
