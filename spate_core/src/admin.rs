@@ -2,18 +2,23 @@
 //! `/readyz`. `/healthz` is 503, naming the thread, when a pipeline
 //! thread's loop stops turning ([`crate::health`]).
 //!
-//! A deliberately small HTTP/1.1 responder: GET only, one response per
-//! connection, no keep-alive. It runs on the process's I/O runtime and
-//! reads shared flags; it never touches the pipeline threads.
+//! hyper's HTTP/1.1 server with keep-alive, GET and HEAD, a request head
+//! size limit, a header read timeout, a bounded number of connections and
+//! a graceful stop ([`server`]); the answers are in [`routes`]. It runs on
+//! the process's I/O runtime and reads shared flags ([`Readiness`], the
+//! [`Metrics`](crate::metrics::Metrics) registry); it never touches the pipeline threads.
 
 use crate::health::Liveness;
-use crate::metrics::Metrics;
 use crate::pipeline::SourceReadiness;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+
+#[cfg(test)]
+mod http_tests;
+mod routes;
+mod server;
+
+pub use server::{serve, start, AdminConfig, AdminServer};
 
 /// Readiness as `/readyz` reports it.
 #[derive(Debug, Default)]
@@ -64,90 +69,6 @@ fn json_string(s: &str) -> String {
     out
 }
 
-/// Bind `addr` and serve until the runtime stops. Returns the bound address
-/// (useful with port 0).
-pub async fn serve(
-    addr: SocketAddr,
-    metrics: Arc<Metrics>,
-    readiness: Arc<Readiness>,
-) -> std::io::Result<SocketAddr> {
-    let listener = TcpListener::bind(addr).await?;
-    let local = listener.local_addr()?;
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut stream, _)) = listener.accept().await else {
-                continue;
-            };
-            let metrics = metrics.clone();
-            let readiness = readiness.clone();
-            tokio::spawn(async move {
-                // Read until the end of the request head: a client may
-                // send "GET " and the rest in separate segments.
-                let mut buf = [0u8; 2048];
-                let mut n = 0;
-                let read_head = async {
-                    while n < buf.len() {
-                        match stream.read(&mut buf[n..]).await {
-                            Ok(0) | Err(_) => break,
-                            Ok(k) => n += k,
-                        }
-                        if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
-                            break;
-                        }
-                    }
-                };
-                if tokio::time::timeout(std::time::Duration::from_secs(5), read_head)
-                    .await
-                    .is_err()
-                    || n == 0
-                {
-                    return;
-                }
-                let request = String::from_utf8_lossy(&buf[..n]);
-                let path = request.split_whitespace().nth(1).unwrap_or("/");
-                let (status, ctype, body) = route(path, &metrics, &readiness);
-                let head = format!(
-                    "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                    body.len()
-                );
-                let _ = stream.write_all(head.as_bytes()).await;
-                let _ = stream.write_all(body.as_bytes()).await;
-                let _ = stream.shutdown().await;
-            });
-        }
-    });
-    Ok(local)
-}
-
-fn route(
-    path: &str,
-    metrics: &Metrics,
-    readiness: &Readiness,
-) -> (&'static str, &'static str, String) {
-    match path {
-        "/metrics" => ("200 OK", "text/plain; version=0.0.4", metrics.encode_text()),
-        "/healthz" => {
-            let (healthy, body) = readiness.liveness.report();
-            let status = if healthy {
-                "200 OK"
-            } else {
-                "503 Service Unavailable"
-            };
-            (status, "application/json", body)
-        }
-        "/readyz" => {
-            let (ready, body) = readiness.report();
-            let status = if ready {
-                "200 OK"
-            } else {
-                "503 Service Unavailable"
-            };
-            (status, "application/json", body)
-        }
-        _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,47 +90,5 @@ mod tests {
             body.contains("\"sink_error\":\"shard 0 \\\"x\\\"\""),
             "{body}"
         );
-    }
-
-    #[test]
-    fn serves_metrics_and_readyz_over_http() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let m = Arc::new(Metrics::new());
-            m.lanes_paused.set(3);
-            let r = Arc::new(Readiness::default());
-            let addr = serve("127.0.0.1:0".parse().unwrap(), m, r).await.unwrap();
-            let get = |path: &'static str| async move {
-                let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-                s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-                    .await
-                    .unwrap();
-                let mut out = String::new();
-                s.read_to_string(&mut out).await.unwrap();
-                out
-            };
-            let metrics = get("/metrics").await;
-            assert!(metrics.starts_with("HTTP/1.1 200"));
-            assert!(metrics.contains("spate_lanes_paused 3"));
-            assert!(get("/readyz").await.starts_with("HTTP/1.1 503"));
-            assert!(get("/healthz").await.starts_with("HTTP/1.1 200"));
-            // A request split over several segments is still one request.
-            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-            s.set_nodelay(true).unwrap();
-            for part in ["GET ", "/metrics HTTP/1.1\r\n", "Host: x\r\n\r\n"] {
-                s.write_all(part.as_bytes()).await.unwrap();
-                s.flush().await.unwrap();
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
-            let mut out = String::new();
-            s.read_to_string(&mut out).await.unwrap();
-            assert!(
-                out.starts_with("HTTP/1.1 200") && out.contains("spate_lanes_paused 3"),
-                "{out}"
-            );
-        });
     }
 }
