@@ -146,7 +146,7 @@ pub struct PipelineRuntime {
     shutdown: ShutdownHandle,
     io: tokio::runtime::Handle,
     readiness: Arc<Readiness>,
-    admin_addr: Option<SocketAddr>,
+    admin: Option<admin::AdminServer>,
     shutdown_timeout: Duration,
 }
 
@@ -275,11 +275,16 @@ impl PipelineRuntime {
             }
         });
 
-        let admin_addr = match options.admin_addr {
+        let admin = match options.admin_addr {
             Some(addr) => Some(
                 options
                     .io
-                    .block_on(admin::serve(addr, metrics.clone(), readiness.clone()))
+                    .block_on(admin::start(
+                        addr,
+                        admin::AdminConfig::default(),
+                        metrics.clone(),
+                        readiness.clone(),
+                    ))
                     .map_err(|source| StartError::Admin { addr, source })?,
             ),
             None => None,
@@ -297,7 +302,7 @@ impl PipelineRuntime {
             shutdown,
             io: options.io,
             readiness,
-            admin_addr,
+            admin,
             shutdown_timeout: options.shutdown_timeout,
         })
     }
@@ -311,7 +316,7 @@ impl PipelineRuntime {
     /// The bound admin address, if serving.
     #[must_use]
     pub fn admin_addr(&self) -> Option<SocketAddr> {
-        self.admin_addr
+        self.admin.as_ref().map(admin::AdminServer::local_addr)
     }
 
     /// Readiness flags (as `/readyz` reports them).
@@ -356,6 +361,10 @@ impl PipelineRuntime {
         };
         let report = build_report(exit, sink_drain);
         report.log();
+        if let Some(admin) = self.admin.take() {
+            // A scrape in flight gets its answer (bounded by the grace).
+            self.io.block_on(admin.shutdown());
+        }
         report
     }
 
