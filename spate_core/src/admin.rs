@@ -4,7 +4,7 @@
 //!
 //! hyper's HTTP/1.1 server with keep-alive, GET and HEAD, a request head
 //! size limit, a header read timeout, a bounded number of connections and
-//! a graceful stop ([`server`]); the answers are in [`routes`]. It runs on
+//! a graceful stop (`server`); the answers are in `routes`. It runs on
 //! the process's I/O runtime and reads shared flags ([`Readiness`], the
 //! [`Metrics`](crate::metrics::Metrics) registry); it never touches the pipeline threads.
 

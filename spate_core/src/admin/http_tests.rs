@@ -260,8 +260,9 @@ async fn a_client_that_never_finishes_its_head_is_dropped() {
         ..AdminConfig::default()
     };
     let server = start_with(config).await;
-    let mut slow = Client::connect(server.local_addr()).await;
+    // Taken before connecting: the server's timer cannot start earlier.
     let started = Instant::now();
+    let mut slow = Client::connect(server.local_addr()).await;
     slow.send("GET /metrics HTTP/1.1\r\nHost: x\r\n").await;
     assert!(slow.closed().await, "a stalled head must be dropped");
     let took = started.elapsed();
