@@ -147,16 +147,13 @@ mod tests {
         ));
         // Another process-level registry gets its own series.
         let other = Arc::new(Metrics::new());
-        let ch2 = ChMetrics::of(&other);
-        assert_eq!(
-            ch2.replica_failovers
-                .with_label_values(&["db.t", "0"])
-                .get(),
-            0
-        );
-        assert!(!other
-            .encode_text()
-            .contains("spate_replica_failovers_total{"));
+        ChMetrics::of(&other)
+            .replica_failovers
+            .with_label_values(&["db.t", "0"])
+            .inc();
+        let line = "spate_replica_failovers_total{shard=\"0\",table=\"db.t\"} 1\n";
+        assert!(m.encode_text().contains(line));
+        assert!(other.encode_text().contains(line));
     }
 
     #[test]

@@ -241,3 +241,7 @@ impl<C: InsertTarget> Worker<C> {
         )
     }
 }
+
+#[cfg(test)]
+#[path = "worker_tests.rs"]
+mod tests;
