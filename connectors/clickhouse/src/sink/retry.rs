@@ -141,12 +141,15 @@ mod tests {
         Duration::from_millis(n)
     }
 
+    /// (name, replicas, preferred replica, steps: remedy → next, replica).
+    type Case<'a> = (&'a str, usize, usize, &'a [(Remedy, Next, usize)]);
+
     /// Each row: the remedy of the failed attempt, then what follows and
     /// the replica of the next attempt. Default policy, no jitter.
     #[test]
     fn decision_table() {
         let p = RetryPolicy::default();
-        let cases: &[(&str, usize, usize, &[(Remedy, Next, usize)])] = &[
+        let cases: &[Case<'_>] = &[
             (
                 "data error gives up at once",
                 3,

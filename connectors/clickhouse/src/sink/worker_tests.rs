@@ -74,8 +74,8 @@ impl InsertTarget for Fake {
         }
     }
 
-    fn ping(&self) -> impl std::future::Future<Output = Result<(), ClientError>> + Send {
-        async { Ok(()) }
+    async fn ping(&self) -> Result<(), ClientError> {
+        Ok(())
     }
 }
 
