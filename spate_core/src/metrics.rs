@@ -1,5 +1,6 @@
-//! Metrics: every series spate exports, declared once on one
-//! [`prometheus::Registry`].
+//! Metrics: every series the runtime exports, declared once on one
+//! [`prometheus::Registry`]; connectors register their own series (e.g.
+//! ClickHouse's per-replica ones) on the same registry.
 //!
 //! Who updates what: drivers count consumed messages per lane; the sink's
 //! insert workers count inserted rows, retries and errors per shard; the
@@ -46,16 +47,6 @@ pub struct Metrics {
     pub rebalances: IntCounterVec,
     /// `spate_commits_total{result}`.
     pub commits: IntCounterVec,
-    /// `spate_replica_up{table,shard,replica}`: 1 when the last request to
-    /// that ClickHouse replica (insert or probe) succeeded, else 0.
-    pub replica_up: IntGaugeVec,
-    /// `spate_replica_rows_inserted_total{table,shard,replica}`.
-    pub replica_rows_inserted: IntCounterVec,
-    /// `spate_replica_errors_total{table,shard,replica,kind}`.
-    pub replica_errors: IntCounterVec,
-    /// `spate_replica_failovers_total{table,shard}`: inserts moved to the
-    /// shard's next replica after a connection error or timeout.
-    pub replica_failovers: IntCounterVec,
     /// `spate_high_watermark{topic,partition}`: the partition's end offset
     /// as the broker last reported it.
     pub high_watermark: IntGaugeVec,
@@ -105,10 +96,6 @@ pub const METRIC_NAMES: &[&str] = &[
     "spate_decode_errors_total",
     "spate_rebalances_total",
     "spate_commits_total",
-    "spate_replica_up",
-    "spate_replica_rows_inserted_total",
-    "spate_replica_errors_total",
-    "spate_replica_failovers_total",
     "spate_high_watermark",
     "spate_insert_batch_rows",
     "spate_insert_batch_bytes",
@@ -154,7 +141,6 @@ impl Metrics {
         let r = Registry::new();
         let tp = &["topic", "partition"];
         let ts = &["table", "shard"];
-        let tsr = &["table", "shard", "replica"];
         let uptime = IntGauge::new("spate_uptime_seconds", "Seconds since the process started.")
             .expect("valid metric");
         r.register(Box::new(uptime.clone())).expect("unique metric");
@@ -269,30 +255,6 @@ impl Metrics {
                 "Offset commits by result.",
                 &["result"],
             ),
-            replica_up: gauge_vec(
-                &r,
-                "spate_replica_up",
-                "1 if the last request to this ClickHouse replica succeeded.",
-                tsr,
-            ),
-            replica_rows_inserted: counter_vec(
-                &r,
-                "spate_replica_rows_inserted_total",
-                "Rows acknowledged by this ClickHouse replica.",
-                tsr,
-            ),
-            replica_errors: counter_vec(
-                &r,
-                "spate_replica_errors_total",
-                "Failed requests to this ClickHouse replica by kind.",
-                &["table", "shard", "replica", "kind"],
-            ),
-            replica_failovers: counter_vec(
-                &r,
-                "spate_replica_failovers_total",
-                "Inserts moved to the shard's next replica after a connection error or timeout.",
-                ts,
-            ),
             high_watermark: gauge_vec(
                 &r,
                 "spate_high_watermark",
@@ -387,16 +349,6 @@ mod tests {
         m.queue_bytes.with_label_values(&["0"]).set(0);
         m.rebalances.with_label_values(&["assign"]).inc();
         m.commits.with_label_values(&["ok"]).inc();
-        m.replica_up
-            .with_label_values(&["db.t", "0", "http://a:8123"])
-            .set(1);
-        m.replica_rows_inserted
-            .with_label_values(&["db.t", "0", "http://a:8123"])
-            .inc();
-        m.replica_errors
-            .with_label_values(&["db.t", "0", "http://a:8123", "connection"])
-            .inc();
-        m.replica_failovers.with_label_values(&["db.t", "0"]).inc();
         m.high_watermark.with_label_values(&["t", "0"]).set(5);
         m.insert_batch_rows
             .with_label_values(&["db.t", "1"])

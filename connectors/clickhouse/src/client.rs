@@ -9,7 +9,7 @@
 //! Validation of the `clickhouse` crate is off: spate's schema is only known
 //! at run time and servers as old as 18.16 must work.
 
-use crate::classify::{classify, parse_code, ErrorClass};
+use crate::classify::{classify, code_remedy, parse_code, ErrorClass, Remedy};
 use crate::schema::{Column, DefaultKind, ServerFeatures, VersionError};
 use crate::types::{parse_type, TypeError};
 use bytes::Bytes;
@@ -102,19 +102,28 @@ pub struct InsertError {
 }
 
 impl InsertError {
+    /// What this failure calls for, from the one table in
+    /// [`crate::classify`]: give up, retry here, or fail over to the
+    /// shard's next replica. A failure without a server code (no answer,
+    /// a timeout, a cut connection, a 5xx from a proxy) fails over.
+    #[must_use]
+    pub fn remedy(&self) -> Remedy {
+        match (self.class, self.code) {
+            (ErrorClass::Fatal, _) => Remedy::GiveUp,
+            (ErrorClass::Retriable, None) => Remedy::Failover,
+            (ErrorClass::Retriable, Some(code)) => match code_remedy(code, &self.message) {
+                Some(Remedy::Failover) => Remedy::Failover,
+                _ => Remedy::Retry,
+            },
+        }
+    }
+
     /// Whether the replica itself looks unreachable or unable to take
-    /// writes (no answer, a timeout, a cut connection, a read-only
-    /// replica), so the insert should move to the shard's next replica.
+    /// writes, so the insert should move to the shard's next replica.
     /// Errors about the data are never failed over.
     #[must_use]
     pub fn is_replica_failure(&self) -> bool {
-        self.class == ErrorClass::Retriable
-            && match self.code {
-                None => true,
-                // UNEXPECTED_END_OF_FILE, READONLY, SOCKET_TIMEOUT,
-                // NETWORK_ERROR, TABLE_IS_READ_ONLY, KEEPER_EXCEPTION.
-                Some(c) => matches!(c, 3 | 164 | 209 | 210 | 242 | 999),
-            }
+        self.remedy() == Remedy::Failover
     }
 }
 
@@ -433,5 +442,9 @@ mod tests {
         // A data error is the same on every replica.
         assert!(!e(ErrorClass::Fatal, Some(27)).is_replica_failure());
         assert!(!e(ErrorClass::Fatal, None).is_replica_failure());
+        // A read-only user profile is not a replica fault (and not retried).
+        assert!(!e(ErrorClass::Fatal, Some(164)).is_replica_failure());
+        assert_eq!(e(ErrorClass::Retriable, Some(252)).remedy(), Remedy::Retry);
+        assert_eq!(e(ErrorClass::Fatal, Some(252)).remedy(), Remedy::GiveUp);
     }
 }

@@ -6,7 +6,10 @@
 //!   [`ServerFeatures`];
 //! - [`encode`]: [`RowEncoder`], JSON message → one RowBinary row, with no
 //!   per-row allocation;
-//! - [`classify`]: retry-or-not decision for ClickHouse errors;
+//! - [`classify`]: the one classification of ClickHouse errors (give up,
+//!   retry, fail over);
+//! - [`metrics`]: the connector's per-replica series ([`ChMetrics`]), on
+//!   the core's registry;
 //! - [`client`]: [`ChClient`], connect / describe / insert / ping over HTTP
 //!   via the `clickhouse` crate.
 //!
@@ -21,15 +24,18 @@
 pub mod classify;
 pub mod client;
 pub mod encode;
+pub mod metrics;
 pub mod schema;
 pub mod shard_hash;
 pub mod sink;
 pub mod types;
 
-pub use classify::{classify, parse_code, ErrorClass};
+pub use classify::{classify, code_remedy, parse_code, remedy, ErrorClass, Remedy};
 pub use client::{ChClient, ChClientOptions, ClientError, InsertError};
 pub use encode::{EncoderOptions, NativeLayout, RowEncoder, RowError, SchemaError, TransposeError};
+pub use metrics::ChMetrics;
 pub use schema::{Column, DefaultKind, ServerFeatures, VersionError};
+pub use sink::{discover, Discovery, ReplicaAnswer, ReplicaSchema};
 pub use sink::{ChRowEncoder, EncoderFactory, PreparedSink, ShardSpec, Topology, TopologySource};
 pub use sink::{RetryPolicy, SinkError, SinkPool, SinkSpec, TableRef};
 pub use types::{parse_type, ChType, TypeError};

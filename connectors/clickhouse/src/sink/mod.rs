@@ -4,28 +4,53 @@
 //!
 //! ```text
 //! chains (driver threads) ──Chunk──▶ ShardQueues[shard] ──▶ worker 0..W (tokio tasks)
-//!                                                              │ INSERT … FORMAT RowBinary
+//!                                                              │ INSERT … FORMAT RowBinary/Native
 //!                                                              │ retry: capped exponential backoff + jitter
 //! controller ◀── AckEvent::{Acked, Abandoned, Fatal} ◀─────────┘
 //! ```
 //!
-//! - [`retry`]: the backoff policy.
-//! - [`worker`]: one insert worker: take a chunk, insert it until it is in
-//!   or the error is not retriable, acknowledge.
-//! - [`pool`]: connect, read the schema, spawn workers, drain and probe.
+//! One job per file, imports only downwards (`pool` → `worker` →
+//! `retry`/`events`/`target` → `shard` → `spec`/`error`):
+//! - [`spec`]: what the user asks for ([`TableRef`], [`SinkSpec`]).
+//! - [`error`]: [`SinkError`], why the sink could not start.
 //! - [`topology`]: shards, replicas and weights (`--shard`, `--cluster`),
 //!   and the slot table a sharding hash is mapped through.
+//! - [`discover`]: the one topology resolver, shared by `run` and `check`:
+//!   the shards and every replica's version and columns.
+//! - [`settings`]: the insert settings spate relies on, per server version.
+//! - [`shard`]: the state workers share (shards, replicas, counters).
+//! - [`target`]: the HTTP attempt behind a trait (insert bytes, ping).
+//! - [`retry`]: the backoff policy and the pure retry/failover decision.
+//! - [`events`]: what an insert logs and counts, one struct per event.
+//! - [`worker`]: one insert worker: take a chunk, insert it until it is in
+//!   or the error is not retriable, acknowledge.
+//! - [`probe`]: the readiness probe.
+//! - [`encoder`]: the encoder adapter for the driver threads.
+//! - [`pool`]: lifecycle: prepare, spawn, drain, hand over the runtime half.
 //!
 //! Each shard has its own queue (with an equal share of the queue budget)
 //! and its own workers; a worker fails over across its shard's replicas.
+//!
+//! [`SinkRuntime`]: spate_core::pipeline::SinkRuntime
 
+mod discover;
+mod encoder;
+mod error;
+mod events;
 mod pool;
+mod probe;
 mod retry;
+mod settings;
+mod shard;
+mod spec;
+mod target;
 mod topology;
 mod worker;
 
-pub use pool::{
-    ChRowEncoder, EncoderFactory, PreparedSink, SinkError, SinkPool, SinkSpec, TableRef,
-};
+pub use discover::{discover, Discovery, ReplicaAnswer, ReplicaSchema};
+pub use encoder::{ChRowEncoder, EncoderFactory};
+pub use error::SinkError;
+pub use pool::{PreparedSink, SinkPool};
 pub use retry::RetryPolicy;
+pub use spec::{SinkSpec, TableRef};
 pub use topology::{ShardSpec, Topology, TopologySource};

@@ -7,8 +7,11 @@
 //! node. `system.clusters` lists native-protocol ports, not HTTP ones, so a
 //! cluster node's URL is its `host_name` with the scheme and HTTP port of
 //! `--clickhouse-url`: clusters normally run every node on the same ports.
+//!
+//! Plain data and parsing; start-up code (on the caller's thread) builds it,
+//! [`super::discover()`] reads a cluster's rows with it.
 
-use super::pool::SinkError;
+use super::error::SinkError;
 use crate::client::ChClient;
 
 /// One shard: its replicas' HTTP URLs (tried in this order) and weight.

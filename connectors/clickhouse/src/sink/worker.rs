@@ -4,33 +4,42 @@
 //!
 //! A chunk is acknowledged only after ClickHouse confirmed the insert.
 //! Retriable failures are retried with the same bytes (so replicated block
-//! deduplication recognises a retry whose first attempt did land). A
-//! non-retriable failure fails the chunk's ranges and reports a fatal
-//! error; afterwards the worker abandons every chunk it takes, so nothing
-//! past the failure can be acknowledged. When the drain deadline passes,
-//! the worker abandons what it holds and stops.
+//! deduplication recognises a retry whose first attempt did land); what
+//! follows a failure is [`Attempts::next`]'s decision, what is logged and
+//! counted goes through [`super::events`]. A non-retriable failure fails
+//! the chunk's ranges and reports a fatal error; afterwards the worker
+//! abandons every chunk it takes, so nothing past the failure can be
+//! acknowledged. When the drain deadline passes (`abandon`), the worker
+//! abandons what it holds and stops.
+//!
+//! Receives `Chunk`s from its `ShardReceiver` (shared with the shard's
+//! other workers), sends `AckEvent`s to the controller.
 
-use super::pool::{set_up, PoolShared, Shard};
-use super::retry::RetryPolicy;
-use crate::classify::ErrorClass;
+use super::events::{
+    ChunkInserted, InsertAttemptFailed, InsertBackoff, InsertFailedOver, InsertRejected,
+    InsertSucceeded,
+};
+use super::retry::{Attempts, Next, RetryPolicy};
+use super::shard::{PoolShared, Shard};
+use super::target::InsertTarget;
+use crate::client::InsertError;
 use bytes::Bytes;
 use spate_core::error::{FatalError, Fault};
 use spate_core::sink::{AckEvent, AckSender, Chunk, ShardReceiver};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::Duration;
 use tokio::sync::{watch, Mutex};
 use tracing::Instrument;
 
-pub(crate) struct Worker {
-    pub(crate) shard: Arc<Shard>,
+pub(crate) struct Worker<C> {
+    pub(crate) shard: Arc<Shard<C>>,
     pub(crate) index: usize,
     pub(crate) rx: Arc<Mutex<ShardReceiver>>,
     pub(crate) acks: AckSender,
     pub(crate) abandon: watch::Receiver<bool>,
     pub(crate) shared: Arc<PoolShared>,
     pub(crate) retry: RetryPolicy,
-    pub(crate) settings: Vec<(String, String)>,
 }
 
 enum Outcome {
@@ -39,7 +48,10 @@ enum Outcome {
     Abandoned,
 }
 
-impl Worker {
+/// The drain deadline passed while waiting.
+struct Abandoned;
+
+impl<C: InsertTarget> Worker<C> {
     pub(crate) async fn run(mut self) {
         let span = tracing::info_span!("shard_worker", table = %self.shared.table, shard = %self.shard.label, worker = self.index);
         async move {
@@ -49,27 +61,7 @@ impl Worker {
                     continue;
                 }
                 match self.insert(&chunk).await {
-                    Outcome::Inserted => {
-                        let m = &self.shared.metrics;
-                        let labels = [self.shared.table.as_str(), self.shard.label.as_str()];
-                        m.rows_inserted
-                            .with_label_values(&labels)
-                            .inc_by(chunk.rows);
-                        m.bytes_inserted
-                            .with_label_values(&labels)
-                            .inc_by(chunk.data.len() as u64);
-                        m.insert_batch_rows
-                            .with_label_values(&labels)
-                            .observe(chunk.rows as f64);
-                        m.insert_batch_bytes
-                            .with_label_values(&labels)
-                            .observe(chunk.data.len() as f64);
-                        self.shared.inserted_chunks.fetch_add(1, Ordering::AcqRel);
-                        self.shared
-                            .inserted_rows
-                            .fetch_add(chunk.rows, Ordering::AcqRel);
-                        let _ = self.acks.send(AckEvent::Acked(chunk.acks));
-                    }
+                    Outcome::Inserted => self.acknowledge(chunk),
                     Outcome::Failed(error) => {
                         self.shared.failed.store(true, Ordering::Release);
                         let _ = self.acks.send(AckEvent::Fatal {
@@ -98,6 +90,20 @@ impl Worker {
         }
     }
 
+    fn acknowledge(&self, chunk: Chunk) {
+        ChunkInserted {
+            site: self.shared.site(&self.shard.label),
+            rows: chunk.rows,
+            bytes: chunk.data.len(),
+        }
+        .emit();
+        self.shared.inserted_chunks.fetch_add(1, Ordering::AcqRel);
+        self.shared
+            .inserted_rows
+            .fetch_add(chunk.rows, Ordering::AcqRel);
+        let _ = self.acks.send(AckEvent::Acked(chunk.acks));
+    }
+
     fn abandon_chunk(&self, chunk: Chunk) {
         self.shared.abandoned_chunks.fetch_add(1, Ordering::AcqRel);
         self.shared
@@ -106,145 +112,136 @@ impl Worker {
         let _ = self.acks.send(AckEvent::Abandoned(chunk.acks));
     }
 
+    /// The bytes every attempt of `chunk` sends (made once).
+    fn body(&self, chunk: &Chunk) -> Result<Bytes, FatalError> {
+        match &self.shared.native {
+            Some(layout) => layout
+                .transpose(&chunk.data)
+                .map(Bytes::from)
+                .map_err(|e| FatalError::new(self.context(), e.to_string(), Fault::Internal)),
+            None => Ok(Bytes::copy_from_slice(&chunk.data)),
+        }
+    }
+
+    fn context(&self) -> String {
+        format!(
+            "clickhouse sink {} shard {}",
+            self.shared.table, self.shard.label
+        )
+    }
+
     async fn insert(&mut self, chunk: &Chunk) -> Outcome {
-        let shared = self.shared.clone();
-        // The body is made once; retries and failovers send the same bytes.
-        let body = match &shared.native {
-            Some(layout) => match layout.transpose(&chunk.data) {
-                Ok(block) => Bytes::from(block),
-                Err(e) => {
-                    return Outcome::Failed(FatalError::new(
-                        format!(
-                            "clickhouse sink {} shard {}",
-                            shared.table, self.shard.label
-                        ),
-                        e.to_string(),
-                        Fault::Internal,
-                    ))
-                }
-            },
-            None => Bytes::copy_from_slice(&chunk.data),
+        let body = match self.body(chunk) {
+            Ok(body) => body,
+            Err(e) => return Outcome::Failed(e),
         };
-        let shard = self.shard.clone();
-        let labels = [shared.table.as_str(), shard.label.as_str()];
-        let replicas = shard.replicas.len();
-        let mut replica = shard.preferred.load(Ordering::Relaxed) % replicas;
-        // Rounds through every replica that all failed; drives the backoff.
-        let mut round = 0u32;
-        let mut failed_in_round = 0usize;
-        let mut attempt = 0u32;
+        let (shard, shared) = (self.shard.clone(), self.shared.clone());
+        let site = shared.site(&shard.label);
+        let preferred = shard.preferred.load(Ordering::Relaxed);
+        let mut attempts = Attempts::new(shard.replicas.len(), preferred);
         loop {
-            attempt += 1;
+            let replica = attempts.replica();
             let target = &shard.replicas[replica];
-            let started = Instant::now();
+            let started = tokio::time::Instant::now();
             let result = tokio::select! {
-                r = target.client.insert(&shared.db, &shared.table_name, &shared.columns, shared.format, body.clone(), &self.settings) => r,
+                r = target.client.insert_bytes(&shared.query, body.clone()) => r,
                 _ = self.abandon.changed() => return Outcome::Abandoned,
             };
-            let replica_labels = [labels[0], labels[1], target.url.as_str()];
-            match result {
+            let error = match result {
                 Ok(()) => {
-                    shared
-                        .metrics
-                        .insert_duration
-                        .with_label_values(&labels)
-                        .observe(started.elapsed().as_secs_f64());
-                    shared
-                        .metrics
-                        .replica_rows_inserted
-                        .with_label_values(&replica_labels)
-                        .inc_by(chunk.rows);
-                    set_up(&shared.metrics, &shared.table, &shard, replica, true);
-                    shard.preferred.store(replica, Ordering::Relaxed);
-                    if attempt > 1 {
-                        tracing::info!(attempt, rows = chunk.rows, replica = %target.url, "insert succeeded after retrying");
+                    InsertSucceeded {
+                        site,
+                        replica: &target.url,
+                        rows: chunk.rows,
+                        elapsed: started.elapsed(),
+                        attempt: attempts.attempt(),
                     }
+                    .emit();
+                    shard.preferred.store(replica, Ordering::Relaxed);
                     return Outcome::Inserted;
                 }
-                Err(e) if e.class == ErrorClass::Retriable => {
-                    let failover = replicas > 1 && e.is_replica_failure();
-                    let kind = if e.is_replica_failure() {
-                        "connection"
-                    } else {
-                        "retriable"
-                    };
-                    shared
-                        .metrics
-                        .insert_errors
-                        .with_label_values(&[labels[0], labels[1], "retriable"])
-                        .inc();
-                    shared
-                        .metrics
-                        .replica_errors
-                        .with_label_values(&[labels[0], labels[1], target.url.as_str(), kind])
-                        .inc();
-                    shared
-                        .metrics
-                        .insert_retries
-                        .with_label_values(&labels)
-                        .inc();
-                    if e.is_replica_failure() {
-                        set_up(&shared.metrics, &shared.table, &shard, replica, false);
+                Err(e) => e,
+            };
+            let attempt = attempts.attempt();
+            let next = attempts.next(error.remedy(), &self.retry, rand::random::<f64>());
+            let backoff = match next {
+                Next::GiveUp => {
+                    InsertRejected {
+                        site,
+                        replica: &target.url,
+                        error: &error,
                     }
-                    if failover {
-                        failed_in_round += 1;
-                        let next = (replica + 1) % replicas;
-                        shared
-                            .metrics
-                            .replica_failovers
-                            .with_label_values(&labels)
-                            .inc();
-                        tracing::warn!(attempt, code = ?e.code, error = %first_line(&e.message), replica = %target.url, next = %shard.replicas[next].url, rows = chunk.rows, "Insert failed on this replica; sending the same batch to the next one.");
-                        replica = next;
-                        if failed_in_round < replicas {
-                            continue;
-                        }
-                    }
-                    failed_in_round = 0;
-                    round += 1;
-                    let delay = self.retry.delay(round, rand::random::<f64>());
-                    tracing::warn!(attempt, code = ?e.code, error = %first_line(&e.message), replica = %target.url, backoff_ms = delay.as_millis() as u64, rows = chunk.rows, "Insert failed, retrying.");
-                    tokio::select! {
-                        () = tokio::time::sleep(delay) => {}
-                        _ = self.abandon.changed() => return Outcome::Abandoned,
-                    }
+                    .emit();
+                    return Outcome::Failed(self.rejected(chunk, &target.url, &error));
                 }
-                Err(e) => {
-                    shared
-                        .metrics
-                        .insert_errors
-                        .with_label_values(&[labels[0], labels[1], "fatal"])
-                        .inc();
-                    shared
-                        .metrics
-                        .replica_errors
-                        .with_label_values(&[labels[0], labels[1], target.url.as_str(), "fatal"])
-                        .inc();
-                    tracing::error!(code = ?e.code, error = %e.message, replica = %target.url, "insert failed and cannot succeed by retrying");
-                    return Outcome::Failed(FatalError::new(
-                        format!("clickhouse sink {} shard {}", shared.table, shard.label),
-                        format!(
-                            "insert of {} rows into {} failed{}: {}",
-                            chunk.rows,
-                            target.url,
-                            e.code
-                                .map(|c| format!(" with code {c}"))
-                                .unwrap_or_default(),
-                            first_line(&e.message)
-                        ),
-                        Fault::User,
-                    ));
+                Next::Failover { to, backoff } => {
+                    InsertAttemptFailed {
+                        site,
+                        replica: &target.url,
+                        error: &error,
+                    }
+                    .emit();
+                    InsertFailedOver {
+                        site,
+                        attempt,
+                        error: &error,
+                        replica: &target.url,
+                        next: &shard.replicas[to].url,
+                        rows: chunk.rows,
+                    }
+                    .emit();
+                    backoff
+                }
+                Next::Retry { backoff } => {
+                    InsertAttemptFailed {
+                        site,
+                        replica: &target.url,
+                        error: &error,
+                    }
+                    .emit();
+                    Some(backoff)
+                }
+            };
+            if let Some(backoff) = backoff {
+                InsertBackoff {
+                    attempt,
+                    error: &error,
+                    replica: &target.url,
+                    backoff,
+                    rows: chunk.rows,
+                }
+                .emit();
+                if self.pause(backoff).await.is_err() {
+                    return Outcome::Abandoned;
                 }
             }
         }
     }
-}
 
-fn first_line(s: &str) -> &str {
-    let s = s.trim();
-    let line = s.lines().next().unwrap_or(s);
-    match line.char_indices().nth(300) {
-        Some((i, _)) => &line[..i],
-        None => line,
+    /// Wait `delay`, unless the drain deadline passes first.
+    async fn pause(&mut self, delay: Duration) -> Result<(), Abandoned> {
+        tokio::select! {
+            () = tokio::time::sleep(delay) => Ok(()),
+            _ = self.abandon.changed() => Err(Abandoned),
+        }
+    }
+
+    fn rejected(&self, chunk: &Chunk, url: &str, e: &InsertError) -> FatalError {
+        FatalError::new(
+            self.context(),
+            format!(
+                "insert of {} rows into {url} failed{}: {}",
+                chunk.rows,
+                e.code
+                    .map(|c| format!(" with code {c}"))
+                    .unwrap_or_default(),
+                super::events::first_line(&e.message)
+            ),
+            Fault::User,
+        )
     }
 }
+
+#[cfg(test)]
+#[path = "worker_tests.rs"]
+mod tests;

@@ -1,0 +1,165 @@
+//! The ClickHouse connector's own series, registered on the core's
+//! [`prometheus::Registry`] ([`Metrics::registry`]), so `/metrics` serves
+//! them next to the core's.
+//!
+//! [`ChMetrics::of`] registers them once per [`Metrics`] (several sinks and
+//! start-up retries share one registration) before any sample is taken;
+//! insert workers (tokio tasks), the start-up discovery and the readiness
+//! probe update them through the helpers in `sink::events`.
+
+use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
+use spate_core::metrics::Metrics;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+/// Names of every metric family this connector exports (the core's are
+/// in [`spate_core::metrics::METRIC_NAMES`]).
+pub const METRIC_NAMES: &[&str] = &[
+    "spate_replica_up",
+    "spate_replica_rows_inserted_total",
+    "spate_replica_errors_total",
+    "spate_replica_failovers_total",
+];
+
+/// The per-replica series.
+#[derive(Clone, Debug)]
+pub struct ChMetrics {
+    /// `spate_replica_up{table,shard,replica}`: 1 when the last request to
+    /// that ClickHouse replica (insert or probe) succeeded, else 0.
+    pub replica_up: IntGaugeVec,
+    /// `spate_replica_rows_inserted_total{table,shard,replica}`.
+    pub replica_rows_inserted: IntCounterVec,
+    /// `spate_replica_errors_total{table,shard,replica,kind}`.
+    pub replica_errors: IntCounterVec,
+    /// `spate_replica_failovers_total{table,shard}`: inserts moved to the
+    /// shard's next replica after a connection error or timeout.
+    pub replica_failovers: IntCounterVec,
+}
+
+/// Registrations made so far, by the `Metrics` they were made on.
+static REGISTERED: Mutex<Vec<(Weak<Metrics>, ChMetrics)>> = Mutex::new(Vec::new());
+
+impl ChMetrics {
+    /// The series registered on `metrics`' registry; the first call for a
+    /// given `metrics` registers them, later ones return the same.
+    #[must_use]
+    pub fn of(metrics: &Arc<Metrics>) -> ChMetrics {
+        let mut seen = REGISTERED.lock().unwrap_or_else(PoisonError::into_inner);
+        seen.retain(|(m, _)| m.strong_count() > 0);
+        if let Some((_, ch)) = seen
+            .iter()
+            .find(|(m, _)| std::ptr::eq(m.as_ptr(), Arc::as_ptr(metrics)))
+        {
+            return ch.clone();
+        }
+        let ch = ChMetrics::new();
+        if let Err(e) = ch.register(metrics.registry()) {
+            // Only when a clone of `metrics` (same registry, another Arc)
+            // registered first. Nothing reads these series back, so the
+            // only harm is their absence from /metrics.
+            tracing::warn!(error = %e, "ClickHouse replica metrics already registered on this registry; these are not exported");
+        }
+        seen.push((Arc::downgrade(metrics), ch.clone()));
+        ch
+    }
+
+    /// Unregistered series (see [`register`](Self::register)).
+    #[must_use]
+    pub fn new() -> ChMetrics {
+        let tsr = &["table", "shard", "replica"];
+        ChMetrics {
+            replica_up: IntGaugeVec::new(
+                Opts::new(
+                    "spate_replica_up",
+                    "1 if the last request to this ClickHouse replica succeeded.",
+                ),
+                tsr,
+            )
+            .expect("valid metric"),
+            replica_rows_inserted: IntCounterVec::new(
+                Opts::new(
+                    "spate_replica_rows_inserted_total",
+                    "Rows acknowledged by this ClickHouse replica.",
+                ),
+                tsr,
+            )
+            .expect("valid metric"),
+            replica_errors: IntCounterVec::new(
+                Opts::new(
+                    "spate_replica_errors_total",
+                    "Failed requests to this ClickHouse replica by kind.",
+                ),
+                &["table", "shard", "replica", "kind"],
+            )
+            .expect("valid metric"),
+            replica_failovers: IntCounterVec::new(
+                Opts::new(
+                    "spate_replica_failovers_total",
+                    "Inserts moved to the shard's next replica after a connection error or timeout.",
+                ),
+                &["table", "shard"],
+            )
+            .expect("valid metric"),
+        }
+    }
+
+    /// Register every series on `registry`.
+    pub fn register(&self, registry: &Registry) -> prometheus::Result<()> {
+        registry.register(Box::new(self.replica_up.clone()))?;
+        registry.register(Box::new(self.replica_rows_inserted.clone()))?;
+        registry.register(Box::new(self.replica_errors.clone()))?;
+        registry.register(Box::new(self.replica_failovers.clone()))
+    }
+}
+
+impl Default for ChMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_declared_name_is_exported_once_per_registry() {
+        let m = Arc::new(Metrics::new());
+        let ch = ChMetrics::of(&m);
+        // A second sink (or a retried start) gets the same series.
+        let again = ChMetrics::of(&m);
+        ch.replica_up
+            .with_label_values(&["db.t", "0", "http://a:8123"])
+            .set(1);
+        again
+            .replica_rows_inserted
+            .with_label_values(&["db.t", "0", "http://a:8123"])
+            .inc();
+        ch.replica_errors
+            .with_label_values(&["db.t", "0", "http://a:8123", "connection"])
+            .inc();
+        ch.replica_failovers.with_label_values(&["db.t", "0"]).inc();
+        let text = m.encode_text();
+        for name in METRIC_NAMES {
+            assert!(text.contains(&format!("# TYPE {name} ")), "{name} missing");
+        }
+        assert!(text.contains(
+            "spate_replica_rows_inserted_total{replica=\"http://a:8123\",shard=\"0\",table=\"db.t\"} 1"
+        ));
+        // Another process-level registry gets its own series.
+        let other = Arc::new(Metrics::new());
+        ChMetrics::of(&other)
+            .replica_failovers
+            .with_label_values(&["db.t", "0"])
+            .inc();
+        let line = "spate_replica_failovers_total{shard=\"0\",table=\"db.t\"} 1\n";
+        assert!(m.encode_text().contains(line));
+        assert!(other.encode_text().contains(line));
+    }
+
+    #[test]
+    fn nothing_is_exported_before_a_sample() {
+        let m = Arc::new(Metrics::new());
+        let _ = ChMetrics::of(&m);
+        assert!(!m.encode_text().contains("spate_replica"));
+    }
+}

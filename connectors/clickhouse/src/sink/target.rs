@@ -1,0 +1,54 @@
+//! [`InsertTarget`]: the one HTTP attempt an insert worker makes, behind a
+//! small trait (an insert of pre-encoded bytes, and a ping), so the worker
+//! and the probe run against a scripted fake in tests. [`ChClient`] is the
+//! real implementation. Called from insert workers and the readiness probe
+//! (tokio tasks); [`InsertQuery`] is built once per sink at start.
+
+use crate::client::{ChClient, ClientError, InsertError};
+use bytes::Bytes;
+use std::future::Future;
+
+/// The statement every insert of one sink sends: `INSERT INTO db.table
+/// (columns) FORMAT format`, with `settings` as query settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct InsertQuery {
+    pub(crate) db: String,
+    pub(crate) table: String,
+    pub(crate) columns: Vec<String>,
+    pub(crate) format: &'static str,
+    pub(crate) settings: Vec<(String, String)>,
+}
+
+/// One replica, as an insert worker sees it.
+pub(crate) trait InsertTarget: Send + Sync + 'static {
+    /// Send one pre-encoded batch; `Ok` only once the server confirmed it.
+    fn insert_bytes(
+        &self,
+        query: &InsertQuery,
+        body: Bytes,
+    ) -> impl Future<Output = Result<(), InsertError>> + Send;
+
+    /// `SELECT 1`, for readiness.
+    fn ping(&self) -> impl Future<Output = Result<(), ClientError>> + Send;
+}
+
+impl InsertTarget for ChClient {
+    fn insert_bytes(
+        &self,
+        query: &InsertQuery,
+        body: Bytes,
+    ) -> impl Future<Output = Result<(), InsertError>> + Send {
+        self.insert(
+            &query.db,
+            &query.table,
+            &query.columns,
+            query.format,
+            body,
+            &query.settings,
+        )
+    }
+
+    fn ping(&self) -> impl Future<Output = Result<(), ClientError>> + Send {
+        ChClient::ping(self)
+    }
+}
