@@ -7,8 +7,8 @@
 //! reads shared flags; it never touches the pipeline threads.
 
 use crate::health::Liveness;
+use crate::health::SourceReadiness;
 use crate::metrics::Metrics;
-use crate::pipeline::SourceReadiness;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

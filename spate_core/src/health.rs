@@ -1,4 +1,5 @@
-//! Liveness: every pipeline thread's heartbeat, for `/healthz`.
+//! Health: every pipeline thread's heartbeat, for `/healthz`, and the
+//! source's readiness flags, for `/readyz`.
 //!
 //! The controller and each driver beat once per loop turn (their loops
 //! never block for long: sources are polled with a timeout, drivers wait
@@ -6,10 +7,22 @@
 //! A thread whose last beat is older than the stall limit is reported by
 //! name; a thread that finished its loop is not. A beat is one clock read
 //! and one relaxed atomic store.
+//!
+//! [`SourceReadiness`] is written by the controller thread (joined the
+//! group, shutting down) and read by the admin server.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Readiness flags the controller maintains for `/readyz`.
+#[derive(Debug, Default)]
+pub struct SourceReadiness {
+    /// The source delivered its first assignment (joined its group).
+    pub joined: AtomicBool,
+    /// A shutdown is in progress.
+    pub shutting_down: AtomicBool,
+}
 
 const FINISHED: u64 = u64::MAX;
 

@@ -11,6 +11,7 @@
 //!   acknowledgement channel, drain and probe hooks.
 //! - [`checkpoint`]: acknowledged watermarks and the pending gate.
 //! - [`record`]: messages and typed offsets.
+//! - [`clock`]: injected time for the std threads (real and manual clocks).
 //! - [`error`]: the error types of this layer, classified by fault.
 //! - [`metrics`] and `admin`: Prometheus registry and the admin server.
 //!
@@ -20,6 +21,7 @@
 #[cfg(not(loom))]
 pub mod admin;
 pub mod checkpoint;
+pub mod clock;
 pub mod error;
 #[cfg(not(loom))]
 pub mod health;

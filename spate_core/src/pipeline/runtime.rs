@@ -8,17 +8,23 @@
 //! budget, hand the drain report to the controller for its final commit,
 //! join it, and build the [`ExitReport`].
 
-use super::builder::{ChainCtx, Pipeline};
-use super::controller::{Controller, ControllerConfig, ControllerExit, FromMain, ToMain};
-use super::driver::{Driver, DriverConfig};
-use super::{DriverEvent, ExitReport, ExitState, FatalErrorReport, SinkRuntime, ThreadControl};
+use super::builder::Pipeline;
+use super::chain::{ChainCtx, ChainFactory, SinkOptions};
+use super::controller::{
+    Controller, ControllerConfig, ControllerExit, ControllerLinks, FromMain, ToMain,
+};
+use super::driver::{Driver, DriverConfig, DriverLinks};
+use super::{
+    DriverEvent, ExitReport, ExitState, FatalErrorReport, SinkRuntime, ThreadControl, ThreadEnv,
+};
 use crate::admin::{self, Readiness};
+use crate::clock::{self, SharedClock};
 use crate::error::{FatalError, Fault};
 use crate::health::Liveness;
 use crate::metrics::{Metrics, METRIC_NAMES};
 use crate::pipeline::BuildError;
 use crate::sink::{DrainReport, ShardQueues};
-use crate::source::{DrainBarrier, Source};
+use crate::source::{DrainBarrier, Lane, Source};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::future::Future;
 use std::net::SocketAddr;
@@ -57,6 +63,9 @@ pub struct RuntimeOptions {
     pub io: tokio::runtime::Handle,
     /// Metrics registry.
     pub metrics: Arc<Metrics>,
+    /// The clock every pipeline thread reads (commit tick, deadlines,
+    /// chunk ages). The system clock unless a test injects another.
+    pub clock: SharedClock,
 }
 
 impl RuntimeOptions {
@@ -77,6 +86,7 @@ impl RuntimeOptions {
             stall_timeout: Duration::from_secs(60),
             io,
             metrics: Arc::new(Metrics::new()),
+            clock: clock::system(),
         }
     }
 }
@@ -148,6 +158,7 @@ pub struct PipelineRuntime {
     readiness: Arc<Readiness>,
     admin_addr: Option<SocketAddr>,
     shutdown_timeout: Duration,
+    clock: SharedClock,
 }
 
 impl PipelineRuntime {
@@ -163,72 +174,13 @@ impl PipelineRuntime {
             acks,
             options: sink_options,
         } = pipeline;
-        let metrics = options.metrics.clone();
-        let (event_tx, event_rx) = unbounded::<DriverEvent>();
-        let cores = if options.pin_drivers {
-            core_affinity::get_core_ids().unwrap_or_default()
-        } else {
-            Vec::new()
-        };
-        let mut driver_txs = Vec::new();
-        let mut drivers = Vec::new();
         let thread_names = std::iter::once("controller".to_string())
             .chain((0..options.drivers.max(1)).map(|d| format!("driver-{d}")))
             .collect();
         let liveness = Arc::new(Liveness::new(thread_names, options.stall_timeout));
-        let config = DriverConfig {
-            poll_batch: options.poll_batch.max(1),
-            idle_max: Duration::from_millis(5),
-        };
-        for thread in 0..options.drivers.max(1) {
-            let chain = chains(ChainCtx {
-                thread,
-                queues: sink.queues[0].clone(),
-                options: sink_options,
-                metrics: metrics.clone(),
-            })?;
-            let (tx, rx) = unbounded::<ThreadControl<S::Lane>>();
-            driver_txs.push(tx);
-            let driver = Driver::new(
-                thread,
-                chain,
-                rx,
-                event_tx.clone(),
-                sink.queues[0].clone(),
-                metrics.clone(),
-                config,
-                liveness.heartbeat(&format!("driver-{thread}")),
-            );
-            let events = event_tx.clone();
-            let core = cores.get(thread % cores.len().max(1)).copied();
-            let name = format!("spate-driver-{thread}");
-            let handle = std::thread::Builder::new()
-                .name(name.clone())
-                .spawn(move || {
-                    if let Some(core) = core {
-                        if !core_affinity::set_for_current(core) {
-                            tracing::warn!(
-                                driver = thread,
-                                "pinning to a core failed; running unpinned"
-                            );
-                        }
-                    }
-                    if let Err(panic) = catch_unwind(AssertUnwindSafe(|| driver.run())) {
-                        let reason = panic_message(&panic);
-                        tracing::error!(driver = thread, %reason, "driver thread panicked");
-                        let _ = events.send(DriverEvent::Fatal {
-                            thread,
-                            error: FatalError::new(
-                                format!("driver-{thread}"),
-                                format!("panicked: {reason}"),
-                                Fault::Internal,
-                            ),
-                        });
-                    }
-                })
-                .map_err(|source| StartError::Spawn { name, source })?;
-            drivers.push(handle);
-        }
+        let (event_tx, event_rx) = unbounded::<DriverEvent>();
+        let (driver_txs, drivers) =
+            spawn_drivers::<S::Lane>(&chains, &sink, sink_options, &options, &event_tx, &liveness)?;
         drop(event_tx);
 
         let readiness = Arc::new(Readiness {
@@ -238,33 +190,17 @@ impl PipelineRuntime {
         let shutdown = ShutdownHandle::default();
         let (to_main_tx, to_main_rx) = unbounded();
         let (from_main_tx, from_main_rx) = unbounded();
-        let controller = Controller::new(
-            source,
-            driver_txs.clone(),
-            acks.1,
-            event_rx,
-            shutdown.flag.clone(),
-            to_main_tx,
-            from_main_rx,
-            metrics.clone(),
-            readiness.source.clone(),
-            ControllerConfig {
-                poll_timeout: options.poll_timeout,
-                commit_interval: options.commit_interval,
-                shutdown_timeout: options.shutdown_timeout,
-                revoke_timeout: options.revoke_timeout,
-                pending_ceiling: options.pending_ceiling,
-            },
-            liveness.heartbeat("controller"),
-        );
+        let links = ControllerLinks {
+            drivers: driver_txs.clone(),
+            acks: acks.1,
+            events: event_rx,
+            to_main: to_main_tx,
+            from_main: from_main_rx,
+            shutdown: shutdown.flag.clone(),
+            readiness: readiness.source.clone(),
+        };
         drop(acks.0);
-        let controller = std::thread::Builder::new()
-            .name("spate-controller".into())
-            .spawn(move || controller.run())
-            .map_err(|source| StartError::Spawn {
-                name: "spate-controller".into(),
-                source,
-            })?;
+        let controller = spawn_controller(source, links, &options, &liveness)?;
 
         let emergency_stop: EmergencyStop = Box::new(move |barrier, deadline| {
             for tx in &driver_txs {
@@ -279,7 +215,11 @@ impl PipelineRuntime {
             Some(addr) => Some(
                 options
                     .io
-                    .block_on(admin::serve(addr, metrics.clone(), readiness.clone()))
+                    .block_on(admin::serve(
+                        addr,
+                        options.metrics.clone(),
+                        readiness.clone(),
+                    ))
                     .map_err(|source| StartError::Admin { addr, source })?,
             ),
             None => None,
@@ -299,6 +239,7 @@ impl PipelineRuntime {
             readiness,
             admin_addr,
             shutdown_timeout: options.shutdown_timeout,
+            clock: options.clock,
         })
     }
 
@@ -334,7 +275,7 @@ impl PipelineRuntime {
             Err(_) => {
                 // The controller died without starting the drain: stop the
                 // drivers ourselves. Nothing more is committed.
-                let deadline = Instant::now() + self.shutdown_timeout;
+                let deadline = self.clock.now() + self.shutdown_timeout;
                 let barrier = DrainBarrier::new(self.drivers.len());
                 (self.emergency_stop)(barrier.clone(), deadline);
                 (barrier, deadline, false)
@@ -364,7 +305,11 @@ impl PipelineRuntime {
         barrier: &DrainBarrier,
         deadline: Instant,
     ) -> Option<DrainReport> {
-        if let crate::source::BarrierOutcome::TimedOut { missing } = barrier.wait_until(deadline) {
+        // The barrier sleeps in real time: give it what is left on the clock.
+        let real_deadline = Instant::now() + clock::until(&*self.clock, deadline);
+        if let crate::source::BarrierOutcome::TimedOut { missing } =
+            barrier.wait_until(real_deadline)
+        {
             tracing::error!(
                 missing,
                 "drivers did not flush before the shutdown deadline; abandoning them"
@@ -378,7 +323,7 @@ impl PipelineRuntime {
         let sink = self.sink.take()?;
         let SinkRuntime { queues, drain, .. } = sink;
         drop(queues);
-        let budget = deadline.saturating_duration_since(Instant::now());
+        let budget = clock::until(&*self.clock, deadline);
         let report = drain(budget);
         if report.is_clean() {
             tracing::info!(
@@ -396,6 +341,118 @@ impl PipelineRuntime {
         }
         Some(report)
     }
+}
+
+/// Build one chain per driver and spawn the driver threads; returns each
+/// driver's control sender and its join handle.
+fn spawn_drivers<L: Lane>(
+    chains: &ChainFactory,
+    sink: &SinkRuntime,
+    sink_options: SinkOptions,
+    options: &RuntimeOptions,
+    events: &Sender<DriverEvent>,
+    liveness: &Arc<Liveness>,
+) -> Result<(Vec<Sender<ThreadControl<L>>>, Vec<JoinHandle<()>>), StartError> {
+    let cores = if options.pin_drivers {
+        core_affinity::get_core_ids().unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let config = DriverConfig {
+        poll_batch: options.poll_batch.max(1),
+        idle_max: Duration::from_millis(5),
+    };
+    let mut txs = Vec::new();
+    let mut handles = Vec::new();
+    for thread in 0..options.drivers.max(1) {
+        let chain = chains(ChainCtx {
+            thread,
+            queues: sink.queues[0].clone(),
+            options: sink_options,
+            metrics: options.metrics.clone(),
+            clock: options.clock.clone(),
+        })?;
+        let (tx, rx) = unbounded::<ThreadControl<L>>();
+        txs.push(tx);
+        let links = DriverLinks {
+            control: rx,
+            events: events.clone(),
+            queues: sink.queues[0].clone(),
+        };
+        let env = ThreadEnv {
+            metrics: options.metrics.clone(),
+            heartbeat: liveness.heartbeat(&format!("driver-{thread}")),
+            clock: options.clock.clone(),
+        };
+        let driver = Driver::new(thread, chain, links, env, config);
+        let core = cores.get(thread % cores.len().max(1)).copied();
+        handles.push(spawn_driver(thread, driver, core, events.clone())?);
+    }
+    Ok((txs, handles))
+}
+
+/// Spawn driver `thread`, pinned to `core` if given; a panic becomes a
+/// `DriverEvent::Fatal`, never a hang.
+fn spawn_driver<L: Lane>(
+    thread: usize,
+    driver: Driver<L>,
+    core: Option<core_affinity::CoreId>,
+    events: Sender<DriverEvent>,
+) -> Result<JoinHandle<()>, StartError> {
+    let name = format!("spate-driver-{thread}");
+    std::thread::Builder::new()
+        .name(name.clone())
+        .spawn(move || {
+            if let Some(core) = core {
+                if !core_affinity::set_for_current(core) {
+                    tracing::warn!(
+                        driver = thread,
+                        "pinning to a core failed; running unpinned"
+                    );
+                }
+            }
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| driver.run())) {
+                let reason = panic_message(&panic);
+                tracing::error!(driver = thread, %reason, "driver thread panicked");
+                let _ = events.send(DriverEvent::Fatal {
+                    thread,
+                    error: FatalError::new(
+                        format!("driver-{thread}"),
+                        format!("panicked: {reason}"),
+                        Fault::Internal,
+                    ),
+                });
+            }
+        })
+        .map_err(|source| StartError::Spawn { name, source })
+}
+
+fn spawn_controller<S: Source>(
+    source: S,
+    links: ControllerLinks<S::Lane>,
+    options: &RuntimeOptions,
+    liveness: &Arc<Liveness>,
+) -> Result<JoinHandle<ControllerExit>, StartError> {
+    let env = ThreadEnv {
+        metrics: options.metrics.clone(),
+        heartbeat: liveness.heartbeat("controller"),
+        clock: options.clock.clone(),
+    };
+    let config = ControllerConfig {
+        poll_timeout: options.poll_timeout,
+        commit_interval: options.commit_interval,
+        shutdown_timeout: options.shutdown_timeout,
+        revoke_timeout: options.revoke_timeout,
+        pending_ceiling: options.pending_ceiling,
+    };
+    let controller = Controller::new(source, links, env, config);
+    std::thread::Builder::new()
+        .name("spate-controller".into())
+        .spawn(move || controller.run())
+        .map_err(|source| StartError::Spawn {
+            name: "spate-controller".into(),
+            source,
+        })
 }
 
 fn build_report(

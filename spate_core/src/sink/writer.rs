@@ -12,9 +12,15 @@
 //! the segment: its `end` and its part count (the number of chunks holding
 //! pieces) are fixed then, and every piece carries both in its
 //! [`AckRange`]. Later rows of the lane open the next segment.
+//!
+//! Time: a chunk's age deadline is read from the writer's injected
+//! [`Clock`] (the runtime's clock; a [`ManualClock`](crate::clock::ManualClock)
+//! in tests), and [`tick`](ShardWriter::tick) is given the driver's reading
+//! of the same clock.
 
 use super::{Chunk, ShardQueues};
 use crate::checkpoint::{AckRange, PendingGate};
+use crate::clock::{self, SharedClock};
 use crate::error::ChainError;
 use crate::source::LaneId;
 use std::time::{Duration, Instant};
@@ -97,10 +103,11 @@ pub struct ShardWriter {
     open: Vec<OpenChunk>,
     lanes: Vec<Option<LaneState>>,
     rng: u64,
+    clock: SharedClock,
 }
 
 impl ShardWriter {
-    /// A writer pushing into `queues`.
+    /// A writer pushing into `queues`, on the system clock.
     #[must_use]
     pub fn new(queues: ShardQueues, limits: BatchLimits, seed: u64) -> Self {
         let shards = queues.shards();
@@ -110,7 +117,15 @@ impl ShardWriter {
             open: (0..shards).map(|_| OpenChunk::default()).collect(),
             lanes: Vec::new(),
             rng: seed | 1,
+            clock: clock::system(),
         }
+    }
+
+    /// The same writer reading chunk ages from `clock`.
+    #[must_use]
+    pub fn with_clock(mut self, clock: SharedClock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// The queues this writer pushes into.
@@ -169,7 +184,7 @@ impl ShardWriter {
                 .limits
                 .interval
                 .mul_f64(self.limits.jitter * unit(&mut self.rng));
-            chunk.deadline = Some(Instant::now() + self.limits.interval + jitter);
+            chunk.deadline = Some(self.clock.now() + self.limits.interval + jitter);
         }
         let lane = self.lanes[slot]
             .as_mut()
@@ -335,6 +350,7 @@ fn unit(state: &mut u64) -> f64 {
 mod tests {
     use super::*;
     use crate::checkpoint::Checkpointer;
+    use crate::clock::{Clock, ManualClock};
     use crate::record::{PartitionId, Watermark};
 
     fn limits(rows: u64) -> BatchLimits {
@@ -401,14 +417,39 @@ mod tests {
     fn age_limit_seals_idle_tail() {
         let (q, mut rx) = ShardQueues::new(1, 1 << 20, 1 << 19);
         let mut l = limits(1000);
-        l.interval = Duration::from_millis(1);
-        let mut w = ShardWriter::new(q, l, 1);
+        l.interval = Duration::from_millis(100);
+        let clock = ManualClock::new();
+        let mut w = ShardWriter::new(q, l, 1).with_clock(clock.clone());
         let slot = w.add_lane(LaneId(1), None);
         w.append(slot, 0, 0, row).unwrap().unwrap();
-        w.tick(Instant::now()).unwrap();
+        w.tick(clock.now()).unwrap();
         assert!(rx[0].try_recv().is_none(), "not yet due");
-        w.tick(Instant::now() + Duration::from_millis(5)).unwrap();
+        clock.advance(Duration::from_millis(99));
+        w.tick(clock.now()).unwrap();
+        assert!(rx[0].try_recv().is_none(), "still not due 1 ms early");
+        clock.advance(Duration::from_millis(1));
+        w.tick(clock.now()).unwrap();
         assert_eq!(rx[0].try_recv().unwrap().rows, 1);
+    }
+
+    /// The jitter stretches a chunk's age limit by at most `jitter` of the
+    /// interval, and the clock the writer was given decides.
+    #[test]
+    fn jittered_age_limit_stays_within_its_fraction() {
+        let (q, mut rx) = ShardQueues::new(1, 1 << 20, 1 << 19);
+        let mut l = limits(1000);
+        l.interval = Duration::from_millis(100);
+        l.jitter = 0.5;
+        let clock = ManualClock::new();
+        let mut w = ShardWriter::new(q, l, 7).with_clock(clock.clone());
+        let slot = w.add_lane(LaneId(1), None);
+        w.append(slot, 0, 0, row).unwrap().unwrap();
+        clock.advance(Duration::from_millis(99));
+        w.tick(clock.now()).unwrap();
+        assert!(rx[0].try_recv().is_none(), "due before its interval");
+        clock.advance(Duration::from_millis(51));
+        w.tick(clock.now()).unwrap();
+        assert_eq!(rx[0].try_recv().unwrap().rows, 1, "past interval + jitter");
     }
 
     /// Rows of one lane spread over two shards: the watermark moves only
