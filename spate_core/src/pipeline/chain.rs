@@ -18,7 +18,7 @@ use crate::checkpoint::PendingGate;
 use crate::clock::SharedClock;
 use crate::error::{ChainError, DecodeError, MessagePosition};
 use crate::metrics::Metrics;
-use crate::record::{Message, PartitionId};
+use crate::record::{Message, Offset, PartitionId};
 use crate::sink::{BatchLimits, RowEncode, ShardQueues, ShardWriter};
 use crate::source::LaneId;
 use std::sync::Arc;
@@ -155,7 +155,7 @@ impl<E: RowEncode> EncodeChain<E> {
         };
         let shard = usize::from(self.slots[(hash % self.slots.len() as u64) as usize]);
         let row = &self.row;
-        let appended = self.writer.append(slot, shard, msg.offset, |out| {
+        let appended = self.writer.append(slot, shard, Offset(msg.offset), |out| {
             out.extend_from_slice(row);
             Ok::<(), std::convert::Infallible>(())
         })?;
@@ -183,9 +183,9 @@ impl<E: RowEncode> Chain for EncodeChain<E> {
         let encoder = &mut self.encoder;
         let shard = self.shard;
         let before = self.writer.open_rows();
-        let outcome = self
-            .writer
-            .append(slot, shard, msg.offset, |out| encoder.encode(msg, out))?;
+        let outcome = self.writer.append(slot, shard, Offset(msg.offset), |out| {
+            encoder.encode(msg, out)
+        })?;
         if let Err(failure) = outcome {
             return Err(self.decode_error(msg, failure));
         }

@@ -473,12 +473,12 @@ impl<L: Lane> Core<L> {
             self.metrics
                 .high_watermark
                 .with_label_values(&labels)
-                .set(hw);
+                .set(hw.0);
             if let Some(c) = self.committed.get(&p) {
                 self.metrics
                     .consumer_lag
                     .with_label_values(&labels)
-                    .set((hw - c.0).max(0));
+                    .set((hw.0 - c.0).max(0));
             }
             self.gauged.insert(p);
         }

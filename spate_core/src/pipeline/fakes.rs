@@ -240,10 +240,6 @@ impl Source for FakeSource {
     fn flush_commits(&mut self, _timeout: Duration) -> Result<(), SourceError> {
         Ok(())
     }
-
-    fn partition_of(&self, lane: LaneId) -> Option<PartitionId> {
-        self.lanes.get(&lane).cloned()
-    }
 }
 
 /// Copies the payload as one `\n`-terminated row; payloads starting with

@@ -179,8 +179,10 @@ impl PipelineRuntime {
             .collect();
         let liveness = Arc::new(Liveness::new(thread_names, options.stall_timeout));
         let (event_tx, event_rx) = unbounded::<DriverEvent>();
-        let (driver_txs, drivers) =
-            spawn_drivers::<S::Lane>(&chains, &sink, sink_options, &options, &event_tx, &liveness)?;
+        let Drivers {
+            controls: driver_txs,
+            handles: drivers,
+        } = spawn_drivers::<S::Lane>(&chains, &sink, sink_options, &options, &event_tx, &liveness)?;
         drop(event_tx);
 
         let readiness = Arc::new(Readiness {
@@ -343,8 +345,13 @@ impl PipelineRuntime {
     }
 }
 
-/// Build one chain per driver and spawn the driver threads; returns each
-/// driver's control sender and its join handle.
+/// The spawned driver threads: each one's control sender and join handle.
+struct Drivers<L> {
+    controls: Vec<Sender<ThreadControl<L>>>,
+    handles: Vec<JoinHandle<()>>,
+}
+
+/// Build one chain per driver and spawn the driver threads.
 fn spawn_drivers<L: Lane>(
     chains: &ChainFactory,
     sink: &SinkRuntime,
@@ -352,7 +359,7 @@ fn spawn_drivers<L: Lane>(
     options: &RuntimeOptions,
     events: &Sender<DriverEvent>,
     liveness: &Arc<Liveness>,
-) -> Result<(Vec<Sender<ThreadControl<L>>>, Vec<JoinHandle<()>>), StartError> {
+) -> Result<Drivers<L>, StartError> {
     let cores = if options.pin_drivers {
         core_affinity::get_core_ids().unwrap_or_default()
     } else {
@@ -388,7 +395,10 @@ fn spawn_drivers<L: Lane>(
         let core = cores.get(thread % cores.len().max(1)).copied();
         handles.push(spawn_driver(thread, driver, core, events.clone())?);
     }
-    Ok((txs, handles))
+    Ok(Drivers {
+        controls: txs,
+        handles,
+    })
 }
 
 /// Spawn driver `thread`, pinned to `core` if given; a panic becomes a

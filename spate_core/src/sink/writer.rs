@@ -22,6 +22,7 @@ use super::{Chunk, ShardQueues};
 use crate::checkpoint::{AckRange, PendingGate};
 use crate::clock::{self, SharedClock};
 use crate::error::ChainError;
+use crate::record::Offset;
 use crate::source::LaneId;
 use std::time::{Duration, Instant};
 
@@ -56,7 +57,7 @@ struct Piece {
     slot: usize,
     lane: LaneId,
     seq: u64,
-    start: i64,
+    start: Offset,
     rows: u64,
 }
 
@@ -71,7 +72,7 @@ struct OpenChunk {
 #[derive(Debug)]
 struct SealedSegment {
     seq: u64,
-    end: i64,
+    end: Offset,
     parts: u32,
     remaining: u32,
 }
@@ -83,7 +84,7 @@ struct LaneState {
     /// The open segment's number.
     seq: u64,
     /// Last offset appended to the open segment.
-    end: i64,
+    end: Offset,
     /// Per shard: index of this lane's piece of the open segment in that
     /// shard's open chunk, or `NO_PIECE`.
     piece: Vec<usize>,
@@ -140,7 +141,7 @@ impl ShardWriter {
             id,
             gate,
             seq: 0,
-            end: -1,
+            end: Offset(-1),
             piece: vec![NO_PIECE; self.open.len()],
             open_parts: 0,
             sealed: Vec::new(),
@@ -171,7 +172,7 @@ impl ShardWriter {
         &mut self,
         slot: usize,
         shard: usize,
-        offset: i64,
+        offset: Offset,
         encode: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
     ) -> Result<Result<(), E>, ChainError> {
         let chunk = &mut self.open[shard];
@@ -374,7 +375,7 @@ mod tests {
         let gate = PendingGate::new(100);
         let slot = w.add_lane(LaneId(9), Some(gate.clone()));
         for off in [10, 11, 13, 14] {
-            w.append(slot, 0, off, row).unwrap().unwrap();
+            w.append(slot, 0, Offset(off), row).unwrap().unwrap();
         }
         let c = rx[0].try_recv().expect("sealed at 3 rows");
         assert_eq!(c.rows, 3);
@@ -385,8 +386,8 @@ mod tests {
                 lane: LaneId(9),
                 seq: 0,
                 parts: 1,
-                start: 10,
-                end: 13,
+                start: Offset(10),
+                end: Offset(13),
                 rows: 3
             }]
         );
@@ -394,7 +395,7 @@ mod tests {
         w.flush().unwrap();
         let c = rx[0].try_recv().unwrap();
         assert_eq!(c.acks[0].seq, 1);
-        assert_eq!(c.acks[0].end, 14);
+        assert_eq!(c.acks[0].end, Offset(14));
     }
 
     #[test]
@@ -402,15 +403,15 @@ mod tests {
         let (q, mut rx) = ShardQueues::new(1, 1 << 20, 1 << 19);
         let mut w = ShardWriter::new(q, limits(10), 1);
         let slot = w.add_lane(LaneId(1), None);
-        w.append(slot, 0, 0, row).unwrap().unwrap();
+        w.append(slot, 0, Offset(0), row).unwrap().unwrap();
         let r = w
-            .append(slot, 0, 1, |_out: &mut Vec<u8>| Err("bad"))
+            .append(slot, 0, Offset(1), |_out: &mut Vec<u8>| Err("bad"))
             .unwrap();
         assert_eq!(r, Err("bad"));
         w.flush().unwrap();
         let c = rx[0].try_recv().unwrap();
         assert_eq!(c.rows, 1);
-        assert_eq!(c.acks[0].end, 0, "the bad offset is not covered");
+        assert_eq!(c.acks[0].end, Offset(0), "the bad offset is not covered");
     }
 
     #[test]
@@ -421,7 +422,7 @@ mod tests {
         let clock = ManualClock::new();
         let mut w = ShardWriter::new(q, l, 1).with_clock(clock.clone());
         let slot = w.add_lane(LaneId(1), None);
-        w.append(slot, 0, 0, row).unwrap().unwrap();
+        w.append(slot, 0, Offset(0), row).unwrap().unwrap();
         w.tick(clock.now()).unwrap();
         assert!(rx[0].try_recv().is_none(), "not yet due");
         clock.advance(Duration::from_millis(99));
@@ -443,7 +444,7 @@ mod tests {
         let clock = ManualClock::new();
         let mut w = ShardWriter::new(q, l, 7).with_clock(clock.clone());
         let slot = w.add_lane(LaneId(1), None);
-        w.append(slot, 0, 0, row).unwrap().unwrap();
+        w.append(slot, 0, Offset(0), row).unwrap().unwrap();
         clock.advance(Duration::from_millis(99));
         w.tick(clock.now()).unwrap();
         assert!(rx[0].try_recv().is_none(), "due before its interval");
@@ -461,10 +462,10 @@ mod tests {
         let mut cp = Checkpointer::new();
         let gate = cp.add_lane(LaneId(1), PartitionId::new("t", 0), 1000);
         let slot = w.add_lane(LaneId(1), Some(gate));
-        w.append(slot, 0, 0, row).unwrap().unwrap(); // shard 0
-        w.append(slot, 1, 1, row).unwrap().unwrap(); // shard 1
-        w.append(slot, 0, 2, row).unwrap().unwrap(); // shard 0 seals: segment 0 = [0..=2], 2 parts
-        w.append(slot, 1, 3, row).unwrap().unwrap(); // shard 1 seals: piece of seg 0 + seg 1 = [3]
+        w.append(slot, 0, Offset(0), row).unwrap().unwrap(); // shard 0
+        w.append(slot, 1, Offset(1), row).unwrap().unwrap(); // shard 1
+        w.append(slot, 0, Offset(2), row).unwrap().unwrap(); // shard 0 seals: segment 0 = [0..=2], 2 parts
+        w.append(slot, 1, Offset(3), row).unwrap().unwrap(); // shard 1 seals: piece of seg 0 + seg 1 = [3]
         let c0 = rx[0].try_recv().unwrap();
         let c1 = rx[1].try_recv().unwrap();
         assert_eq!(
@@ -473,8 +474,8 @@ mod tests {
                 lane: LaneId(1),
                 seq: 0,
                 parts: 2,
-                start: 0,
-                end: 2,
+                start: Offset(0),
+                end: Offset(2),
                 rows: 2
             }]
         );
