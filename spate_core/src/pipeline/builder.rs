@@ -56,15 +56,6 @@ pub enum BuildError {
     },
 }
 
-/// Errors of an assembled pipeline that are not a runtime failure.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum PipelineError {
-    /// Building failed.
-    #[error(transparent)]
-    Build(#[from] BuildError),
-}
-
 /// An assembled pipeline, ready for [`PipelineRuntime::start`](super::PipelineRuntime::start).
 pub struct Pipeline<S: Source> {
     pub(crate) source: S,

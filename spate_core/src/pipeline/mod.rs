@@ -35,11 +35,13 @@ mod driver;
 mod exit;
 mod runtime;
 
-pub use builder::{BuildError, Pipeline, PipelineError, SinkRuntime};
+pub use builder::{BuildError, Pipeline, SinkRuntime};
 pub use chain::{Chain, ChainCtx, ChainFactory, EncodeChain, SinkOptions, TopicChains};
 pub(crate) use control::{DriverEvent, ThreadControl, ThreadEnv};
 pub use exit::{ExitReport, ExitState, FatalErrorReport};
-pub use runtime::{metrics_settings, PipelineRuntime, RuntimeOptions, ShutdownHandle, StartError};
+pub use runtime::{
+    metrics_settings, PipelineError, PipelineRuntime, RuntimeOptions, ShutdownHandle, StartError,
+};
 
 /// What the sink reported when draining at shutdown. This is the sink
 /// layer's [`DrainReport`], re-exported so

@@ -124,6 +124,23 @@ pub enum StartError {
     Build(#[from] BuildError),
 }
 
+/// What a pipeline that did not complete returns
+/// ([`PipelineRuntime::run_pipeline`]): it could not be built, its threads
+/// could not start, or the run failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PipelineError {
+    /// Building failed.
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    /// The runtime could not start.
+    #[error(transparent)]
+    Start(#[from] StartError),
+    /// The run ended in a failure (already logged with its report).
+    #[error(transparent)]
+    Failed(#[from] FatalErrorReport),
+}
+
 /// Requests a shutdown from anywhere (signal handler, tests).
 #[derive(Clone, Debug, Default)]
 pub struct ShutdownHandle {
@@ -204,28 +221,8 @@ impl PipelineRuntime {
         drop(acks.0);
         let controller = spawn_controller(source, links, &options, &liveness)?;
 
-        let emergency_stop: EmergencyStop = Box::new(move |barrier, deadline| {
-            for tx in &driver_txs {
-                let _ = tx.send(ThreadControl::Shutdown {
-                    barrier: barrier.clone(),
-                    deadline,
-                });
-            }
-        });
-
-        let admin_addr = match options.admin_addr {
-            Some(addr) => Some(
-                options
-                    .io
-                    .block_on(admin::serve(
-                        addr,
-                        options.metrics.clone(),
-                        readiness.clone(),
-                    ))
-                    .map_err(|source| StartError::Admin { addr, source })?,
-            ),
-            None => None,
-        };
+        let emergency_stop = emergency_stop(driver_txs);
+        let admin_addr = serve_admin(&options, &readiness)?;
         spawn_probe(&options, &sink, &readiness);
         spawn_queue_gauges(&options, &sink.queues);
 
@@ -243,6 +240,22 @@ impl PipelineRuntime {
             shutdown_timeout: options.shutdown_timeout,
             clock: options.clock,
         })
+    }
+
+    /// The whole life of a pipeline in one call: start it, run it until it
+    /// stops on its own or `shutdown` resolves, and hand back the report of
+    /// a clean run.
+    ///
+    /// # Errors
+    /// [`PipelineError::Start`] if it could not start,
+    /// [`PipelineError::Failed`] if the run failed (its report is logged).
+    pub fn run_pipeline<S: Source>(
+        pipeline: Pipeline<S>,
+        options: RuntimeOptions,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<ExitReport, PipelineError> {
+        let runtime = Self::start(pipeline, options)?;
+        Ok(runtime.run(shutdown).ok()?)
     }
 
     /// A handle that requests shutdown.
@@ -343,6 +356,39 @@ impl PipelineRuntime {
         }
         Some(report)
     }
+}
+
+/// What main does when the controller died before the drain: tell every
+/// driver to shut down itself.
+fn emergency_stop<L: Lane>(drivers: Vec<Sender<ThreadControl<L>>>) -> EmergencyStop {
+    Box::new(move |barrier, deadline| {
+        for tx in &drivers {
+            let _ = tx.send(ThreadControl::Shutdown {
+                barrier: barrier.clone(),
+                deadline,
+            });
+        }
+    })
+}
+
+/// Serve `/metrics`, `/healthz` and `/readyz` if an address is set;
+/// returns the bound address.
+fn serve_admin(
+    options: &RuntimeOptions,
+    readiness: &Arc<Readiness>,
+) -> Result<Option<SocketAddr>, StartError> {
+    let Some(addr) = options.admin_addr else {
+        return Ok(None);
+    };
+    options
+        .io
+        .block_on(admin::serve(
+            addr,
+            options.metrics.clone(),
+            readiness.clone(),
+        ))
+        .map(Some)
+        .map_err(|source| StartError::Admin { addr, source })
 }
 
 /// The spawned driver threads: each one's control sender and join handle.
