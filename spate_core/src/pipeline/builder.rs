@@ -5,7 +5,7 @@
 //! pipeline thread exists; [`PipelineRuntime::start`](super::PipelineRuntime::start)
 //! consumes what is built here.
 
-use super::chain::{ChainFactory, SinkOptions};
+use super::chain::{Chain, ChainCtx, SinkOptions};
 use crate::sink::{AckReceiver, AckSender, ShardQueues, SinkDrainFn, SinkProbeFn};
 use crate::source::Source;
 
@@ -38,6 +38,9 @@ impl std::fmt::Debug for SinkRuntime {
             .finish_non_exhaustive()
     }
 }
+
+/// Builds one chain per driver thread.
+pub type ChainFactory = Box<dyn Fn(ChainCtx) -> Result<Box<dyn Chain>, BuildError> + Send + Sync>;
 
 /// Errors building a pipeline.
 #[derive(Debug, thiserror::Error)]

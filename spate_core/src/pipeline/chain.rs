@@ -3,7 +3,8 @@
 //!
 //! A chain decodes a message into a row, routes it to a shard, and appends
 //! it to that shard's open chunk ([`ShardWriter`]). Each driver thread owns
-//! one chain, built by the pipeline's [`ChainFactory`] from a [`ChainCtx`]
+//! one chain, built by the pipeline's
+//! [`ChainFactory`](super::ChainFactory) from a [`ChainCtx`]
 //! (own encoder scratch, own open chunks, no locks); only that driver thread
 //! touches it. It receives messages from its driver's lanes and sends sealed
 //! chunks into the [`ShardQueues`].
@@ -13,7 +14,6 @@
 //! - [`TopicChains`]: one chain per pipeline of a process, chosen by the
 //!   lane's topic.
 
-use super::BuildError;
 use crate::checkpoint::PendingGate;
 use crate::clock::SharedClock;
 use crate::error::{ChainError, DecodeError, MessagePosition};
@@ -72,9 +72,6 @@ pub struct SinkOptions {
     /// Per-shard flush limits.
     pub limits: BatchLimits,
 }
-
-/// Builds one chain per driver thread.
-pub type ChainFactory = Box<dyn Fn(ChainCtx) -> Result<Box<dyn Chain>, BuildError> + Send + Sync>;
 
 /// The standard chain: a sink-provided [`RowEncode`] in front of a
 /// [`ShardWriter`].

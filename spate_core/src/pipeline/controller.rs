@@ -20,7 +20,7 @@
 //! acknowledgements, and once main reports the sink drained run the final
 //! drain + commit + `flush_commits`.
 
-use super::{DriverEvent, ThreadControl, ThreadEnv};
+use super::control::{DriverEvent, ThreadControl, ThreadEnv};
 use crate::checkpoint::{AckOutcome, Checkpointer};
 use crate::clock::{self, SharedClock};
 use crate::error::{FatalError, Fault};

@@ -12,7 +12,7 @@
 //! short, growing timeout, so control messages are served at once.
 
 use super::chain::Chain;
-use super::{DriverEvent, ThreadControl, ThreadEnv};
+use super::control::{DriverEvent, ThreadControl, ThreadEnv};
 use crate::checkpoint::PendingGate;
 use crate::clock::SharedClock;
 use crate::error::{ChainError, FatalError, Fault};

@@ -6,9 +6,10 @@
 //! the tests waiting on a condition, so no test sleeps to let something
 //! happen.
 
+use super::builder::{ChainFactory, SinkRuntime};
+use super::chain::{Chain, ChainCtx, EncodeChain};
 use crate::checkpoint::AckRange;
 use crate::error::SourceError;
-use crate::pipeline::{Chain, ChainCtx, ChainFactory, EncodeChain, SinkRuntime};
 use crate::record::{Message, PartitionId, Watermark};
 use crate::sink::{
     ack_channel, AckEvent, AckReceiver, AckSender, Chunk, DrainReport, EncodeFailure, RowEncode,

@@ -35,9 +35,8 @@ mod driver;
 mod exit;
 mod runtime;
 
-pub use builder::{BuildError, Pipeline, SinkRuntime};
-pub use chain::{Chain, ChainCtx, ChainFactory, EncodeChain, SinkOptions, TopicChains};
-pub(crate) use control::{DriverEvent, ThreadControl, ThreadEnv};
+pub use builder::{BuildError, ChainFactory, Pipeline, SinkRuntime};
+pub use chain::{Chain, ChainCtx, EncodeChain, SinkOptions, TopicChains};
 pub use exit::{ExitReport, ExitState, FatalErrorReport};
 pub use runtime::{
     metrics_settings, PipelineError, PipelineRuntime, RuntimeOptions, ShutdownHandle, StartError,

@@ -8,21 +8,19 @@
 //! budget, hand the drain report to the controller for its final commit,
 //! join it, and build the [`ExitReport`].
 
-use super::builder::Pipeline;
-use super::chain::{ChainCtx, ChainFactory, SinkOptions};
+use super::builder::{BuildError, ChainFactory, Pipeline, SinkRuntime};
+use super::chain::{ChainCtx, SinkOptions};
+use super::control::{DriverEvent, ThreadControl, ThreadEnv};
 use super::controller::{
     Controller, ControllerConfig, ControllerExit, ControllerLinks, FromMain, ToMain,
 };
 use super::driver::{Driver, DriverConfig, DriverLinks};
-use super::{
-    DriverEvent, ExitReport, ExitState, FatalErrorReport, SinkRuntime, ThreadControl, ThreadEnv,
-};
+use super::exit::{ExitReport, ExitState, FatalErrorReport};
 use crate::admin::{self, Readiness};
 use crate::clock::{self, SharedClock};
 use crate::error::{FatalError, Fault};
 use crate::health::Liveness;
 use crate::metrics::{Metrics, METRIC_NAMES};
-use crate::pipeline::BuildError;
 use crate::sink::{DrainReport, ShardQueues};
 use crate::source::{DrainBarrier, Lane, Source};
 use crossbeam_channel::{unbounded, Receiver, Sender};
