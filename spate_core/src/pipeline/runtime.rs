@@ -192,7 +192,9 @@ impl PipelineRuntime {
         let thread_names = std::iter::once("controller".to_string())
             .chain((0..options.drivers.max(1)).map(|d| format!("driver-{d}")))
             .collect();
-        let liveness = Arc::new(Liveness::new(thread_names, options.stall_timeout));
+        let liveness = Arc::new(
+            Liveness::new(thread_names, options.stall_timeout).with_clock(options.clock.clone()),
+        );
         let (event_tx, event_rx) = unbounded::<DriverEvent>();
         let Drivers {
             controls: driver_txs,
