@@ -112,6 +112,7 @@ impl Fixture {
             queues,
             options: SinkOptions::default(),
             metrics: Arc::new(Metrics::new()),
+            clock: spate_core::clock::system(),
         };
         let slots: Arc<[u16]> = (0..SHARDS).collect();
         let mut chain = EncodeChain::with_slots(ChRowEncoder(self.encoder(keyed)), &ctx, slots);

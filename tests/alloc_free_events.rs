@@ -163,6 +163,7 @@ fn chain_push(schema: Schema, payloads: &[String], keyed: bool) -> u64 {
             },
         },
         metrics: Arc::new(Metrics::new()),
+        clock: spate_core::clock::system(),
     };
     let slots: Arc<[u16]> = (0..SHARDS as u16).collect();
     let mut chain = EncodeChain::with_slots(ChRowEncoder(encoder(schema, keyed)), &ctx, slots);

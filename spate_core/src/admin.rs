@@ -9,7 +9,7 @@
 //! [`Metrics`](crate::metrics::Metrics) registry); it never touches the pipeline threads.
 
 use crate::health::Liveness;
-use crate::pipeline::SourceReadiness;
+use crate::health::SourceReadiness;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 

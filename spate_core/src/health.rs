@@ -1,15 +1,29 @@
-//! Liveness: every pipeline thread's heartbeat, for `/healthz`.
+//! Health: every pipeline thread's heartbeat, for `/healthz`, and the
+//! source's readiness flags, for `/readyz`.
 //!
 //! The controller and each driver beat once per loop turn (their loops
 //! never block for long: sources are polled with a timeout, drivers wait
 //! on their control channel with a short timeout, queues are unbounded).
 //! A thread whose last beat is older than the stall limit is reported by
 //! name; a thread that finished its loop is not. A beat is one clock read
-//! and one relaxed atomic store.
+//! (of the runtime's injected clock) and one relaxed atomic store.
+//!
+//! [`SourceReadiness`] is written by the controller thread (joined the
+//! group, shutting down) and read by the admin server.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::clock::{self, SharedClock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Readiness flags the controller maintains for `/readyz`.
+#[derive(Debug, Default)]
+pub struct SourceReadiness {
+    /// The source delivered its first assignment (joined its group).
+    pub joined: AtomicBool,
+    /// A shutdown is in progress.
+    pub shutting_down: AtomicBool,
+}
 
 const FINISHED: u64 = u64::MAX;
 
@@ -24,6 +38,7 @@ struct Beat {
 /// The heartbeats of a runtime's threads.
 #[derive(Debug)]
 pub struct Liveness {
+    clock: SharedClock,
     started: Instant,
     stall_after: Duration,
     beats: Vec<Beat>,
@@ -46,7 +61,7 @@ pub struct Heartbeat {
 impl Heartbeat {
     /// The thread is alive now.
     pub fn beat(&self) {
-        let ms = self.live.started.elapsed().as_millis() as u64;
+        let ms = self.live.elapsed_ms();
         self.live.beats[self.index]
             .last_ms
             .store(ms.min(FINISHED - 1), Ordering::Relaxed);
@@ -65,8 +80,10 @@ impl Liveness {
     /// a beat. Every thread counts as just beaten.
     #[must_use]
     pub fn new(names: Vec<String>, stall_after: Duration) -> Self {
+        let clock = clock::system();
         Self {
-            started: Instant::now(),
+            started: clock.now(),
+            clock,
             stall_after,
             beats: names
                 .into_iter()
@@ -76,6 +93,19 @@ impl Liveness {
                 })
                 .collect(),
         }
+    }
+
+    /// The same table reading time from `clock` (the runtime's clock).
+    #[must_use]
+    pub fn with_clock(mut self, clock: SharedClock) -> Self {
+        self.started = clock.now();
+        self.clock = clock;
+        self
+    }
+
+    fn elapsed_ms(&self) -> u64 {
+        let elapsed = self.clock.now().saturating_duration_since(self.started);
+        u64::try_from(elapsed.as_millis()).unwrap_or(FINISHED - 1)
     }
 
     /// The heartbeat of thread `name`.
@@ -98,7 +128,7 @@ impl Liveness {
     /// Threads silent for longer than the stall limit, with how long.
     #[must_use]
     pub fn stalled(&self) -> Vec<(&str, Duration)> {
-        let now = self.started.elapsed().as_millis() as u64;
+        let now = self.elapsed_ms();
         self.beats
             .iter()
             .filter_map(|b| {
@@ -135,16 +165,26 @@ impl Liveness {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::ManualClock;
 
     #[test]
     fn a_silent_thread_is_named_until_it_beats_or_finishes() {
-        let live = Arc::new(Liveness::new(
-            vec!["controller".into(), "driver-0".into()],
-            Duration::from_millis(30),
-        ));
+        let clock = ManualClock::new();
+        let live = Arc::new(
+            Liveness::new(
+                vec!["controller".into(), "driver-0".into()],
+                Duration::from_millis(30),
+            )
+            .with_clock(clock.clone()),
+        );
         let (c, d) = (live.heartbeat("controller"), live.heartbeat("driver-0"));
         assert!(live.report().0);
-        std::thread::sleep(Duration::from_millis(60));
+        clock.advance(Duration::from_millis(30));
+        assert!(
+            live.report().0,
+            "silent for exactly the limit is not a stall"
+        );
+        clock.advance(Duration::from_millis(30));
         c.beat();
         let (healthy, body) = live.report();
         assert!(!healthy);

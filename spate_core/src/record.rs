@@ -41,7 +41,13 @@ impl fmt::Display for PartitionId {
     }
 }
 
-/// Offset of one message within its partition.
+/// Offset of one message within its partition: the position the
+/// checkpointer's [`AckRange`](crate::checkpoint::AckRange)s speak and a
+/// source's high watermark is given in.
+///
+/// Not a committable position: the committed offset after a message is
+/// [`Watermark::after`] its offset (committed offset = next offset to read
+/// = last acknowledged offset + 1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Offset(pub i64);
 

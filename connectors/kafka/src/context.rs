@@ -1,45 +1,47 @@
-//! The consumer context: rebalance handling and commit bookkeeping.
+//! The consumer context's state: what the rdkafka callbacks record and the
+//! source reads, and the rendezvous a revocation waits on.
 //!
-//! Every callback here runs on the controller thread, inside
-//! `BaseConsumer::poll` called from `KafkaSource::poll_events`.
-//!
-//! - **Assign**: *before* librdkafka assigns the partitions, split each
-//!   one's queue off the consumer queue (so no message of it can reach the
-//!   consumer queue) and build its lane; after the assignment, resume the
-//!   partitions explicitly (a pause flag survives revoke and re-assign).
-//! - **Revoke**: call the runtime's `Revoker` synchronously (it stops the
-//!   lanes on their drivers and waits, bounded, for their acknowledgements),
-//!   commit the returned watermarks synchronously, and only then let
-//!   librdkafka unassign. A *lost* assignment (session timeout) commits
-//!   nothing: another member may already own those partitions.
+//! Every callback runs inside `BaseConsumer::poll`, which
+//! `KafkaSource::poll_events` runs on a short-lived `spate-kafka-poll`
+//! thread while the controller thread serves revocation requests (see
+//! [`rebalance`](crate::rebalance) for the callbacks themselves). It is
+//! shared between the polling thread and the controller thread through
+//! mutexes that are never held across a blocking call; lanes on driver
+//! threads keep the consumer alive but do not touch this state.
 
-use crate::lane::{KafkaLane, LaneEnd};
+use crate::rendezvous::Request;
 use crossbeam_channel::Sender;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::base_consumer::PartitionQueue;
+use rdkafka::consumer::BaseConsumer;
 use rdkafka::error::KafkaResult;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::ClientContext;
 use spate_core::record::{PartitionId, Watermark};
-use spate_core::source::{LaneId, Revoker};
+use spate_core::source::LaneId;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::time::Duration;
 
-/// The runtime's revoker, lent to the context for the duration of one
-/// `BaseConsumer::poll` call.
-pub(crate) struct LentRevoker(pub(crate) *mut (dyn Revoker + 'static));
+/// A partition just assigned: its queue split off the consumer queue
+/// before the assignment took effect. The source turns it into a lane.
+pub(crate) struct SplitPartition {
+    pub(crate) id: LaneId,
+    pub(crate) partition: PartitionId,
+    pub(crate) queue: PartitionQueue<SpateContext>,
+}
 
-// SAFETY: the pointer is only set and dereferenced on the controller thread,
-// inside the `poll` call that lent it (librdkafka serves rebalance callbacks
-// from the polling thread); `KafkaSource::poll_events` clears it before the
-// borrow it was made from ends.
-unsafe impl Send for LentRevoker {}
+/// A revocation, sent by the rebalance callback to the controller thread,
+/// which owns the runtime's `Revoker`: the lanes to give up, answered with
+/// the watermarks safe to commit for them. The callback blocks on the
+/// answer until its wait passes.
+pub(crate) type RevokeRequest = Request<Vec<LaneId>, Vec<(PartitionId, Watermark)>>;
 
 /// State shared between the context (callbacks) and the source.
 #[derive(Default)]
 pub(crate) struct Shared {
-    /// Lanes created by the last assignments, not yet handed out.
-    pub(crate) new_lanes: Vec<KafkaLane>,
+    /// Partitions split by the last assignments, not yet made lanes.
+    pub(crate) new_lanes: Vec<SplitPartition>,
     /// Current assignment: partition → lane.
     pub(crate) lanes: HashMap<PartitionId, LaneId>,
     /// Lane → partition, for the current assignment.
@@ -58,10 +60,13 @@ pub(crate) struct Shared {
 
 pub(crate) struct SpateContext {
     pub(crate) me: OnceLock<Weak<BaseConsumer<SpateContext>>>,
-    pub(crate) revoker: Mutex<Option<LentRevoker>>,
+    /// Where revocations go while `poll_events` serves them (`None`
+    /// outside of a poll: nobody would answer).
+    pub(crate) revoke_tx: Mutex<Option<Sender<RevokeRequest>>>,
+    /// Longest the revoke callback waits for the controller's answer: the
+    /// runtime's revoke budget plus a grace for its last steps.
+    pub(crate) revoke_wait: Duration,
     pub(crate) shared: Mutex<Shared>,
-    pub(crate) until_end: bool,
-    pub(crate) ended: Sender<LaneEnd>,
     /// The source is being dropped: the final commit is done, and the
     /// revocation librdkafka runs while closing has nothing left to commit.
     pub(crate) closing: AtomicBool,
@@ -77,125 +82,25 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl SpateContext {
-    pub(crate) fn new(until_end: bool, ended: Sender<LaneEnd>) -> Self {
+    pub(crate) fn new(revoke_wait: Duration) -> Self {
         Self {
             me: OnceLock::new(),
-            revoker: Mutex::new(None),
+            revoke_tx: Mutex::new(None),
+            revoke_wait,
             shared: Mutex::new(Shared::default()),
-            until_end,
-            ended,
             closing: AtomicBool::new(false),
             next_lane: AtomicU64::new(0),
             high_watermarks: Mutex::new(HashMap::new()),
         }
     }
 
-    fn partitions(tpl: &TopicPartitionList) -> Vec<PartitionId> {
-        tpl.elements()
-            .iter()
-            .map(|e| PartitionId::new(e.topic(), e.partition()))
-            .collect()
-    }
-
-    fn on_assign(&self, tpl: &TopicPartitionList) {
-        let Some(consumer) = self.me.get().and_then(Weak::upgrade) else {
-            lock(&self.shared).fatal = Some("rebalance before the consumer was ready".into());
-            return;
-        };
-        let mut shared = lock(&self.shared);
-        for partition in Self::partitions(tpl) {
-            let Some(queue) = consumer.split_partition_queue(&partition.topic, partition.partition)
-            else {
-                shared.fatal = Some(format!("could not split the queue of {partition}"));
-                continue;
-            };
-            let id = LaneId(self.next_lane.fetch_add(1, Ordering::Relaxed) + 1);
-            let Some(lane) = KafkaLane::new(
-                id,
-                partition.clone(),
-                &consumer,
-                queue,
-                self.until_end,
-                self.ended.clone(),
-            ) else {
-                shared.fatal = Some(format!("no fetch queue for {partition}"));
-                continue;
-            };
-            tracing::info!(%partition, lane = %id, "partition assigned");
-            shared.lanes.insert(partition.clone(), id);
-            shared.by_id.insert(id, partition);
-            shared.new_lanes.push(lane);
-        }
-    }
-
-    fn on_revoke(&self, consumer: &BaseConsumer<SpateContext>, tpl: &TopicPartitionList) {
-        let partitions = Self::partitions(tpl);
-        let lanes: Vec<LaneId> = {
-            let shared = lock(&self.shared);
-            partitions
-                .iter()
-                .filter_map(|p| shared.lanes.get(p).copied())
-                .collect()
-        };
-        if lanes.is_empty() {
-            return;
-        }
-        if consumer.assignment_lost() {
-            tracing::warn!(
-                ?partitions,
-                "assignment lost; nothing is committed for these partitions"
-            );
-            let mut shared = lock(&self.shared);
-            forget(&mut shared, &partitions);
-            shared.lost.extend(lanes);
-            return;
-        }
-        if self.closing.load(Ordering::Acquire) {
-            tracing::debug!(?partitions, "partitions released while closing");
-            let mut shared = lock(&self.shared);
-            forget(&mut shared, &partitions);
-            return;
-        }
-        tracing::info!(?partitions, "partitions revoked");
-        let lent = lock(&self.revoker).take();
-        let watermarks = match &lent {
-            // SAFETY: see `LentRevoker`: we are inside the `poll` call that
-            // lent this pointer, on the thread that owns the borrow.
-            Some(r) => unsafe { (*r.0).revoke(&lanes) },
-            None => {
-                tracing::warn!(
-                    ?partitions,
-                    "revoked outside of a poll; unacknowledged rows replay on the new owner"
-                );
-                Vec::new()
-            }
-        };
-        *lock(&self.revoker) = lent;
-        if !watermarks.is_empty() {
-            let tpl = commit_list(&watermarks);
-            match tpl.and_then(|tpl| consumer.commit(&tpl, CommitMode::Sync)) {
-                Ok(()) => {
-                    let mut shared = lock(&self.shared);
-                    for (p, w) in &watermarks {
-                        record_max(&mut shared.committed, p, w.0);
-                    }
-                    tracing::info!(
-                        ?watermarks,
-                        "committed revoked partitions before giving them up"
-                    );
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "commit of revoked partitions failed; their rows replay on the new owner")
-                }
-            }
-        }
-        let mut shared = lock(&self.shared);
-        forget(&mut shared, &partitions);
-        shared.revoked.extend(lanes);
+    /// A fresh lane identity (never reused, also across re-assignments).
+    pub(crate) fn next_lane_id(&self) -> LaneId {
+        LaneId(self.next_lane.fetch_add(1, Ordering::Relaxed) + 1)
     }
 }
 
-fn forget(shared: &mut Shared, partitions: &[PartitionId]) {
+pub(crate) fn forget(shared: &mut Shared, partitions: &[PartitionId]) {
     for p in partitions {
         if let Some(id) = shared.lanes.remove(p) {
             shared.by_id.remove(&id);
@@ -256,47 +161,5 @@ impl ClientContext for SpateContext {
             return;
         }
         tracing::warn!(target: "librdkafka", error = %error, "{reason}");
-    }
-}
-
-impl ConsumerContext for SpateContext {
-    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        match rebalance {
-            Rebalance::Assign(tpl) => self.on_assign(tpl),
-            Rebalance::Revoke(tpl) => self.on_revoke(consumer, tpl),
-            Rebalance::Error(e) => tracing::error!(error = %e, "rebalance error"),
-        }
-    }
-
-    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        if let Rebalance::Assign(tpl) = rebalance {
-            // The paused flag survives revoke and re-assign: make every
-            // newly assigned partition's state explicit.
-            if tpl.count() > 0 {
-                if let Err(e) = consumer.resume(tpl) {
-                    tracing::warn!(error = %e, "resuming newly assigned partitions failed");
-                }
-            }
-        }
-    }
-
-    fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
-        tracing::debug!(?result, ?offsets, "commit callback");
-        match result {
-            Ok(()) => {
-                let mut shared = lock(&self.shared);
-                for e in offsets.elements() {
-                    if let Offset::Offset(o) = e.offset() {
-                        let p = PartitionId::new(e.topic(), e.partition());
-                        if shared.lanes.contains_key(&p) {
-                            record_max(&mut shared.committed, &p, o);
-                        }
-                    }
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "asynchronous offset commit failed; the next tick retries")
-            }
-        }
     }
 }

@@ -1,22 +1,31 @@
 //! Kafka source for spate: a consumer group's partitions become lanes.
 //!
-//! Threads: the [`KafkaSource`] (and so the rdkafka consumer and its
-//! rebalance callbacks) lives on the controller thread; each [`KafkaLane`]
+//! Threads: the [`KafkaSource`] (and so the rdkafka consumer) lives on the
+//! controller thread; its rebalance callbacks run inside the consumer poll,
+//! which `poll_events` runs on a short-lived `spate-kafka-poll` thread
+//! while the controller serves their revocation requests; each [`KafkaLane`]
 //! wraps the partition's own librdkafka queue (`split_partition_queue`)
 //! and is polled on a driver thread. Messages never pass through the
 //! controller.
 //!
 //! - [`config`]: typed settings and the librdkafka properties spate sets
 //!   (each with the reason), user pass-through applied last.
-//! - [`context`]: the consumer context: rebalance handling (split queues
-//!   before assigning, explicit resume, synchronous revoke through the
-//!   runtime's `Revoker`, commit before giving partitions up).
+//! - [`context`]: the consumer context's state shared by the callbacks and
+//!   the source, and the revocation rendezvous.
+//! - [`rebalance`]: the callbacks (split queues before assigning, explicit
+//!   resume, revocation signalled to the controller, which answers through
+//!   the runtime's `Revoker`; commit before giving partitions up).
 //! - [`lane`]: the driver-side lane.
+//! - [`rendezvous`]: a question asked from inside a blocking call and
+//!   answered by the calling thread (how a revocation reaches the
+//!   controller).
 //! - [`source`]: the controller-side `Source` implementation.
 
 pub mod config;
 mod context;
 mod lane;
+mod rebalance;
+mod rendezvous;
 mod source;
 
 pub use config::{ConfigError, KafkaSourceConfig};

@@ -6,16 +6,27 @@
 //! (`CommitReady`); once the broker confirms a commit at or past that end
 //! the lane is retired (`LanesRetired`); when every assigned lane is
 //! retired the source is `Drained`.
+//!
+//! Polling (`poll_events`, on the controller thread): the consumer poll,
+//! and so every rdkafka callback, runs on a scoped `spate-kafka-poll`
+//! thread, while the controller thread waits for it and serves the
+//! [`RevokeRequest`]s the rebalance callback sends, with the runtime's
+//! `Revoker`. The callback blocks on the answer (bounded by the revoke
+//! budget) and commits it before librdkafka unassigns; a revocation thus
+//! keeps its order (stop lanes, drain barrier with deadline, synchronous
+//! commit, unassign) without lending the revoker to the callback.
 
 use crate::config::{ConfigError, KafkaSourceConfig};
-use crate::context::{commit_list, lock, record_max, LentRevoker, SpateContext};
+use crate::context::{commit_list, lock, record_max, RevokeRequest, SpateContext, SplitPartition};
 use crate::lane::{KafkaLane, LaneEnd};
-use crossbeam_channel::{unbounded, Receiver};
+use crate::rendezvous::call_serving;
+use crossbeam_channel::{unbounded, Receiver, Sender};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::message::Message as _;
+use rdkafka::error::{KafkaError, KafkaResult};
+use rdkafka::message::{BorrowedMessage, Message as _};
 use rdkafka::topic_partition_list::TopicPartitionList;
 use spate_core::error::SourceError;
-use spate_core::record::{PartitionId, Watermark};
+use spate_core::record::{Offset, PartitionId, Watermark};
 use spate_core::source::{LaneId, Revoker, Source, SourceEvent};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -24,6 +35,8 @@ use std::time::{Duration, Instant};
 /// Kafka consumer-group source.
 pub struct KafkaSource {
     consumer: Arc<BaseConsumer<SpateContext>>,
+    /// Handed to each lane, which reports its end of input on it.
+    ended_tx: Sender<LaneEnd>,
     ended_rx: Receiver<LaneEnd>,
     /// Lanes that reached their end: next offset after their last message.
     ended: HashMap<LaneId, Option<i64>>,
@@ -40,12 +53,44 @@ pub struct KafkaSource {
 /// fails (a just-created topic can take a moment to appear in metadata).
 const UNKNOWN_TOPIC_GRACE: Duration = Duration::from_secs(10);
 
+/// How much longer than the revoke budget the rebalance callback waits for
+/// the controller's answer: the revoker bounds itself by the budget, this
+/// covers its last steps (forgetting the lanes) and the hand-over.
+const REVOKE_REPLY_GRACE: Duration = Duration::from_millis(500);
+
+/// What one `BaseConsumer::poll` returned, owned so that it can leave the
+/// polling thread.
+enum Polled {
+    Nothing,
+    /// A message on the consumer queue (which must never carry one).
+    Stray {
+        topic: String,
+        partition: i32,
+        offset: i64,
+    },
+    Error(KafkaError),
+}
+
+impl From<Option<KafkaResult<BorrowedMessage<'_>>>> for Polled {
+    fn from(polled: Option<KafkaResult<BorrowedMessage<'_>>>) -> Self {
+        match polled {
+            None => Polled::Nothing,
+            Some(Ok(m)) => Polled::Stray {
+                topic: m.topic().to_string(),
+                partition: m.partition(),
+                offset: m.offset(),
+            },
+            Some(Err(e)) => Polled::Error(e),
+        }
+    }
+}
+
 impl KafkaSource {
     /// Create the consumer and subscribe to the topics.
     pub fn new(config: &KafkaSourceConfig) -> Result<Self, ConfigError> {
         config.validate()?;
         let (ended_tx, ended_rx) = unbounded();
-        let context = SpateContext::new(config.until_end, ended_tx);
+        let context = SpateContext::new(config.revoke_timeout + REVOKE_REPLY_GRACE);
         let consumer: BaseConsumer<SpateContext> = config
             .client_config()
             .create_with_context(context)
@@ -58,6 +103,7 @@ impl KafkaSource {
             .map_err(|e| ConfigError::Client(e.to_string()))?;
         Ok(Self {
             consumer,
+            ended_tx,
             ended_rx,
             ended: HashMap::new(),
             retired: HashSet::new(),
@@ -66,6 +112,155 @@ impl KafkaSource {
             topics: config.topics.clone(),
             unknown_since: None,
         })
+    }
+
+    /// Run one `BaseConsumer::poll` on a scoped `spate-kafka-poll` thread
+    /// while this thread (the controller) serves, with `revoker`, the
+    /// revocations the rebalance callback asks for. The callback only
+    /// signals and waits for the answer; the revoker never leaves this
+    /// thread, and nothing outlives the call.
+    fn poll_client(
+        &mut self,
+        timeout: Duration,
+        revoker: &mut dyn Revoker,
+    ) -> Result<Polled, SourceError> {
+        let consumer: &BaseConsumer<SpateContext> = &self.consumer;
+        let (requests, incoming) = unbounded::<RevokeRequest>();
+        *lock(&consumer.context().revoke_tx) = Some(requests);
+        let polled = call_serving(
+            "spate-kafka-poll",
+            || Polled::from(consumer.poll(timeout)),
+            &incoming,
+            |request| {
+                let watermarks = revoker.revoke(&request.question);
+                request.answer(watermarks);
+            },
+        );
+        *lock(&consumer.context().revoke_tx) = None;
+        polled.map_err(|e| SourceError::Fatal(format!("polling the consumer: {e}")))
+    }
+
+    /// Act on what the poll itself returned.
+    fn check_polled(&mut self, polled: Polled) -> Result<(), SourceError> {
+        let ctx = self.consumer.context();
+        match polled {
+            Polled::Nothing => {}
+            Polled::Stray {
+                topic,
+                partition,
+                offset,
+            } => {
+                // Every assigned partition's queue is split before assign,
+                // so the consumer queue never carries messages. If one shows
+                // up, stop rather than guess: nothing past it is committed.
+                return Err(SourceError::Fatal(format!(
+                    "message of topic {topic} partition {partition} offset {offset} arrived on the consumer queue instead of its lane"
+                )));
+            }
+            Polled::Error(e) => {
+                let unknown = e.rdkafka_error_code()
+                    == Some(rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition);
+                if unknown && self.until_end && lock(&ctx.shared).by_id.is_empty() {
+                    self.unknown_since.get_or_insert_with(Instant::now);
+                }
+                tracing::warn!(error = %e, "consumer error");
+            }
+        }
+        // librdkafka reports a missing topic once; keep the clock running.
+        if let Some(since) = self.unknown_since {
+            if since.elapsed() >= UNKNOWN_TOPIC_GRACE && lock(&ctx.shared).by_id.is_empty() {
+                return Err(SourceError::Fatal(format!(
+                    "topic {} not found on the brokers after {}s; a bounded run (--until-end) needs existing topics",
+                    self.topics.join(", "),
+                    UNKNOWN_TOPIC_GRACE.as_secs()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Turn what the callbacks and the lanes recorded into events.
+    fn gather_events(&mut self) -> Result<Vec<SourceEvent<KafkaLane>>, SourceError> {
+        let (split, lost, revoked, fatal) = {
+            let mut shared = lock(&self.consumer.context().shared);
+            (
+                std::mem::take(&mut shared.new_lanes),
+                std::mem::take(&mut shared.lost),
+                std::mem::take(&mut shared.revoked),
+                shared.fatal.take(),
+            )
+        };
+        if let Some(f) = fatal {
+            return Err(SourceError::Fatal(f));
+        }
+        let new_lanes = self.make_lanes(split)?;
+        for lane in revoked.iter().chain(lost.iter()) {
+            self.ended.remove(lane);
+            self.retired.remove(lane);
+        }
+        let mut events = Vec::new();
+        if !lost.is_empty() {
+            events.push(SourceEvent::Lost(lost));
+        }
+        if !new_lanes.is_empty() {
+            self.unknown_since = None;
+            events.push(SourceEvent::Assigned(new_lanes));
+        }
+        self.gather_lane_ends(&mut events);
+        Ok(events)
+    }
+
+    /// Lanes of the partitions the callbacks split off.
+    fn make_lanes(&self, split: Vec<SplitPartition>) -> Result<Vec<KafkaLane>, SourceError> {
+        split
+            .into_iter()
+            .map(|s| {
+                let partition = s.partition.clone();
+                KafkaLane::new(
+                    s.id,
+                    s.partition,
+                    &self.consumer,
+                    s.queue,
+                    self.until_end,
+                    self.ended_tx.clone(),
+                )
+                .ok_or_else(|| SourceError::Fatal(format!("no fetch queue for {partition}")))
+            })
+            .collect()
+    }
+
+    /// End of input: lanes that ended (`CommitReady`), lanes whose end is
+    /// committed (`LanesRetired`), and the whole source (`Drained`).
+    fn gather_lane_ends(&mut self, events: &mut Vec<SourceEvent<KafkaLane>>) {
+        let mut ready = Vec::new();
+        while let Ok(end) = self.ended_rx.try_recv() {
+            if lock(&self.consumer.context().shared)
+                .by_id
+                .contains_key(&end.lane)
+            {
+                self.ended.insert(end.lane, end.next_offset);
+                ready.push(end.lane);
+            }
+        }
+        if !ready.is_empty() {
+            events.push(SourceEvent::CommitReady(ready));
+        }
+        if let Err(e) = self.confirm_lane_ends() {
+            // Retried on the next poll; events already gathered must not be lost.
+            tracing::warn!(error = %e, "confirming the commit of ended lanes failed; retrying");
+        }
+        let retire = self.retirable();
+        if !retire.is_empty() {
+            self.retired.extend(retire.iter().copied());
+            events.push(SourceEvent::LanesRetired(retire));
+        }
+        if self.until_end && !self.drained_reported {
+            let shared = lock(&self.consumer.context().shared);
+            if !shared.by_id.is_empty() && shared.by_id.keys().all(|l| self.retired.contains(l)) {
+                self.drained_reported = true;
+                events.push(SourceEvent::Drained);
+            }
+        }
     }
 
     fn tpl(&self, lanes: &[LaneId]) -> Result<TopicPartitionList, SourceError> {
@@ -158,100 +353,9 @@ impl Source for KafkaSource {
         timeout: Duration,
         revoker: &mut dyn Revoker,
     ) -> Result<Vec<SourceEvent<KafkaLane>>, SourceError> {
-        let consumer = self.consumer.clone();
-        let ctx = consumer.context();
-        {
-            let raw: *mut (dyn Revoker + '_) = revoker;
-            // SAFETY: lifetime erasure only; the pointer is cleared below,
-            // before `revoker`'s borrow ends, and used only inside `poll`.
-            let raw: *mut (dyn Revoker + 'static) = unsafe { std::mem::transmute(raw) };
-            *lock(&ctx.revoker) = Some(LentRevoker(raw));
-        }
-        let polled = self.consumer.poll(timeout);
-        *lock(&ctx.revoker) = None;
-        match polled {
-            None => {}
-            Some(Ok(m)) => {
-                // Every assigned partition's queue is split before assign,
-                // so the consumer queue never carries messages. If one shows
-                // up, stop rather than guess: nothing past it is committed.
-                return Err(SourceError::Fatal(format!(
-                    "message of topic {} partition {} offset {} arrived on the consumer queue instead of its lane",
-                    m.topic(),
-                    m.partition(),
-                    m.offset()
-                )));
-            }
-            Some(Err(e)) => {
-                let unknown = e.rdkafka_error_code()
-                    == Some(rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition);
-                if unknown && self.until_end && lock(&ctx.shared).by_id.is_empty() {
-                    self.unknown_since.get_or_insert_with(Instant::now);
-                }
-                tracing::warn!(error = %e, "consumer error");
-            }
-        }
-        // librdkafka reports a missing topic once; keep the clock running.
-        if let Some(since) = self.unknown_since {
-            if since.elapsed() >= UNKNOWN_TOPIC_GRACE && lock(&ctx.shared).by_id.is_empty() {
-                return Err(SourceError::Fatal(format!(
-                    "topic {} not found on the brokers after {}s; a bounded run (--until-end) needs existing topics",
-                    self.topics.join(", "),
-                    UNKNOWN_TOPIC_GRACE.as_secs()
-                )));
-            }
-        }
-        let mut events = Vec::new();
-        let (new_lanes, lost, revoked, fatal) = {
-            let mut shared = lock(&ctx.shared);
-            (
-                std::mem::take(&mut shared.new_lanes),
-                std::mem::take(&mut shared.lost),
-                std::mem::take(&mut shared.revoked),
-                shared.fatal.take(),
-            )
-        };
-        if let Some(f) = fatal {
-            return Err(SourceError::Fatal(f));
-        }
-        for lane in revoked.iter().chain(lost.iter()) {
-            self.ended.remove(lane);
-            self.retired.remove(lane);
-        }
-        if !lost.is_empty() {
-            events.push(SourceEvent::Lost(lost));
-        }
-        if !new_lanes.is_empty() {
-            self.unknown_since = None;
-            events.push(SourceEvent::Assigned(new_lanes));
-        }
-        let mut ready = Vec::new();
-        while let Ok(end) = self.ended_rx.try_recv() {
-            if lock(&ctx.shared).by_id.contains_key(&end.lane) {
-                self.ended.insert(end.lane, end.next_offset);
-                ready.push(end.lane);
-            }
-        }
-        if !ready.is_empty() {
-            events.push(SourceEvent::CommitReady(ready));
-        }
-        if let Err(e) = self.confirm_lane_ends() {
-            // Retried on the next poll; events already gathered must not be lost.
-            tracing::warn!(error = %e, "confirming the commit of ended lanes failed; retrying");
-        }
-        let retire = self.retirable();
-        if !retire.is_empty() {
-            self.retired.extend(retire.iter().copied());
-            events.push(SourceEvent::LanesRetired(retire));
-        }
-        if self.until_end && !self.drained_reported {
-            let shared = lock(&ctx.shared);
-            if !shared.by_id.is_empty() && shared.by_id.keys().all(|l| self.retired.contains(l)) {
-                self.drained_reported = true;
-                events.push(SourceEvent::Drained);
-            }
-        }
-        Ok(events)
+        let polled = self.poll_client(timeout, revoker)?;
+        self.check_polled(polled)?;
+        self.gather_events()
     }
 
     fn pause(&mut self, lanes: &[LaneId]) -> Result<(), SourceError> {
@@ -330,20 +434,13 @@ impl Source for KafkaSource {
         result
     }
 
-    fn high_watermarks(&mut self) -> Vec<(PartitionId, i64)> {
+    fn high_watermarks(&mut self) -> Vec<(PartitionId, Offset)> {
         let context = self.consumer.context();
         let owned = lock(&context.shared);
         lock(&context.high_watermarks)
             .iter()
             .filter(|(p, _)| owned.lanes.contains_key(*p))
-            .map(|(p, &hw)| (p.clone(), hw))
+            .map(|(p, &hw)| (p.clone(), Offset(hw)))
             .collect()
-    }
-
-    fn partition_of(&self, lane: LaneId) -> Option<PartitionId> {
-        lock(&self.consumer.context().shared)
-            .by_id
-            .get(&lane)
-            .cloned()
     }
 }

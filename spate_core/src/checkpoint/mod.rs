@@ -22,7 +22,7 @@ mod gate;
 
 pub use gate::PendingGate;
 
-use crate::record::{PartitionId, Watermark};
+use crate::record::{Offset, PartitionId, Watermark};
 use crate::source::LaneId;
 use std::collections::{BTreeMap, HashMap};
 
@@ -36,9 +36,10 @@ pub struct AckRange {
     /// How many parts (shard chunks) the segment was split into.
     pub parts: u32,
     /// First offset of the segment (diagnostics only).
-    pub start: i64,
-    /// Last offset the segment covers (inclusive).
-    pub end: i64,
+    pub start: Offset,
+    /// Last offset the segment covers (inclusive); once acknowledged, the
+    /// lane's watermark becomes [`Watermark::after`] it.
+    pub end: Offset,
     /// Rows of this lane in this part.
     pub rows: u64,
 }
@@ -47,7 +48,7 @@ pub struct AckRange {
 struct SegmentState {
     parts_total: u32,
     parts_acked: u32,
-    end: i64,
+    end: Offset,
 }
 
 #[derive(Debug)]
@@ -110,12 +111,14 @@ impl Checkpointer {
     }
 
     /// Whether `lane` is tracked.
+    #[cfg(test)]
     #[must_use]
     pub fn has_lane(&self, lane: LaneId) -> bool {
         self.lanes.contains_key(&lane)
     }
 
     /// The gate of a tracked lane.
+    #[cfg(test)]
     #[must_use]
     pub fn gate(&self, lane: LaneId) -> Option<&PendingGate> {
         self.lanes.get(&lane).map(|t| &t.gate)
@@ -224,15 +227,10 @@ impl Checkpointer {
     }
 
     /// Whether any tracked lane has a failed segment.
+    #[cfg(test)]
     #[must_use]
     pub fn any_failed(&self) -> bool {
         self.lanes.values().any(|t| t.failed_at.is_some())
-    }
-
-    /// Tracked lanes.
-    #[must_use]
-    pub fn lanes(&self) -> Vec<LaneId> {
-        self.lanes.keys().copied().collect()
     }
 }
 
@@ -244,7 +242,7 @@ impl LaneTrack {
             }
             match self.partial.get(&self.next_seq) {
                 Some(seg) if seg.parts_acked >= seg.parts_total => {
-                    self.acked = Some(Watermark(seg.end + 1));
+                    self.acked = Some(Watermark::after(seg.end));
                     self.partial.remove(&self.next_seq);
                     self.next_seq += 1;
                 }

@@ -15,8 +15,8 @@ fn range(lane: u64, seq: u64, parts: u32, end: i64, rows: u64) -> AckRange {
         lane: LaneId(lane),
         seq,
         parts,
-        start: 0,
-        end,
+        start: Offset(0),
+        end: Offset(end),
         rows,
     }
 }
@@ -63,8 +63,16 @@ fn acks_for_removed_lanes_and_duplicates_are_ignored() {
     c.add_lane(LaneId(1), p(0), 1_000);
     c.ack(&range(1, 0, 1, 9, 1));
     assert_eq!(c.ack(&range(1, 0, 1, 9, 1)), AckOutcome::Duplicate);
+    assert!(c.has_lane(LaneId(1)));
+    let gate = c
+        .gate(LaneId(1))
+        .cloned()
+        .expect("a tracked lane has a gate");
     let (part, wm) = c.remove_lane(LaneId(1)).unwrap();
     assert_eq!((part, wm), (p(0), Some(Watermark(10))));
+    assert!(!c.has_lane(LaneId(1)), "removed lanes are not tracked");
+    assert!(c.gate(LaneId(1)).is_none());
+    assert!(gate.is_closed(), "removing a lane closes its gate");
     assert_eq!(c.ack(&range(1, 1, 1, 19, 1)), AckOutcome::UnknownLane);
     // Re-assignment of the same partition is a new lane starting afresh.
     c.add_lane(LaneId(2), p(0), 1_000);
@@ -183,7 +191,7 @@ proptest! {
                     let m = &mut lanes[lane];
                     let (start, end, parts) = m.segs[seg];
                     let part = part % parts;
-                    let r = AckRange { lane: LaneId(m.id), seq: seg as u64, parts, start, end, rows: 1 };
+                    let r = AckRange { lane: LaneId(m.id), seq: seg as u64, parts, start: Offset(start), end: Offset(end), rows: 1 };
                     let already = m.reference_watermark().is_some_and(|w| w > end);
                     if !already && m.acked_parts[seg].contains(&part) {
                         // Each part is acknowledged once by its shard worker.
@@ -199,7 +207,7 @@ proptest! {
                 Op::Fail { lane, seg } => {
                     let m = &mut lanes[lane];
                     let (start, end, parts) = m.segs[seg];
-                    let r = AckRange { lane: LaneId(m.id), seq: seg as u64, parts, start, end, rows: 1 };
+                    let r = AckRange { lane: LaneId(m.id), seq: seg as u64, parts, start: Offset(start), end: Offset(end), rows: 1 };
                     let before = c.watermark(LaneId(m.id));
                     c.fail(&r);
                     // A segment already below the watermark stays acknowledged.
@@ -234,7 +242,7 @@ proptest! {
                     c.add_lane(LaneId(next_id), p(partition), 1 << 40);
                     lanes[lane] = ModelLane::new(next_id, partition, from, &shape);
                     // A late ack of the old lane must not move the new one.
-                    let stale = AckRange { lane: LaneId(old), seq: 0, parts: 1, start: 0, end: 1_000, rows: 1 };
+                    let stale = AckRange { lane: LaneId(old), seq: 0, parts: 1, start: Offset(0), end: Offset(1_000), rows: 1 };
                     prop_assert_eq!(c.ack(&stale), AckOutcome::UnknownLane);
                 }
             }

@@ -1,65 +1,42 @@
-//! Building a pipeline: a source, one chain per driver thread, and the
-//! sink's runtime half.
+//! Building a pipeline: a source, the chain factory (one chain per driver
+//! thread, see [`chain`](super::chain)), and the sink's runtime half.
 //!
-//! A chain is everything between a lane and the shard queues: decode the
-//! message into a row, route it to a shard, append it to that shard's open
-//! chunk. The builder takes a factory so every driver thread gets its own
-//! chain (own encoder scratch, own open chunks, no locks on the hot path).
+//! Runs on the thread that assembles the process (main), before any
+//! pipeline thread exists; [`PipelineRuntime::start`](super::PipelineRuntime::start)
+//! consumes what is built here.
 
-use super::SinkRuntime;
-use crate::checkpoint::PendingGate;
-use crate::error::{ChainError, DecodeError, MessagePosition};
-use crate::metrics::Metrics;
-use crate::record::{Message, PartitionId};
-use crate::sink::{AckSender, BatchLimits, RowEncode, ShardQueues, ShardWriter};
-use crate::source::{LaneId, Source};
-use std::sync::Arc;
-use std::time::Instant;
+use super::chain::{Chain, ChainCtx, SinkOptions};
+use crate::sink::{AckReceiver, AckSender, ShardQueues, SinkDrainFn, SinkProbeFn};
+use crate::source::Source;
 
-/// Per-driver processing stage between lanes and shard queues.
-pub trait Chain: Send {
-    /// Register a lane this driver now owns; returns its slot.
-    fn add_lane(
-        &mut self,
-        lane: LaneId,
-        partition: &PartitionId,
-        gate: Option<PendingGate>,
-    ) -> usize;
-    /// Decode, route and append one message of the lane in `slot`.
-    fn push(&mut self, slot: usize, msg: &Message<'_>) -> Result<(), ChainError>;
-    /// Seal chunks whose age limit passed.
-    fn tick(&mut self, now: Instant) -> Result<(), ChainError>;
-    /// Seal and queue everything open now.
-    fn flush(&mut self) -> Result<(), ChainError>;
-    /// Forget the lane in `slot` (after a flush if its rows must go out).
-    fn remove_lane(&mut self, slot: usize);
-    /// The shards (a [`shard_bit`](crate::sink::shard_bit) mask) the lane
-    /// in `slot` sent rows to since the last call; resets it. Backpressure
-    /// pauses a lane only when a shard it feeds is over its high-water
-    /// mark. The default, every shard, pauses every lane for any shard.
-    fn take_shards_fed(&mut self, _slot: usize) -> u64 {
-        u64::MAX
+/// The sink half the runtime drives: the shared shard-queue handle plus a
+/// drain hook invoked once at shutdown with the remaining drain budget.
+///
+/// Built by the sink layer (`SinkPool`) or by tests; the runtime does not
+/// see worker internals.
+pub struct SinkRuntime {
+    /// Sending side of the per-shard chunk queues, one entry per installed
+    /// sink (the runtime only uses capacity introspection for the
+    /// backpressure resume gate; the chain's terminal stage holds clones).
+    /// A single-sink pipeline has one entry.
+    pub queues: Vec<ShardQueues>,
+    /// Drain the sinks: flush what's pending within the budget, fail the
+    /// acknowledgments of anything abandoned, and report. For multi-sink
+    /// pipelines this is the composed hook that drains every sink.
+    pub drain: SinkDrainFn,
+    /// Optional connectivity probe (e.g. `SinkPool::probe_all`). The
+    /// runtime probes at startup and then periodically, driving the
+    /// sinks-connected half of `/readyz`. Without a probe the flag is set
+    /// unconditionally.
+    pub probe: Option<SinkProbeFn>,
+}
+
+impl std::fmt::Debug for SinkRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SinkRuntime")
+            .field("queues", &self.queues)
+            .finish_non_exhaustive()
     }
-}
-
-/// What a chain factory gets to build one driver's chain.
-#[derive(Clone, Debug)]
-pub struct ChainCtx {
-    /// Driver thread index.
-    pub thread: usize,
-    /// The shard queues of the (first) sink.
-    pub queues: ShardQueues,
-    /// Batch limits.
-    pub options: SinkOptions,
-    /// Metrics registry.
-    pub metrics: Arc<Metrics>,
-}
-
-/// Batching options of the sink side of a chain.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SinkOptions {
-    /// Per-shard flush limits.
-    pub limits: BatchLimits,
 }
 
 /// Builds one chain per driver thread.
@@ -82,21 +59,12 @@ pub enum BuildError {
     },
 }
 
-/// Errors of an assembled pipeline that are not a runtime failure.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum PipelineError {
-    /// Building failed.
-    #[error(transparent)]
-    Build(#[from] BuildError),
-}
-
 /// An assembled pipeline, ready for [`PipelineRuntime::start`](super::PipelineRuntime::start).
 pub struct Pipeline<S: Source> {
     pub(crate) source: S,
     pub(crate) chains: ChainFactory,
     pub(crate) sink: SinkRuntime,
-    pub(crate) acks: (AckSender, crate::sink::AckReceiver),
+    pub(crate) acks: (AckSender, AckReceiver),
     pub(crate) options: SinkOptions,
 }
 
@@ -107,7 +75,7 @@ impl<S: Source> Pipeline<S> {
         source: S,
         chains: ChainFactory,
         sink: SinkRuntime,
-        acks: (AckSender, crate::sink::AckReceiver),
+        acks: (AckSender, AckReceiver),
         options: SinkOptions,
     ) -> Result<Self, BuildError> {
         if sink.queues.is_empty() {
@@ -120,349 +88,5 @@ impl<S: Source> Pipeline<S> {
             acks,
             options,
         })
-    }
-}
-
-/// The standard chain: a sink-provided [`RowEncode`] in front of a
-/// [`ShardWriter`].
-///
-/// Routing goes through a slot table (ClickHouse's `slot_to_shard`: each
-/// shard repeated by its weight). With a keyed encoder each row goes to
-/// `slots[hash % slots.len()]`; the row is encoded into a scratch buffer
-/// first, since its shard is known only once its key is. Without a key,
-/// whole batches take turns through the slot table: the shard changes when
-/// its chunk is sealed.
-pub struct EncodeChain<E: RowEncode> {
-    encoder: E,
-    writer: ShardWriter,
-    slots: Arc<[u16]>,
-    next_slot: usize,
-    shard: usize,
-    keyed: bool,
-    row: Vec<u8>,
-    metrics: Arc<Metrics>,
-}
-
-impl<E: RowEncode> EncodeChain<E> {
-    /// A chain encoding with `encoder` into `ctx`'s queues, shards weighted
-    /// equally.
-    pub fn new(encoder: E, ctx: &ChainCtx) -> Self {
-        let slots: Arc<[u16]> = (0..ctx.queues.shards()).map(|s| s as u16).collect();
-        Self::with_slots(encoder, ctx, slots)
-    }
-
-    /// A chain routing through `slots` (every entry a shard index of
-    /// `ctx.queues`; at least one entry).
-    pub fn with_slots(encoder: E, ctx: &ChainCtx, slots: Arc<[u16]>) -> Self {
-        assert!(!slots.is_empty(), "a slot table needs at least one slot");
-        assert!(
-            slots.iter().all(|&s| usize::from(s) < ctx.queues.shards()),
-            "slot table names a shard without a queue"
-        );
-        let next_slot = ctx.thread % slots.len();
-        Self {
-            keyed: encoder.routes_by_key(),
-            encoder,
-            writer: ShardWriter::new(
-                ctx.queues.clone(),
-                ctx.options.limits,
-                ctx.thread as u64 + 0x9E37_79B9,
-            ),
-            shard: usize::from(slots[next_slot]),
-            next_slot,
-            slots,
-            row: Vec::with_capacity(512),
-            metrics: ctx.metrics.clone(),
-        }
-    }
-
-    fn decode_error(&self, msg: &Message<'_>, failure: crate::sink::EncodeFailure) -> ChainError {
-        self.metrics.decode_errors.inc();
-        ChainError::Decode(DecodeError {
-            position: MessagePosition::of(msg),
-            column: failure.column,
-            value: failure.value,
-            reason: failure.reason,
-        })
-    }
-
-    fn push_keyed(&mut self, slot: usize, msg: &Message<'_>) -> Result<(), ChainError> {
-        self.row.clear();
-        if let Err(failure) = self.encoder.encode(msg, &mut self.row) {
-            return Err(self.decode_error(msg, failure));
-        }
-        let Some(hash) = self.encoder.route_hash(&self.row) else {
-            let failure = crate::sink::EncodeFailure {
-                column: None,
-                value: None,
-                reason: "the encoder produced no shard key hash for the row".into(),
-            };
-            return Err(self.decode_error(msg, failure));
-        };
-        let shard = usize::from(self.slots[(hash % self.slots.len() as u64) as usize]);
-        let row = &self.row;
-        let appended = self.writer.append(slot, shard, msg.offset, |out| {
-            out.extend_from_slice(row);
-            Ok::<(), std::convert::Infallible>(())
-        })?;
-        match appended {
-            Ok(()) => Ok(()),
-            Err(never) => match never {},
-        }
-    }
-}
-
-impl<E: RowEncode> Chain for EncodeChain<E> {
-    fn add_lane(
-        &mut self,
-        lane: LaneId,
-        _partition: &PartitionId,
-        gate: Option<PendingGate>,
-    ) -> usize {
-        self.writer.add_lane(lane, gate)
-    }
-
-    fn push(&mut self, slot: usize, msg: &Message<'_>) -> Result<(), ChainError> {
-        if self.keyed {
-            return self.push_keyed(slot, msg);
-        }
-        let encoder = &mut self.encoder;
-        let shard = self.shard;
-        let before = self.writer.open_rows();
-        let outcome = self
-            .writer
-            .append(slot, shard, msg.offset, |out| encoder.encode(msg, out))?;
-        if let Err(failure) = outcome {
-            return Err(self.decode_error(msg, failure));
-        }
-        if self.writer.open_rows() <= before && self.slots.len() > 1 {
-            // The chunk was sealed: the next slot's shard takes the next batch.
-            self.next_slot = (self.next_slot + 1) % self.slots.len();
-            self.shard = usize::from(self.slots[self.next_slot]);
-        }
-        Ok(())
-    }
-
-    fn tick(&mut self, now: Instant) -> Result<(), ChainError> {
-        self.writer.tick(now)
-    }
-
-    fn flush(&mut self) -> Result<(), ChainError> {
-        self.writer.flush()
-    }
-
-    fn remove_lane(&mut self, slot: usize) {
-        self.writer.remove_lane(slot);
-    }
-
-    fn take_shards_fed(&mut self, slot: usize) -> u64 {
-        self.writer.take_fed(slot)
-    }
-}
-
-/// One chain per pipeline, chosen by the lane's topic: several pipelines
-/// (each its topics into its table) in one process, sharing the drivers.
-pub struct TopicChains {
-    chains: Vec<Box<dyn Chain>>,
-    by_topic: std::collections::HashMap<String, usize>,
-    /// Per slot handed out: (chain, that chain's slot).
-    slots: Vec<Option<(usize, usize)>>,
-}
-
-impl TopicChains {
-    /// `chains[i]` takes the lanes of the topics `topics[i]`.
-    ///
-    /// # Panics
-    /// If the lengths differ or no chain is given.
-    #[must_use]
-    pub fn new(chains: Vec<Box<dyn Chain>>, topics: &[Vec<String>]) -> Self {
-        assert!(
-            !chains.is_empty() && chains.len() == topics.len(),
-            "one topic list per chain"
-        );
-        let by_topic = topics
-            .iter()
-            .enumerate()
-            .flat_map(|(i, ts)| ts.iter().map(move |t| (t.clone(), i)))
-            .collect();
-        Self {
-            chains,
-            by_topic,
-            slots: Vec::new(),
-        }
-    }
-
-    fn slot(&self, slot: usize) -> (usize, usize) {
-        self.slots[slot].expect("a lane added to this chain")
-    }
-}
-
-impl Chain for TopicChains {
-    fn add_lane(
-        &mut self,
-        lane: LaneId,
-        partition: &PartitionId,
-        gate: Option<PendingGate>,
-    ) -> usize {
-        let chain = match self.by_topic.get(&*partition.topic) {
-            Some(&c) => c,
-            None => {
-                // The source only reads configured topics.
-                tracing::error!(%partition, "lane of a topic no pipeline names; using the first pipeline");
-                0
-            }
-        };
-        let inner = self.chains[chain].add_lane(lane, partition, gate);
-        self.slots.push(Some((chain, inner)));
-        self.slots.len() - 1
-    }
-
-    fn push(&mut self, slot: usize, msg: &Message<'_>) -> Result<(), ChainError> {
-        let (c, s) = self.slot(slot);
-        self.chains[c].push(s, msg)
-    }
-
-    fn tick(&mut self, now: Instant) -> Result<(), ChainError> {
-        self.chains.iter_mut().try_for_each(|c| c.tick(now))
-    }
-
-    fn flush(&mut self) -> Result<(), ChainError> {
-        self.chains.iter_mut().try_for_each(|c| c.flush())
-    }
-
-    fn remove_lane(&mut self, slot: usize) {
-        if let Some(Some((c, s))) = self.slots.get(slot).copied() {
-            self.chains[c].remove_lane(s);
-            self.slots[slot] = None;
-        }
-    }
-
-    fn take_shards_fed(&mut self, slot: usize) -> u64 {
-        match self.slots.get(slot).copied().flatten() {
-            Some((c, s)) => self.chains[c].take_shards_fed(s),
-            None => 0,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::sink::{BatchLimits, EncodeFailure, ShardReceiver};
-    use std::time::Duration;
-
-    /// Writes the payload as the row; routes by its first byte when keyed.
-    struct ByteEncoder {
-        keyed: bool,
-    }
-
-    impl RowEncode for ByteEncoder {
-        fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<(), EncodeFailure> {
-            match msg.payload {
-                Some(p) if !p.is_empty() => {
-                    out.extend_from_slice(p);
-                    Ok(())
-                }
-                _ => Err(EncodeFailure {
-                    column: Some("k".into()),
-                    value: None,
-                    reason: "empty".into(),
-                }),
-            }
-        }
-        fn routes_by_key(&self) -> bool {
-            self.keyed
-        }
-        fn route_hash(&self, row: &[u8]) -> Option<u64> {
-            self.keyed.then(|| u64::from(row[0]))
-        }
-    }
-
-    fn ctx(shards: usize, rows: u64) -> (ChainCtx, Vec<ShardReceiver>) {
-        let (queues, rx) = ShardQueues::new(shards, 1 << 20, 1 << 19);
-        let options = SinkOptions {
-            limits: BatchLimits {
-                rows,
-                bytes: 1 << 20,
-                interval: Duration::from_secs(3600),
-                jitter: 0.0,
-            },
-        };
-        let ctx = ChainCtx {
-            thread: 0,
-            queues,
-            options,
-            metrics: Arc::new(Metrics::new()),
-        };
-        (ctx, rx)
-    }
-
-    fn push(
-        chain: &mut dyn Chain,
-        slot: usize,
-        offset: i64,
-        payload: &[u8],
-    ) -> Result<(), ChainError> {
-        let msg = Message {
-            topic: "t",
-            partition: 0,
-            offset,
-            timestamp_ms: None,
-            key: None,
-            payload: Some(payload),
-        };
-        chain.push(slot, &msg)
-    }
-
-    fn drain(rx: &mut ShardReceiver) -> Vec<u8> {
-        let mut rows = Vec::new();
-        while let Some(c) = rx.try_recv() {
-            rows.extend_from_slice(&c.data);
-        }
-        rows
-    }
-
-    #[test]
-    fn keyed_rows_go_to_the_slot_of_their_hash() {
-        let (ctx, mut rx) = ctx(2, 1000);
-        // Weights 1 and 3: slot table [0, 1, 1, 1].
-        let slots: Arc<[u16]> = Arc::from(vec![0u16, 1, 1, 1]);
-        let mut chain = EncodeChain::with_slots(ByteEncoder { keyed: true }, &ctx, slots);
-        let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), None);
-        for (i, b) in (0u8..40).enumerate() {
-            push(&mut chain, slot, i as i64, &[b]).unwrap();
-        }
-        chain.flush().unwrap();
-        let on0 = drain(&mut rx[0]);
-        let on1 = drain(&mut rx[1]);
-        assert!(on0.iter().all(|b| b % 4 == 0), "{on0:?}");
-        assert!(on1.iter().all(|b| b % 4 != 0), "{on1:?}");
-        assert_eq!((on0.len(), on1.len()), (10, 30));
-    }
-
-    #[test]
-    fn a_keyed_decode_error_names_the_message_and_leaves_no_row() {
-        let (ctx, mut rx) = ctx(2, 1000);
-        let mut chain = EncodeChain::new(ByteEncoder { keyed: true }, &ctx);
-        let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), None);
-        push(&mut chain, slot, 0, &[1]).unwrap();
-        let err = push(&mut chain, slot, 1, &[]).unwrap_err();
-        assert!(err.to_string().contains("offset 1"), "{err}");
-        chain.flush().unwrap();
-        assert_eq!(drain(&mut rx[0]).len() + drain(&mut rx[1]).len(), 1);
-    }
-
-    #[test]
-    fn unkeyed_batches_take_turns_by_weight() {
-        let (ctx, mut rx) = ctx(2, 2);
-        let slots: Arc<[u16]> = Arc::from(vec![0u16, 1, 1, 1]);
-        let mut chain = EncodeChain::with_slots(ByteEncoder { keyed: false }, &ctx, slots);
-        let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), None);
-        // 16 rows in batches of 2: 8 batches, 2 on shard 0, 6 on shard 1.
-        for i in 0..16u8 {
-            push(&mut chain, slot, i64::from(i), &[i]).unwrap();
-        }
-        chain.flush().unwrap();
-        assert_eq!((drain(&mut rx[0]).len(), drain(&mut rx[1]).len()), (4, 12));
     }
 }

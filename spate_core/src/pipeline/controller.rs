@@ -20,10 +20,11 @@
 //! acknowledgements, and once main reports the sink drained run the final
 //! drain + commit + `flush_commits`.
 
-use super::{DriverEvent, ThreadControl};
+use super::control::{DriverEvent, ThreadControl, ThreadEnv};
 use crate::checkpoint::{AckOutcome, Checkpointer};
+use crate::clock::{self, SharedClock};
 use crate::error::{FatalError, Fault};
-use crate::health::Heartbeat;
+use crate::health::{Heartbeat, SourceReadiness};
 use crate::metrics::Metrics;
 use crate::record::{PartitionId, Watermark};
 use crate::sink::{AckEvent, AckReceiver, DrainReport};
@@ -70,13 +71,17 @@ pub(crate) struct ControllerExit {
     pub commit_error: Option<String>,
 }
 
-/// Readiness flags the controller maintains for `/readyz`.
-#[derive(Debug, Default)]
-pub struct SourceReadiness {
-    /// The source delivered its first assignment (joined its group).
-    pub joined: AtomicBool,
-    /// A shutdown is in progress.
-    pub shutting_down: AtomicBool,
+/// Everything the controller shares with other threads: its channels to
+/// the drivers, from the sink (acknowledgements) and to and from main, and
+/// the flags it reads (shutdown) and writes (readiness).
+pub(crate) struct ControllerLinks<L> {
+    pub drivers: Vec<Sender<ThreadControl<L>>>,
+    pub acks: AckReceiver,
+    pub events: Receiver<DriverEvent>,
+    pub to_main: Sender<ToMain>,
+    pub from_main: Receiver<FromMain>,
+    pub shutdown: Arc<AtomicBool>,
+    pub readiness: Arc<SourceReadiness>,
 }
 
 /// Everything of the controller except the source, so the source can be
@@ -100,6 +105,7 @@ pub(crate) struct Core<L> {
     metrics: Arc<Metrics>,
     readiness: Arc<SourceReadiness>,
     config: ControllerConfig,
+    clock: SharedClock,
 }
 
 pub(crate) struct Controller<S: Source> {
@@ -112,44 +118,37 @@ pub(crate) struct Controller<S: Source> {
 }
 
 impl<S: Source> Controller<S> {
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         source: S,
-        drivers: Vec<Sender<ThreadControl<S::Lane>>>,
-        acks: AckReceiver,
-        events: Receiver<DriverEvent>,
-        shutdown: Arc<AtomicBool>,
-        to_main: Sender<ToMain>,
-        from_main: Receiver<FromMain>,
-        metrics: Arc<Metrics>,
-        readiness: Arc<SourceReadiness>,
+        links: ControllerLinks<S::Lane>,
+        env: ThreadEnv,
         config: ControllerConfig,
-        heartbeat: Heartbeat,
     ) -> Self {
-        let n = drivers.len();
+        let n = links.drivers.len();
         Self {
             source,
             core: Core {
                 checkpointer: Checkpointer::new(),
-                drivers,
+                drivers: links.drivers,
                 load: vec![0; n],
                 home: HashMap::new(),
                 paused: HashSet::new(),
-                acks,
-                events,
+                acks: links.acks,
+                events: links.events,
                 failure: None,
                 drained: false,
                 draining: false,
                 committed: BTreeMap::new(),
                 gauged: HashSet::new(),
-                metrics,
-                readiness,
+                metrics: env.metrics,
+                readiness: links.readiness,
                 config,
+                clock: env.clock,
             },
-            shutdown,
-            to_main,
-            from_main,
-            heartbeat,
+            shutdown: links.shutdown,
+            to_main: links.to_main,
+            from_main: links.from_main,
+            heartbeat: env.heartbeat,
         }
     }
 
@@ -163,7 +162,7 @@ impl<S: Source> Controller<S> {
 
     /// State `Consuming`.
     fn consume(&mut self) {
-        let mut next_commit = Instant::now() + self.core.config.commit_interval;
+        let mut next_commit = self.core.clock.now() + self.core.config.commit_interval;
         loop {
             self.heartbeat.beat();
             if self.shutdown.load(Ordering::Acquire) {
@@ -196,10 +195,10 @@ impl<S: Source> Controller<S> {
             }
             self.core.apply_driver_events(&mut self.source);
             self.core.apply_acks();
-            if Instant::now() >= next_commit {
+            if self.core.clock.now() >= next_commit {
                 self.core.commit(&mut self.source, false);
                 self.core.update_partition_gauges(&mut self.source);
-                next_commit = Instant::now() + self.core.config.commit_interval;
+                next_commit = self.core.clock.now() + self.core.config.commit_interval;
             }
         }
     }
@@ -210,8 +209,7 @@ impl<S: Source> Controller<S> {
             .readiness
             .shutting_down
             .store(true, Ordering::Release);
-        let started = Instant::now();
-        let deadline = started + self.core.config.shutdown_timeout;
+        let deadline = self.core.clock.now() + self.core.config.shutdown_timeout;
         let barrier = DrainBarrier::new(self.core.drivers.len());
         for tx in &self.core.drivers {
             let _ = tx.send(ThreadControl::Shutdown {
@@ -305,7 +303,7 @@ impl<L: Lane> Core<L> {
             SourceEvent::Lost(lanes) => {
                 self.metrics.rebalances.with_label_values(&["lost"]).inc();
                 tracing::warn!(?lanes, "partitions lost without revocation; their unacknowledged rows replay on the new owner");
-                let deadline = Instant::now();
+                let deadline = self.clock.now();
                 for (driver, ids) in self.group_by_driver(&lanes) {
                     let barrier = DrainBarrier::new(ids.len());
                     let _ = self.drivers[driver].send(ThreadControl::StopLanes {
@@ -475,12 +473,12 @@ impl<L: Lane> Core<L> {
             self.metrics
                 .high_watermark
                 .with_label_values(&labels)
-                .set(hw);
+                .set(hw.0);
             if let Some(c) = self.committed.get(&p) {
                 self.metrics
                     .consumer_lag
                     .with_label_values(&labels)
-                    .set((hw - c.0).max(0));
+                    .set((hw.0 - c.0).max(0));
             }
             self.gauged.insert(p);
         }
@@ -521,7 +519,7 @@ impl<L: Lane> Core<L> {
     ) -> Option<String> {
         // At least a couple of seconds, even when the drain used the budget:
         // a missed final commit turns acknowledged rows into duplicates.
-        let deadline = deadline.max(Instant::now() + Duration::from_secs(2));
+        let deadline = deadline.max(self.clock.now() + Duration::from_secs(2));
         let mut error = None;
         loop {
             let watermarks = self.checkpointer.watermarks();
@@ -533,7 +531,7 @@ impl<L: Lane> Core<L> {
                     self.committed_ok(&watermarks);
                     break;
                 }
-                Err(e) if e.is_retriable() && Instant::now() < deadline => {
+                Err(e) if e.is_retriable() && self.clock.now() < deadline => {
                     // Typically the group is rebalancing (another member
                     // joined or left) and our generation is stale: serve
                     // the rebalance, then commit again. Revocations during
@@ -551,9 +549,7 @@ impl<L: Lane> Core<L> {
                 }
             }
         }
-        let budget = deadline
-            .saturating_duration_since(Instant::now())
-            .max(Duration::from_secs(1));
+        let budget = clock::until(&*self.clock, deadline).max(Duration::from_secs(1));
         if let Err(e) = source.flush_commits(budget) {
             tracing::error!(error = %e, "waiting for outstanding commits failed");
             error.get_or_insert(e.to_string());
@@ -605,7 +601,7 @@ impl<L: Lane> Revoker for Core<L> {
             self.committed_ok(&out);
             return out;
         }
-        let deadline = Instant::now() + self.config.revoke_timeout;
+        let deadline = self.clock.now() + self.config.revoke_timeout;
         let by_driver = self.group_by_driver(lanes);
         let expected: usize = by_driver.values().map(Vec::len).sum();
         let barrier = DrainBarrier::new(expected);
@@ -616,7 +612,9 @@ impl<L: Lane> Revoker for Core<L> {
                 deadline,
             });
         }
-        if let BarrierOutcome::TimedOut { missing } = barrier.wait_until(deadline) {
+        // The barrier sleeps in real time: give it what is left on our clock.
+        let real_deadline = Instant::now() + clock::until(&*self.clock, deadline);
+        if let BarrierOutcome::TimedOut { missing } = barrier.wait_until(real_deadline) {
             tracing::warn!(
                 missing,
                 "drivers did not stop revoked lanes before the revoke deadline"
@@ -629,7 +627,7 @@ impl<L: Lane> Revoker for Core<L> {
             if pending <= 0 {
                 break;
             }
-            let now = Instant::now();
+            let now = self.clock.now();
             if now >= deadline {
                 tracing::warn!(pending_rows = pending, "revoke deadline passed with rows unacknowledged; they will replay on the new owner");
                 break;

@@ -11,18 +11,19 @@
 //! When there is nothing to do it waits on its control channel with a
 //! short, growing timeout, so control messages are served at once.
 
-use super::{DriverEvent, ThreadControl};
+use super::chain::Chain;
+use super::control::{DriverEvent, ThreadControl, ThreadEnv};
 use crate::checkpoint::PendingGate;
+use crate::clock::SharedClock;
 use crate::error::{ChainError, FatalError, Fault};
 use crate::health::Heartbeat;
 use crate::metrics::Metrics;
-use crate::pipeline::builder::Chain;
 use crate::sink::ShardQueues;
 use crate::source::{Lane, LaneError, LaneId, LanePoll};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use prometheus::IntCounter;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Tunables of a driver loop.
 #[derive(Clone, Copy, Debug)]
@@ -50,6 +51,15 @@ struct LaneEntry<L> {
     span: tracing::Span,
 }
 
+/// A driver's links to the rest of the runtime: its control channel from
+/// the controller, the shared event channel back, and the shard queues it
+/// watches for backpressure.
+pub(crate) struct DriverLinks<L> {
+    pub control: Receiver<ThreadControl<L>>,
+    pub events: Sender<DriverEvent>,
+    pub queues: ShardQueues,
+}
+
 pub(crate) struct Driver<L: Lane> {
     index: usize,
     chain: Box<dyn Chain>,
@@ -60,6 +70,7 @@ pub(crate) struct Driver<L: Lane> {
     metrics: Arc<Metrics>,
     config: DriverConfig,
     heartbeat: Heartbeat,
+    clock: SharedClock,
     /// A fatal error was reported; only control messages are served now.
     failed: bool,
     turn: usize,
@@ -71,17 +82,18 @@ enum Flow {
 }
 
 impl<L: Lane> Driver<L> {
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         index: usize,
         chain: Box<dyn Chain>,
-        control: Receiver<ThreadControl<L>>,
-        events: Sender<DriverEvent>,
-        queues: ShardQueues,
-        metrics: Arc<Metrics>,
+        links: DriverLinks<L>,
+        env: ThreadEnv,
         config: DriverConfig,
-        heartbeat: Heartbeat,
     ) -> Self {
+        let DriverLinks {
+            control,
+            events,
+            queues,
+        } = links;
         Self {
             index,
             chain,
@@ -89,9 +101,10 @@ impl<L: Lane> Driver<L> {
             control,
             events,
             queues,
-            metrics,
+            metrics: env.metrics,
             config,
-            heartbeat,
+            heartbeat: env.heartbeat,
+            clock: env.clock,
             failed: false,
             turn: 0,
         }
@@ -126,7 +139,7 @@ impl<L: Lane> Driver<L> {
             }
             let delivered = if self.failed { 0 } else { self.poll_lanes() };
             if !self.failed {
-                if let Err(e) = self.chain.tick(Instant::now()) {
+                if let Err(e) = self.chain.tick(self.clock.now()) {
                     self.fail(e);
                 }
                 self.backpressure();
@@ -277,7 +290,7 @@ impl<L: Lane> Driver<L> {
             } => {
                 self.flush_or_fail();
                 self.remove(&lanes);
-                if Instant::now() > deadline {
+                if self.clock.now() > deadline {
                     tracing::warn!(
                         driver = self.index,
                         "revocation flush finished after its deadline"
@@ -300,7 +313,7 @@ impl<L: Lane> Driver<L> {
                 self.flush_or_fail();
                 let all = self.lane_ids();
                 self.remove(&all);
-                if Instant::now() > deadline {
+                if self.clock.now() > deadline {
                     tracing::warn!(
                         driver = self.index,
                         "shutdown flush finished after its deadline"
@@ -358,6 +371,7 @@ mod tests {
     use crate::record::{Message, PartitionId};
     use crate::sink::{BatchLimits, EncodeFailure, RowEncode};
     use crossbeam_channel::unbounded;
+    use std::time::Instant;
 
     /// The payload plus the partition as the row; routed to shard =
     /// partition, like `--shard-key _partition`.
@@ -399,6 +413,7 @@ mod tests {
                 },
             },
             metrics: metrics.clone(),
+            clock: crate::clock::system(),
         };
         let chain = Box::new(EncodeChain::new(ByPartition, &ctx));
         let (control_tx, control_rx) = unbounded();
@@ -411,16 +426,17 @@ mod tests {
             vec!["driver-0".into()],
             Duration::from_secs(60),
         ));
-        let driver = Driver::new(
-            0,
-            chain,
-            control_rx,
-            events_tx,
+        let links = DriverLinks {
+            control: control_rx,
+            events: events_tx,
             queues,
+        };
+        let env = ThreadEnv {
             metrics,
-            config,
-            live.heartbeat("driver-0"),
-        );
+            heartbeat: live.heartbeat("driver-0"),
+            clock: crate::clock::system(),
+        };
+        let driver = Driver::new(0, chain, links, env, config);
         let thread = std::thread::spawn(move || driver.run());
         let data = || {
             (0..ROWS)

@@ -1,10 +1,15 @@
 //! In-memory fakes for runtime tests: a bounded or unbounded source over
 //! vectors of payloads, a line-copying encoder, and a recording sink whose
 //! workers can be told to stall.
+//!
+//! What the fakes do is recorded in [`Watched`] logs: every change wakes
+//! the tests waiting on a condition, so no test sleeps to let something
+//! happen.
 
+use super::builder::{ChainFactory, SinkRuntime};
+use super::chain::{Chain, ChainCtx, EncodeChain};
 use crate::checkpoint::AckRange;
 use crate::error::SourceError;
-use crate::pipeline::{Chain, ChainCtx, ChainFactory, EncodeChain, SinkRuntime};
 use crate::record::{Message, PartitionId, Watermark};
 use crate::sink::{
     ack_channel, AckEvent, AckReceiver, AckSender, Chunk, DrainReport, EncodeFailure, RowEncode,
@@ -14,8 +19,80 @@ use crate::source::{Deliver, Lane, LaneError, LaneId, LanePoll, Revoker, Source,
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+/// A fake's record, shared with the test thread: every guard dropped after
+/// [`lock`](Self::lock) wakes whoever waits on a condition of it.
+#[derive(Debug, Default)]
+pub(crate) struct Watched<T> {
+    state: Mutex<T>,
+    changed: Condvar,
+}
+
+/// A lock on a [`Watched`] record; dropping it wakes the waiters.
+pub(crate) struct WatchGuard<'a, T> {
+    guard: Option<MutexGuard<'a, T>>,
+    changed: &'a Condvar,
+}
+
+impl<T> std::ops::Deref for WatchGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        self.guard.as_ref().expect("held until drop")
+    }
+}
+
+impl<T> std::ops::DerefMut for WatchGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        self.guard.as_mut().expect("held until drop")
+    }
+}
+
+impl<T> Drop for WatchGuard<'_, T> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        self.changed.notify_all();
+    }
+}
+
+impl<T> Watched<T> {
+    /// Lock the record (to read or change it).
+    pub(crate) fn lock(&self) -> WatchGuard<'_, T> {
+        WatchGuard {
+            guard: Some(self.state.lock().unwrap_or_else(PoisonError::into_inner)),
+            changed: &self.changed,
+        }
+    }
+
+    /// Wait until `cond` holds, at most `timeout`; whether it held.
+    pub(crate) fn wait_until(&self, timeout: Duration, mut cond: impl FnMut(&T) -> bool) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if cond(&state) {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            state = self
+                .changed
+                .wait_timeout(state, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// Wait until `cond` holds; panics naming `what` after `timeout`.
+    pub(crate) fn wait_for(&self, what: &str, timeout: Duration, cond: impl FnMut(&T) -> bool) {
+        assert!(
+            self.wait_until(timeout, cond),
+            "{what}: not within {timeout:?}"
+        );
+    }
+}
 
 /// Everything the fake source did, for assertions.
 #[derive(Debug, Default)]
@@ -24,6 +101,13 @@ pub(crate) struct SourceLog {
     pub paused: HashSet<LaneId>,
     pub pause_calls: usize,
     pub revoked_commits: Vec<(PartitionId, Watermark)>,
+    /// `poll_events` calls (the controller's loop turns).
+    pub polls: usize,
+    /// Messages the lanes handed to their chains.
+    pub delivered: usize,
+    /// Revocations begun (the revoker was called) and returned.
+    pub revocations_started: usize,
+    pub revocations_done: usize,
 }
 
 pub(crate) struct FakeSource {
@@ -37,7 +121,7 @@ pub(crate) struct FakeSource {
     ended: HashMap<LaneId, i64>,
     retired: HashSet<LaneId>,
     committed: HashMap<PartitionId, i64>,
-    pub log: Arc<Mutex<SourceLog>>,
+    pub log: Arc<Watched<SourceLog>>,
     /// When set, the next poll revokes every lane through the revoker.
     pub revoke_now: Arc<AtomicBool>,
     /// Refuse this many synchronous commits with a retriable error (a
@@ -81,6 +165,7 @@ pub(crate) struct FakeLane {
     bounded: bool,
     ended_tx: Sender<(LaneId, i64)>,
     told: bool,
+    log: Arc<Watched<SourceLog>>,
 }
 
 impl FakeLane {
@@ -95,6 +180,7 @@ impl FakeLane {
             bounded: false,
             ended_tx,
             told: false,
+            log: Arc::default(),
         }
     }
 }
@@ -119,9 +205,16 @@ impl Lane for FakeLane {
                 key: None,
                 payload: Some(&self.data[self.pos]),
             };
-            deliver(&msg)?;
+            let delivered = deliver(&msg);
+            if delivered.is_err() && n > 0 {
+                self.log.lock().delivered += n;
+            }
+            delivered?;
             self.pos += 1;
             n += 1;
+        }
+        if n > 0 {
+            self.log.lock().delivered += n;
         }
         if n == 0 && self.bounded && self.pos == self.data.len() {
             if !self.told {
@@ -142,6 +235,7 @@ impl Source for FakeSource {
         timeout: Duration,
         revoker: &mut dyn Revoker,
     ) -> Result<Vec<SourceEvent<FakeLane>>, SourceError> {
+        self.log.lock().polls += 1;
         let mut events = Vec::new();
         self.stale_generation = false;
         if !self.assigned {
@@ -159,6 +253,7 @@ impl Source for FakeSource {
                     bounded: self.bounded,
                     ended_tx: self.ended_tx.clone(),
                     told: false,
+                    log: self.log.clone(),
                 });
             }
             events.push(SourceEvent::Assigned(lanes));
@@ -166,9 +261,11 @@ impl Source for FakeSource {
         }
         if self.revoke_now.swap(false, Ordering::AcqRel) {
             let ids: Vec<LaneId> = self.lanes.keys().copied().collect();
+            self.log.lock().revocations_started += 1;
             let wms = revoker.revoke(&ids);
+            self.log.lock().revocations_done += 1;
             self.commit(&wms, true)?;
-            self.log.lock().unwrap().revoked_commits.extend(wms);
+            self.log.lock().revoked_commits.extend(wms);
             self.lanes.clear();
             return Ok(events);
         }
@@ -203,14 +300,14 @@ impl Source for FakeSource {
     }
 
     fn pause(&mut self, lanes: &[LaneId]) -> Result<(), SourceError> {
-        let mut log = self.log.lock().unwrap();
+        let mut log = self.log.lock();
         log.pause_calls += 1;
         log.paused.extend(lanes.iter().copied());
         Ok(())
     }
 
     fn resume(&mut self, lanes: &[LaneId]) -> Result<(), SourceError> {
-        let mut log = self.log.lock().unwrap();
+        let mut log = self.log.lock();
         for l in lanes {
             log.paused.remove(l);
         }
@@ -229,7 +326,7 @@ impl Source for FakeSource {
             self.stale_generation = true;
             return Err(SourceError::Transient("IllegalGeneration".into()));
         }
-        let mut log = self.log.lock().unwrap();
+        let mut log = self.log.lock();
         for (p, w) in watermarks {
             log.commits.push((p.clone(), *w, sync));
             self.committed.insert(p.clone(), w.0);
@@ -239,10 +336,6 @@ impl Source for FakeSource {
 
     fn flush_commits(&mut self, _timeout: Duration) -> Result<(), SourceError> {
         Ok(())
-    }
-
-    fn partition_of(&self, lane: LaneId) -> Option<PartitionId> {
-        self.lanes.get(&lane).cloned()
     }
 }
 
@@ -284,6 +377,8 @@ pub(crate) struct SinkLog {
     pub rows: Vec<String>,
     pub chunks: usize,
     pub acked: Vec<AckRange>,
+    /// Chunks a stalled worker took and holds unacknowledged.
+    pub held_chunks: usize,
 }
 
 /// A sink whose workers record rows and acknowledge them; while `stall` is
@@ -291,14 +386,14 @@ pub(crate) struct SinkLog {
 pub(crate) struct RecordingSink {
     pub runtime: SinkRuntime,
     pub acks: (AckSender, AckReceiver),
-    pub log: Arc<Mutex<SinkLog>>,
+    pub log: Arc<Watched<SinkLog>>,
     pub stall: Arc<AtomicBool>,
 }
 
 pub(crate) fn recording_sink(io: &tokio::runtime::Handle, high_water: usize) -> RecordingSink {
     let (queues, receivers) = ShardQueues::new(1, high_water, high_water / 2);
     let (ack_tx, ack_rx) = ack_channel();
-    let log: Arc<Mutex<SinkLog>> = Arc::default();
+    let log: Arc<Watched<SinkLog>> = Arc::default();
     let stall = Arc::new(AtomicBool::new(false));
     let held: Arc<Mutex<BTreeMap<usize, Chunk>>> = Arc::default();
     let mut tasks = Vec::new();
@@ -310,6 +405,7 @@ pub(crate) fn recording_sink(io: &tokio::runtime::Handle, high_water: usize) -> 
                 n += 1;
                 let chunk = if stall.load(Ordering::Acquire) {
                     held.lock().unwrap().insert(n, chunk);
+                    log.lock().held_chunks += 1;
                     while stall.load(Ordering::Acquire) {
                         tokio::time::sleep(Duration::from_millis(5)).await;
                     }
@@ -320,7 +416,7 @@ pub(crate) fn recording_sink(io: &tokio::runtime::Handle, high_water: usize) -> 
                 } else {
                     chunk
                 };
-                let mut l = log.lock().unwrap();
+                let mut l = log.lock();
                 l.chunks += 1;
                 for row in chunk.data.split(|b| *b == b'\n').filter(|r| !r.is_empty()) {
                     l.rows.push(String::from_utf8_lossy(row).into_owned());
@@ -336,7 +432,7 @@ pub(crate) fn recording_sink(io: &tokio::runtime::Handle, high_water: usize) -> 
     let drain_acks = ack_tx.clone();
     let drain_log = log.clone();
     let drain = Box::new(move |budget: Duration| {
-        let before = drain_log.lock().unwrap().chunks as u64;
+        let before = drain_log.lock().chunks as u64;
         let done = drain_io.block_on(async {
             tokio::time::timeout(budget, async {
                 for t in tasks {
@@ -347,7 +443,7 @@ pub(crate) fn recording_sink(io: &tokio::runtime::Handle, high_water: usize) -> 
             .is_ok()
         });
         let mut report = DrainReport {
-            flushed_chunks: drain_log.lock().unwrap().chunks as u64 - before,
+            flushed_chunks: drain_log.lock().chunks as u64 - before,
             ..DrainReport::default()
         };
         if !done {

@@ -8,17 +8,21 @@
 //! budget, hand the drain report to the controller for its final commit,
 //! join it, and build the [`ExitReport`].
 
-use super::builder::{ChainCtx, Pipeline};
-use super::controller::{Controller, ControllerConfig, ControllerExit, FromMain, ToMain};
-use super::driver::{Driver, DriverConfig};
-use super::{DriverEvent, ExitReport, ExitState, FatalErrorReport, SinkRuntime, ThreadControl};
+use super::builder::{BuildError, ChainFactory, Pipeline, SinkRuntime};
+use super::chain::{ChainCtx, SinkOptions};
+use super::control::{DriverEvent, ThreadControl, ThreadEnv};
+use super::controller::{
+    Controller, ControllerConfig, ControllerExit, ControllerLinks, FromMain, ToMain,
+};
+use super::driver::{Driver, DriverConfig, DriverLinks};
+use super::exit::{ExitReport, ExitState, FatalErrorReport};
 use crate::admin::{self, Readiness};
+use crate::clock::{self, SharedClock};
 use crate::error::{FatalError, Fault};
 use crate::health::Liveness;
 use crate::metrics::{Metrics, METRIC_NAMES};
-use crate::pipeline::BuildError;
 use crate::sink::{DrainReport, ShardQueues};
-use crate::source::{DrainBarrier, Source};
+use crate::source::{DrainBarrier, Lane, Source};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::future::Future;
 use std::net::SocketAddr;
@@ -57,6 +61,9 @@ pub struct RuntimeOptions {
     pub io: tokio::runtime::Handle,
     /// Metrics registry.
     pub metrics: Arc<Metrics>,
+    /// The clock every pipeline thread reads (commit tick, deadlines,
+    /// chunk ages). The system clock unless a test injects another.
+    pub clock: SharedClock,
 }
 
 impl RuntimeOptions {
@@ -77,6 +84,7 @@ impl RuntimeOptions {
             stall_timeout: Duration::from_secs(60),
             io,
             metrics: Arc::new(Metrics::new()),
+            clock: clock::system(),
         }
     }
 }
@@ -114,6 +122,23 @@ pub enum StartError {
     Build(#[from] BuildError),
 }
 
+/// What a pipeline that did not complete returns
+/// ([`PipelineRuntime::run_pipeline`]): it could not be built, its threads
+/// could not start, or the run failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PipelineError {
+    /// Building failed.
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    /// The runtime could not start.
+    #[error(transparent)]
+    Start(#[from] StartError),
+    /// The run ended in a failure (already logged with its report).
+    #[error(transparent)]
+    Failed(#[from] FatalErrorReport),
+}
+
 /// Requests a shutdown from anywhere (signal handler, tests).
 #[derive(Clone, Debug, Default)]
 pub struct ShutdownHandle {
@@ -148,6 +173,7 @@ pub struct PipelineRuntime {
     readiness: Arc<Readiness>,
     admin: Option<admin::AdminServer>,
     shutdown_timeout: Duration,
+    clock: SharedClock,
 }
 
 impl PipelineRuntime {
@@ -163,72 +189,17 @@ impl PipelineRuntime {
             acks,
             options: sink_options,
         } = pipeline;
-        let metrics = options.metrics.clone();
-        let (event_tx, event_rx) = unbounded::<DriverEvent>();
-        let cores = if options.pin_drivers {
-            core_affinity::get_core_ids().unwrap_or_default()
-        } else {
-            Vec::new()
-        };
-        let mut driver_txs = Vec::new();
-        let mut drivers = Vec::new();
         let thread_names = std::iter::once("controller".to_string())
             .chain((0..options.drivers.max(1)).map(|d| format!("driver-{d}")))
             .collect();
-        let liveness = Arc::new(Liveness::new(thread_names, options.stall_timeout));
-        let config = DriverConfig {
-            poll_batch: options.poll_batch.max(1),
-            idle_max: Duration::from_millis(5),
-        };
-        for thread in 0..options.drivers.max(1) {
-            let chain = chains(ChainCtx {
-                thread,
-                queues: sink.queues[0].clone(),
-                options: sink_options,
-                metrics: metrics.clone(),
-            })?;
-            let (tx, rx) = unbounded::<ThreadControl<S::Lane>>();
-            driver_txs.push(tx);
-            let driver = Driver::new(
-                thread,
-                chain,
-                rx,
-                event_tx.clone(),
-                sink.queues[0].clone(),
-                metrics.clone(),
-                config,
-                liveness.heartbeat(&format!("driver-{thread}")),
-            );
-            let events = event_tx.clone();
-            let core = cores.get(thread % cores.len().max(1)).copied();
-            let name = format!("spate-driver-{thread}");
-            let handle = std::thread::Builder::new()
-                .name(name.clone())
-                .spawn(move || {
-                    if let Some(core) = core {
-                        if !core_affinity::set_for_current(core) {
-                            tracing::warn!(
-                                driver = thread,
-                                "pinning to a core failed; running unpinned"
-                            );
-                        }
-                    }
-                    if let Err(panic) = catch_unwind(AssertUnwindSafe(|| driver.run())) {
-                        let reason = panic_message(&panic);
-                        tracing::error!(driver = thread, %reason, "driver thread panicked");
-                        let _ = events.send(DriverEvent::Fatal {
-                            thread,
-                            error: FatalError::new(
-                                format!("driver-{thread}"),
-                                format!("panicked: {reason}"),
-                                Fault::Internal,
-                            ),
-                        });
-                    }
-                })
-                .map_err(|source| StartError::Spawn { name, source })?;
-            drivers.push(handle);
-        }
+        let liveness = Arc::new(
+            Liveness::new(thread_names, options.stall_timeout).with_clock(options.clock.clone()),
+        );
+        let (event_tx, event_rx) = unbounded::<DriverEvent>();
+        let Drivers {
+            controls: driver_txs,
+            handles: drivers,
+        } = spawn_drivers::<S::Lane>(&chains, &sink, sink_options, &options, &event_tx, &liveness)?;
         drop(event_tx);
 
         let readiness = Arc::new(Readiness {
@@ -238,57 +209,20 @@ impl PipelineRuntime {
         let shutdown = ShutdownHandle::default();
         let (to_main_tx, to_main_rx) = unbounded();
         let (from_main_tx, from_main_rx) = unbounded();
-        let controller = Controller::new(
-            source,
-            driver_txs.clone(),
-            acks.1,
-            event_rx,
-            shutdown.flag.clone(),
-            to_main_tx,
-            from_main_rx,
-            metrics.clone(),
-            readiness.source.clone(),
-            ControllerConfig {
-                poll_timeout: options.poll_timeout,
-                commit_interval: options.commit_interval,
-                shutdown_timeout: options.shutdown_timeout,
-                revoke_timeout: options.revoke_timeout,
-                pending_ceiling: options.pending_ceiling,
-            },
-            liveness.heartbeat("controller"),
-        );
-        drop(acks.0);
-        let controller = std::thread::Builder::new()
-            .name("spate-controller".into())
-            .spawn(move || controller.run())
-            .map_err(|source| StartError::Spawn {
-                name: "spate-controller".into(),
-                source,
-            })?;
-
-        let emergency_stop: EmergencyStop = Box::new(move |barrier, deadline| {
-            for tx in &driver_txs {
-                let _ = tx.send(ThreadControl::Shutdown {
-                    barrier: barrier.clone(),
-                    deadline,
-                });
-            }
-        });
-
-        let admin = match options.admin_addr {
-            Some(addr) => Some(
-                options
-                    .io
-                    .block_on(admin::start(
-                        addr,
-                        admin::AdminConfig::default(),
-                        metrics.clone(),
-                        readiness.clone(),
-                    ))
-                    .map_err(|source| StartError::Admin { addr, source })?,
-            ),
-            None => None,
+        let links = ControllerLinks {
+            drivers: driver_txs.clone(),
+            acks: acks.1,
+            events: event_rx,
+            to_main: to_main_tx,
+            from_main: from_main_rx,
+            shutdown: shutdown.flag.clone(),
+            readiness: readiness.source.clone(),
         };
+        drop(acks.0);
+        let controller = spawn_controller(source, links, &options, &liveness)?;
+
+        let emergency_stop = emergency_stop(driver_txs);
+        let admin = serve_admin(&options, &readiness)?;
         spawn_probe(&options, &sink, &readiness);
         spawn_queue_gauges(&options, &sink.queues);
 
@@ -304,7 +238,24 @@ impl PipelineRuntime {
             readiness,
             admin,
             shutdown_timeout: options.shutdown_timeout,
+            clock: options.clock,
         })
+    }
+
+    /// The whole life of a pipeline in one call: start it, run it until it
+    /// stops on its own or `shutdown` resolves, and hand back the report of
+    /// a clean run.
+    ///
+    /// # Errors
+    /// [`PipelineError::Start`] if it could not start,
+    /// [`PipelineError::Failed`] if the run failed (its report is logged).
+    pub fn run_pipeline<S: Source>(
+        pipeline: Pipeline<S>,
+        options: RuntimeOptions,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<ExitReport, PipelineError> {
+        let runtime = Self::start(pipeline, options)?;
+        Ok(runtime.run(shutdown).ok()?)
     }
 
     /// A handle that requests shutdown.
@@ -339,7 +290,7 @@ impl PipelineRuntime {
             Err(_) => {
                 // The controller died without starting the drain: stop the
                 // drivers ourselves. Nothing more is committed.
-                let deadline = Instant::now() + self.shutdown_timeout;
+                let deadline = self.clock.now() + self.shutdown_timeout;
                 let barrier = DrainBarrier::new(self.drivers.len());
                 (self.emergency_stop)(barrier.clone(), deadline);
                 (barrier, deadline, false)
@@ -373,7 +324,11 @@ impl PipelineRuntime {
         barrier: &DrainBarrier,
         deadline: Instant,
     ) -> Option<DrainReport> {
-        if let crate::source::BarrierOutcome::TimedOut { missing } = barrier.wait_until(deadline) {
+        // The barrier sleeps in real time: give it what is left on the clock.
+        let real_deadline = Instant::now() + clock::until(&*self.clock, deadline);
+        if let crate::source::BarrierOutcome::TimedOut { missing } =
+            barrier.wait_until(real_deadline)
+        {
             tracing::error!(
                 missing,
                 "drivers did not flush before the shutdown deadline; abandoning them"
@@ -387,7 +342,7 @@ impl PipelineRuntime {
         let sink = self.sink.take()?;
         let SinkRuntime { queues, drain, .. } = sink;
         drop(queues);
-        let budget = deadline.saturating_duration_since(Instant::now());
+        let budget = clock::until(&*self.clock, deadline);
         let report = drain(budget);
         if report.is_clean() {
             tracing::info!(
@@ -405,6 +360,160 @@ impl PipelineRuntime {
         }
         Some(report)
     }
+}
+
+/// What main does when the controller died before the drain: tell every
+/// driver to shut down itself.
+fn emergency_stop<L: Lane>(drivers: Vec<Sender<ThreadControl<L>>>) -> EmergencyStop {
+    Box::new(move |barrier, deadline| {
+        for tx in &drivers {
+            let _ = tx.send(ThreadControl::Shutdown {
+                barrier: barrier.clone(),
+                deadline,
+            });
+        }
+    })
+}
+
+/// Serve `/metrics`, `/healthz` and `/readyz` if an address is set;
+/// returns the bound address.
+fn serve_admin(
+    options: &RuntimeOptions,
+    readiness: &Arc<Readiness>,
+) -> Result<Option<admin::AdminServer>, StartError> {
+    let Some(addr) = options.admin_addr else {
+        return Ok(None);
+    };
+    options
+        .io
+        .block_on(admin::start(
+            addr,
+            admin::AdminConfig::default(),
+            options.metrics.clone(),
+            readiness.clone(),
+        ))
+        .map(Some)
+        .map_err(|source| StartError::Admin { addr, source })
+}
+
+/// The spawned driver threads: each one's control sender and join handle.
+struct Drivers<L> {
+    controls: Vec<Sender<ThreadControl<L>>>,
+    handles: Vec<JoinHandle<()>>,
+}
+
+/// Build one chain per driver and spawn the driver threads.
+fn spawn_drivers<L: Lane>(
+    chains: &ChainFactory,
+    sink: &SinkRuntime,
+    sink_options: SinkOptions,
+    options: &RuntimeOptions,
+    events: &Sender<DriverEvent>,
+    liveness: &Arc<Liveness>,
+) -> Result<Drivers<L>, StartError> {
+    let cores = if options.pin_drivers {
+        core_affinity::get_core_ids().unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let config = DriverConfig {
+        poll_batch: options.poll_batch.max(1),
+        idle_max: Duration::from_millis(5),
+    };
+    let mut txs = Vec::new();
+    let mut handles = Vec::new();
+    for thread in 0..options.drivers.max(1) {
+        let chain = chains(ChainCtx {
+            thread,
+            queues: sink.queues[0].clone(),
+            options: sink_options,
+            metrics: options.metrics.clone(),
+            clock: options.clock.clone(),
+        })?;
+        let (tx, rx) = unbounded::<ThreadControl<L>>();
+        txs.push(tx);
+        let links = DriverLinks {
+            control: rx,
+            events: events.clone(),
+            queues: sink.queues[0].clone(),
+        };
+        let env = ThreadEnv {
+            metrics: options.metrics.clone(),
+            heartbeat: liveness.heartbeat(&format!("driver-{thread}")),
+            clock: options.clock.clone(),
+        };
+        let driver = Driver::new(thread, chain, links, env, config);
+        let core = cores.get(thread % cores.len().max(1)).copied();
+        handles.push(spawn_driver(thread, driver, core, events.clone())?);
+    }
+    Ok(Drivers {
+        controls: txs,
+        handles,
+    })
+}
+
+/// Spawn driver `thread`, pinned to `core` if given; a panic becomes a
+/// `DriverEvent::Fatal`, never a hang.
+fn spawn_driver<L: Lane>(
+    thread: usize,
+    driver: Driver<L>,
+    core: Option<core_affinity::CoreId>,
+    events: Sender<DriverEvent>,
+) -> Result<JoinHandle<()>, StartError> {
+    let name = format!("spate-driver-{thread}");
+    std::thread::Builder::new()
+        .name(name.clone())
+        .spawn(move || {
+            if let Some(core) = core {
+                if !core_affinity::set_for_current(core) {
+                    tracing::warn!(
+                        driver = thread,
+                        "pinning to a core failed; running unpinned"
+                    );
+                }
+            }
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| driver.run())) {
+                let reason = panic_message(&panic);
+                tracing::error!(driver = thread, %reason, "driver thread panicked");
+                let _ = events.send(DriverEvent::Fatal {
+                    thread,
+                    error: FatalError::new(
+                        format!("driver-{thread}"),
+                        format!("panicked: {reason}"),
+                        Fault::Internal,
+                    ),
+                });
+            }
+        })
+        .map_err(|source| StartError::Spawn { name, source })
+}
+
+fn spawn_controller<S: Source>(
+    source: S,
+    links: ControllerLinks<S::Lane>,
+    options: &RuntimeOptions,
+    liveness: &Arc<Liveness>,
+) -> Result<JoinHandle<ControllerExit>, StartError> {
+    let env = ThreadEnv {
+        metrics: options.metrics.clone(),
+        heartbeat: liveness.heartbeat("controller"),
+        clock: options.clock.clone(),
+    };
+    let config = ControllerConfig {
+        poll_timeout: options.poll_timeout,
+        commit_interval: options.commit_interval,
+        shutdown_timeout: options.shutdown_timeout,
+        revoke_timeout: options.revoke_timeout,
+        pending_ceiling: options.pending_ceiling,
+    };
+    let controller = Controller::new(source, links, env, config);
+    std::thread::Builder::new()
+        .name("spate-controller".into())
+        .spawn(move || controller.run())
+        .map_err(|source| StartError::Spawn {
+            name: "spate-controller".into(),
+            source,
+        })
 }
 
 fn build_report(

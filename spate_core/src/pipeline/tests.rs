@@ -80,9 +80,14 @@ fn never() -> impl std::future::Future<Output = ()> + Send + 'static {
     std::future::pending()
 }
 
-async fn after(ms: u64) {
-    tokio::time::sleep(Duration::from_millis(ms)).await;
+/// A shutdown requested at once: for tests that waited for their
+/// condition before calling `run`.
+fn now() -> impl std::future::Future<Output = ()> + Send + 'static {
+    std::future::ready(())
 }
+
+/// Long enough for anything a test waits on; reaching it is a failure.
+const WAIT: Duration = Duration::from_secs(10);
 
 #[test]
 fn bounded_run_completes_with_every_row_and_final_watermarks() {
@@ -94,7 +99,7 @@ fn bounded_run_completes_with_every_row_and_final_watermarks() {
     let report = start(source, sink, options(&io), 100).run(never());
     assert_eq!(report.state, ExitState::Completed, "{report:?}");
     assert_eq!(report.exit_code(), 0);
-    let by = offsets(&sink_log.lock().unwrap().rows);
+    let by = offsets(&sink_log.lock().rows);
     for p in 0..3 {
         assert_eq!(
             by[&p],
@@ -112,7 +117,7 @@ fn bounded_run_completes_with_every_row_and_final_watermarks() {
     );
     assert!(report.sink_drain.as_ref().unwrap().is_clean());
     // Every commit along the way stayed within what was acknowledged.
-    for (p, w, _) in &source_log.lock().unwrap().commits {
+    for (p, w, _) in &source_log.lock().commits {
         assert!(w.0 <= 1000, "{p} committed {w:?}");
     }
 }
@@ -145,10 +150,13 @@ fn shutdown_flushes_drivers_then_drains_sink_then_commits() {
     )
     .unwrap();
     let runtime = PipelineRuntime::start(pipeline, opts).unwrap();
-    let report = runtime.run(after(300));
+    source_log.wait_for("every row read into the chains", WAIT, |l| {
+        l.delivered == 6000
+    });
+    let report = runtime.run(now());
     assert_eq!(report.state, ExitState::Completed, "{report:?}");
-    let by = offsets(&sink_log.lock().unwrap().rows);
-    let commits = source_log.lock().unwrap().commits.clone();
+    let by = offsets(&sink_log.lock().rows);
+    let commits = source_log.lock().commits.clone();
     // The only commit is the final synchronous one, after the drain: it
     // covers exactly what the drivers flushed and the sink inserted.
     assert!(commits.iter().all(|(_, _, sync)| *sync), "{commits:?}");
@@ -165,7 +173,7 @@ fn shutdown_flushes_drivers_then_drains_sink_then_commits() {
     assert_eq!(commits.len(), 2);
     // Limits were never reached: the only seals were the shutdown flushes,
     // one per driver.
-    assert_eq!(sink_log.lock().unwrap().chunks, 2);
+    assert_eq!(sink_log.lock().chunks, 2);
     assert!(report.sink_drain.unwrap().is_clean());
 }
 
@@ -178,8 +186,13 @@ fn stalled_sink_is_abandoned_at_the_deadline_and_nothing_is_committed() {
     sink.stall.store(true, Ordering::Release);
     let mut opts = options(&io);
     opts.shutdown_timeout = Duration::from_millis(400);
+    let sink_log = sink.log.clone();
     let started = std::time::Instant::now();
-    let report = start(source, sink, opts, 50).run(after(100));
+    let runtime = start(source, sink, opts, 50);
+    sink_log.wait_for("a chunk held by the stalled sink", WAIT, |l| {
+        l.held_chunks > 0
+    });
+    let report = runtime.run(now());
     assert!(
         started.elapsed() < Duration::from_secs(3),
         "the deadline bounds the shutdown"
@@ -198,7 +211,7 @@ fn stalled_sink_is_abandoned_at_the_deadline_and_nothing_is_committed() {
     );
     assert!(report.final_watermarks.is_empty());
     assert!(
-        source_log.lock().unwrap().commits.is_empty(),
+        source_log.lock().commits.is_empty(),
         "nothing was acknowledged"
     );
     assert_eq!(report.exit_code(), 1);
@@ -223,7 +236,7 @@ fn bad_message_fails_naming_its_position_and_commits_everything_before_it() {
             && f.reason.contains("bad-value"),
         "{f}"
     );
-    let by = offsets(&sink_log.lock().unwrap().rows);
+    let by = offsets(&sink_log.lock().rows);
     assert_eq!(
         by[&0],
         (0..500).collect::<Vec<i64>>(),
@@ -231,7 +244,6 @@ fn bad_message_fails_naming_its_position_and_commits_everything_before_it() {
     );
     let p0: Vec<Watermark> = source_log
         .lock()
-        .unwrap()
         .commits
         .iter()
         .filter(|(p, _, _)| p.partition == 0)
@@ -269,22 +281,18 @@ fn backpressure_pauses_lanes_and_resumes_them_without_loss() {
     let sink_log = sink.log.clone();
     stall.store(true, Ordering::Release);
     let runtime = start(source, sink, options(&io), 16);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while source_log.lock().unwrap().paused.is_empty() {
-        assert!(std::time::Instant::now() < deadline, "lanes never paused");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    source_log.wait_for("lanes paused", WAIT, |l| !l.paused.is_empty());
     stall.store(false, Ordering::Release);
     let report = runtime.run(never());
     assert_eq!(report.state, ExitState::Completed, "{report:?}");
-    let log = source_log.lock().unwrap();
+    let log = source_log.lock();
     assert!(log.pause_calls > 0);
     assert!(
         log.paused.is_empty(),
         "every paused lane was resumed: {:?}",
         log.paused
     );
-    let by = offsets(&sink_log.lock().unwrap().rows);
+    let by = offsets(&sink_log.lock().rows);
     for p in 0..2 {
         assert_eq!(by[&p], (0..2000).collect::<Vec<i64>>());
     }
@@ -300,21 +308,32 @@ fn revocation_commits_the_acknowledged_watermark_before_returning() {
     let sink_log = sink.log.clone();
     let mut opts = options(&io);
     opts.revoke_timeout = Duration::from_secs(2);
+    // The controller's commit ticks run on this clock: after the
+    // revocation the test turns it tick by tick, so "nothing committed
+    // afterwards" is checked over real ticks, not over a sleep.
+    let clock = crate::clock::ManualClock::new();
+    opts.clock = clock.clone();
+    let commit_interval = opts.commit_interval;
     let runtime = start(source, sink, opts, 100);
-    std::thread::sleep(Duration::from_millis(100));
+    sink_log.wait_for("rows of both partitions inserted", WAIT, |l| {
+        ["0-", "1-"]
+            .iter()
+            .all(|p| l.rows.iter().any(|r| r.starts_with(p)))
+    });
     revoke.store(true, Ordering::Release);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while source_log.lock().unwrap().revoked_commits.is_empty() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "revocation never committed"
-        );
-        std::thread::sleep(Duration::from_millis(5));
+    source_log.wait_for("the revocation committed", WAIT, |l| {
+        !l.revoked_commits.is_empty()
+    });
+    for _ in 0..3 {
+        clock.advance(commit_interval);
+        let polls = source_log.lock().polls;
+        // Two more polls: one whole controller turn past the tick.
+        source_log.wait_for("a controller turn", WAIT, |l| l.polls >= polls + 2);
     }
-    let report = runtime.run(after(50));
+    let report = runtime.run(now());
     assert_eq!(report.state, ExitState::Completed, "{report:?}");
-    let revoked = source_log.lock().unwrap().revoked_commits.clone();
-    let by = offsets(&sink_log.lock().unwrap().rows);
+    let revoked = source_log.lock().revoked_commits.clone();
+    let by = offsets(&sink_log.lock().rows);
     assert_eq!(revoked.len(), 2, "{revoked:?}");
     for (p, w) in &revoked {
         // StopLanes flushed the chain and the revoke waited for the sink:
@@ -322,7 +341,7 @@ fn revocation_commits_the_acknowledged_watermark_before_returning() {
         assert_eq!(by[&p.partition], (0..w.0).collect::<Vec<_>>(), "{p}");
     }
     // Nothing is committed for revoked partitions afterwards.
-    let commits = source_log.lock().unwrap().commits.clone();
+    let commits = source_log.lock().commits.clone();
     let last_sync: Vec<_> = commits.iter().filter(|c| c.2).collect();
     assert_eq!(
         last_sync.len(),
@@ -340,9 +359,12 @@ fn final_commit_refused_by_a_rebalance_is_retried_after_serving_the_source() {
     let sink = recording_sink(io.handle(), 1 << 20);
     let mut opts = options(&io);
     opts.commit_interval = Duration::from_secs(3600);
-    let report = start(source, sink, opts, 50).run(after(200));
+    let sink_log = sink.log.clone();
+    let runtime = start(source, sink, opts, 50);
+    sink_log.wait_for("every row inserted", WAIT, |l| l.rows.len() == 1000);
+    let report = runtime.run(now());
     assert_eq!(report.state, ExitState::Completed, "{report:?}");
-    let commits = source_log.lock().unwrap().commits.clone();
+    let commits = source_log.lock().commits.clone();
     assert_eq!(
         commits.len(),
         2,
@@ -433,5 +455,133 @@ fn a_stalled_driver_turns_healthz_503_naming_it() {
         matches!(report.state, ExitState::Completed),
         "{:?}",
         report.state
+    );
+}
+
+/// The commit tick is read from the runtime's clock: acknowledged rows are
+/// not committed until the clock passes the commit interval (an hour, which
+/// the real clock never reaches during the test), and then are.
+#[test]
+fn commits_follow_the_injected_clock() {
+    let io = io();
+    let source = FakeSource::new(data(1, 1000), false);
+    let source_log = source.log.clone();
+    let sink = recording_sink(io.handle(), 1 << 20);
+    let sink_log = sink.log.clone();
+    let clock = crate::clock::ManualClock::new();
+    let mut opts = options(&io);
+    opts.commit_interval = Duration::from_secs(3600);
+    opts.clock = clock.clone();
+    let runtime = start(source, sink, opts, 100);
+    sink_log.wait_for("every row inserted", WAIT, |l| l.rows.len() == 1000);
+    let polls = source_log.lock().polls;
+    source_log.wait_for("controller turns", WAIT, |l| l.polls >= polls + 5);
+    assert!(
+        source_log.lock().commits.is_empty(),
+        "committed before the clock reached the commit interval"
+    );
+    clock.advance(Duration::from_secs(3600) - Duration::from_millis(1));
+    let polls = source_log.lock().polls;
+    source_log.wait_for("controller turns", WAIT, |l| l.polls >= polls + 3);
+    assert!(source_log.lock().commits.is_empty(), "committed 1 ms early");
+    clock.advance(Duration::from_millis(1));
+    source_log.wait_for("the tick's commit of every row", WAIT, |l| {
+        l.commits.iter().any(|c| c.1 == Watermark(1000))
+    });
+    let tick = source_log.lock().commits[0].clone();
+    assert!(!tick.2, "a tick commits asynchronously: {tick:?}");
+    let report = runtime.run(now());
+    assert_eq!(report.state, ExitState::Completed, "{report:?}");
+}
+
+/// The revoke deadline is on the runtime's clock: with the sink holding
+/// the revoked lanes' rows, the revocation waits (in real time, well past
+/// its 50 ms budget) until the clock passes the deadline, then gives up on
+/// the unacknowledged rows.
+#[test]
+fn the_revoke_deadline_is_read_from_the_injected_clock() {
+    let io = io();
+    let source = FakeSource::new(data(2, 4000), false);
+    let source_log = source.log.clone();
+    let revoke = source.revoke_now.clone();
+    let sink = recording_sink(io.handle(), 1 << 20);
+    let sink_log = sink.log.clone();
+    let stall = sink.stall.clone();
+    stall.store(true, Ordering::Release);
+    let clock = crate::clock::ManualClock::new();
+    let mut opts = options(&io);
+    opts.revoke_timeout = Duration::from_millis(50);
+    opts.clock = clock.clone();
+    let runtime = start(source, sink, opts, 100);
+    sink_log.wait_for("a chunk held by the stalled sink", WAIT, |l| {
+        l.held_chunks > 0
+    });
+    revoke.store(true, Ordering::Release);
+    source_log.wait_for("the revocation started", WAIT, |l| {
+        l.revocations_started == 1
+    });
+    assert!(
+        !source_log.wait_until(Duration::from_millis(300), |l| l.revocations_done > 0),
+        "the revocation ended before its deadline on the injected clock"
+    );
+    clock.advance(Duration::from_millis(50));
+    source_log.wait_for("the revocation gave up", WAIT, |l| l.revocations_done == 1);
+    assert!(
+        source_log.lock().revoked_commits.is_empty(),
+        "nothing of the revoked lanes was acknowledged, so nothing is committed"
+    );
+    stall.store(false, Ordering::Release);
+    let report = runtime.run(now());
+    assert_eq!(report.state, ExitState::Completed, "{report:?}");
+    assert!(report.final_watermarks.is_empty(), "{report:?}");
+}
+
+#[test]
+fn run_pipeline_returns_the_report_of_a_clean_run_and_the_failure_of_a_bad_one() {
+    let io = io();
+    let sink = recording_sink(io.handle(), 1 << 20);
+    let pipeline = Pipeline::new(
+        FakeSource::new(data(2, 300), true),
+        line_chains(),
+        sink.runtime,
+        sink.acks,
+        sink_options(64),
+    )
+    .unwrap();
+    let report = PipelineRuntime::run_pipeline(pipeline, options(&io), never()).unwrap();
+    assert_eq!(report.exit_code(), 0);
+
+    let mut d = data(1, 100);
+    d[0][10] = b"bad".to_vec();
+    let sink = recording_sink(io.handle(), 1 << 20);
+    let pipeline = Pipeline::new(
+        FakeSource::new(d, true),
+        line_chains(),
+        sink.runtime,
+        sink.acks,
+        sink_options(64),
+    )
+    .unwrap();
+    match PipelineRuntime::run_pipeline(pipeline, options(&io), never()) {
+        Err(PipelineError::Failed(f)) => assert!(f.reason.contains("offset 10"), "{f}"),
+        other => panic!("expected a failed run: {other:?}"),
+    }
+
+    let sink = recording_sink(io.handle(), 1 << 20);
+    let no_queues = SinkRuntime {
+        queues: Vec::new(),
+        ..sink.runtime
+    };
+    let built = Pipeline::new(
+        FakeSource::new(data(1, 1), true),
+        line_chains(),
+        no_queues,
+        sink.acks,
+        sink_options(64),
+    );
+    let err = PipelineError::from(built.err().expect("no sink queues"));
+    assert!(
+        matches!(err, PipelineError::Build(BuildError::Missing(_))),
+        "{err}"
     );
 }

@@ -12,10 +12,17 @@
 //! the segment: its `end` and its part count (the number of chunks holding
 //! pieces) are fixed then, and every piece carries both in its
 //! [`AckRange`]. Later rows of the lane open the next segment.
+//!
+//! Time: a chunk's age deadline is read from the writer's injected
+//! [`Clock`] (the runtime's clock; a [`ManualClock`](crate::clock::ManualClock)
+//! in tests), and [`tick`](ShardWriter::tick) is given the driver's reading
+//! of the same clock.
 
 use super::{Chunk, ShardQueues};
 use crate::checkpoint::{AckRange, PendingGate};
+use crate::clock::{self, SharedClock};
 use crate::error::ChainError;
+use crate::record::Offset;
 use crate::source::LaneId;
 use std::time::{Duration, Instant};
 
@@ -50,7 +57,7 @@ struct Piece {
     slot: usize,
     lane: LaneId,
     seq: u64,
-    start: i64,
+    start: Offset,
     rows: u64,
 }
 
@@ -65,7 +72,7 @@ struct OpenChunk {
 #[derive(Debug)]
 struct SealedSegment {
     seq: u64,
-    end: i64,
+    end: Offset,
     parts: u32,
     remaining: u32,
 }
@@ -77,7 +84,7 @@ struct LaneState {
     /// The open segment's number.
     seq: u64,
     /// Last offset appended to the open segment.
-    end: i64,
+    end: Offset,
     /// Per shard: index of this lane's piece of the open segment in that
     /// shard's open chunk, or `NO_PIECE`.
     piece: Vec<usize>,
@@ -97,10 +104,11 @@ pub struct ShardWriter {
     open: Vec<OpenChunk>,
     lanes: Vec<Option<LaneState>>,
     rng: u64,
+    clock: SharedClock,
 }
 
 impl ShardWriter {
-    /// A writer pushing into `queues`.
+    /// A writer pushing into `queues`, on the system clock.
     #[must_use]
     pub fn new(queues: ShardQueues, limits: BatchLimits, seed: u64) -> Self {
         let shards = queues.shards();
@@ -110,7 +118,15 @@ impl ShardWriter {
             open: (0..shards).map(|_| OpenChunk::default()).collect(),
             lanes: Vec::new(),
             rng: seed | 1,
+            clock: clock::system(),
         }
+    }
+
+    /// The same writer reading chunk ages from `clock`.
+    #[must_use]
+    pub fn with_clock(mut self, clock: SharedClock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// The queues this writer pushes into.
@@ -125,7 +141,7 @@ impl ShardWriter {
             id,
             gate,
             seq: 0,
-            end: -1,
+            end: Offset(-1),
             piece: vec![NO_PIECE; self.open.len()],
             open_parts: 0,
             sealed: Vec::new(),
@@ -156,7 +172,7 @@ impl ShardWriter {
         &mut self,
         slot: usize,
         shard: usize,
-        offset: i64,
+        offset: Offset,
         encode: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
     ) -> Result<Result<(), E>, ChainError> {
         let chunk = &mut self.open[shard];
@@ -169,7 +185,7 @@ impl ShardWriter {
                 .limits
                 .interval
                 .mul_f64(self.limits.jitter * unit(&mut self.rng));
-            chunk.deadline = Some(Instant::now() + self.limits.interval + jitter);
+            chunk.deadline = Some(self.clock.now() + self.limits.interval + jitter);
         }
         let lane = self.lanes[slot]
             .as_mut()
@@ -335,6 +351,7 @@ fn unit(state: &mut u64) -> f64 {
 mod tests {
     use super::*;
     use crate::checkpoint::Checkpointer;
+    use crate::clock::{Clock, ManualClock};
     use crate::record::{PartitionId, Watermark};
 
     fn limits(rows: u64) -> BatchLimits {
@@ -358,7 +375,7 @@ mod tests {
         let gate = PendingGate::new(100);
         let slot = w.add_lane(LaneId(9), Some(gate.clone()));
         for off in [10, 11, 13, 14] {
-            w.append(slot, 0, off, row).unwrap().unwrap();
+            w.append(slot, 0, Offset(off), row).unwrap().unwrap();
         }
         let c = rx[0].try_recv().expect("sealed at 3 rows");
         assert_eq!(c.rows, 3);
@@ -369,8 +386,8 @@ mod tests {
                 lane: LaneId(9),
                 seq: 0,
                 parts: 1,
-                start: 10,
-                end: 13,
+                start: Offset(10),
+                end: Offset(13),
                 rows: 3
             }]
         );
@@ -378,7 +395,7 @@ mod tests {
         w.flush().unwrap();
         let c = rx[0].try_recv().unwrap();
         assert_eq!(c.acks[0].seq, 1);
-        assert_eq!(c.acks[0].end, 14);
+        assert_eq!(c.acks[0].end, Offset(14));
     }
 
     #[test]
@@ -386,29 +403,54 @@ mod tests {
         let (q, mut rx) = ShardQueues::new(1, 1 << 20, 1 << 19);
         let mut w = ShardWriter::new(q, limits(10), 1);
         let slot = w.add_lane(LaneId(1), None);
-        w.append(slot, 0, 0, row).unwrap().unwrap();
+        w.append(slot, 0, Offset(0), row).unwrap().unwrap();
         let r = w
-            .append(slot, 0, 1, |_out: &mut Vec<u8>| Err("bad"))
+            .append(slot, 0, Offset(1), |_out: &mut Vec<u8>| Err("bad"))
             .unwrap();
         assert_eq!(r, Err("bad"));
         w.flush().unwrap();
         let c = rx[0].try_recv().unwrap();
         assert_eq!(c.rows, 1);
-        assert_eq!(c.acks[0].end, 0, "the bad offset is not covered");
+        assert_eq!(c.acks[0].end, Offset(0), "the bad offset is not covered");
     }
 
     #[test]
     fn age_limit_seals_idle_tail() {
         let (q, mut rx) = ShardQueues::new(1, 1 << 20, 1 << 19);
         let mut l = limits(1000);
-        l.interval = Duration::from_millis(1);
-        let mut w = ShardWriter::new(q, l, 1);
+        l.interval = Duration::from_millis(100);
+        let clock = ManualClock::new();
+        let mut w = ShardWriter::new(q, l, 1).with_clock(clock.clone());
         let slot = w.add_lane(LaneId(1), None);
-        w.append(slot, 0, 0, row).unwrap().unwrap();
-        w.tick(Instant::now()).unwrap();
+        w.append(slot, 0, Offset(0), row).unwrap().unwrap();
+        w.tick(clock.now()).unwrap();
         assert!(rx[0].try_recv().is_none(), "not yet due");
-        w.tick(Instant::now() + Duration::from_millis(5)).unwrap();
+        clock.advance(Duration::from_millis(99));
+        w.tick(clock.now()).unwrap();
+        assert!(rx[0].try_recv().is_none(), "still not due 1 ms early");
+        clock.advance(Duration::from_millis(1));
+        w.tick(clock.now()).unwrap();
         assert_eq!(rx[0].try_recv().unwrap().rows, 1);
+    }
+
+    /// The jitter stretches a chunk's age limit by at most `jitter` of the
+    /// interval, and the clock the writer was given decides.
+    #[test]
+    fn jittered_age_limit_stays_within_its_fraction() {
+        let (q, mut rx) = ShardQueues::new(1, 1 << 20, 1 << 19);
+        let mut l = limits(1000);
+        l.interval = Duration::from_millis(100);
+        l.jitter = 0.5;
+        let clock = ManualClock::new();
+        let mut w = ShardWriter::new(q, l, 7).with_clock(clock.clone());
+        let slot = w.add_lane(LaneId(1), None);
+        w.append(slot, 0, Offset(0), row).unwrap().unwrap();
+        clock.advance(Duration::from_millis(99));
+        w.tick(clock.now()).unwrap();
+        assert!(rx[0].try_recv().is_none(), "due before its interval");
+        clock.advance(Duration::from_millis(51));
+        w.tick(clock.now()).unwrap();
+        assert_eq!(rx[0].try_recv().unwrap().rows, 1, "past interval + jitter");
     }
 
     /// Rows of one lane spread over two shards: the watermark moves only
@@ -420,10 +462,10 @@ mod tests {
         let mut cp = Checkpointer::new();
         let gate = cp.add_lane(LaneId(1), PartitionId::new("t", 0), 1000);
         let slot = w.add_lane(LaneId(1), Some(gate));
-        w.append(slot, 0, 0, row).unwrap().unwrap(); // shard 0
-        w.append(slot, 1, 1, row).unwrap().unwrap(); // shard 1
-        w.append(slot, 0, 2, row).unwrap().unwrap(); // shard 0 seals: segment 0 = [0..=2], 2 parts
-        w.append(slot, 1, 3, row).unwrap().unwrap(); // shard 1 seals: piece of seg 0 + seg 1 = [3]
+        w.append(slot, 0, Offset(0), row).unwrap().unwrap(); // shard 0
+        w.append(slot, 1, Offset(1), row).unwrap().unwrap(); // shard 1
+        w.append(slot, 0, Offset(2), row).unwrap().unwrap(); // shard 0 seals: segment 0 = [0..=2], 2 parts
+        w.append(slot, 1, Offset(3), row).unwrap().unwrap(); // shard 1 seals: piece of seg 0 + seg 1 = [3]
         let c0 = rx[0].try_recv().unwrap();
         let c1 = rx[1].try_recv().unwrap();
         assert_eq!(
@@ -432,8 +474,8 @@ mod tests {
                 lane: LaneId(1),
                 seq: 0,
                 parts: 2,
-                start: 0,
-                end: 2,
+                start: Offset(0),
+                end: Offset(2),
                 rows: 2
             }]
         );

@@ -20,7 +20,7 @@ mod barrier;
 pub use barrier::{BarrierOutcome, DrainBarrier};
 
 use crate::error::{ChainError, SourceError};
-use crate::record::{Message, PartitionId, Watermark};
+use crate::record::{Message, Offset, PartitionId, Watermark};
 use std::fmt;
 use std::time::Duration;
 
@@ -165,12 +165,10 @@ pub trait Source: Send + 'static {
     /// Wait, up to `timeout`, for outstanding asynchronous commits.
     fn flush_commits(&mut self, timeout: Duration) -> Result<(), SourceError>;
 
-    /// The partition a live lane reads, if the source still knows it.
-    fn partition_of(&self, lane: LaneId) -> Option<PartitionId>;
-
-    /// The latest known end offset (high watermark) of partitions this
-    /// source reads, for the lag metrics. Default: none known.
-    fn high_watermarks(&mut self) -> Vec<(PartitionId, i64)> {
+    /// The latest known end offset (high watermark: the offset the next
+    /// message written will get) of partitions this source reads, for the
+    /// lag metrics. Default: none known.
+    fn high_watermarks(&mut self) -> Vec<(PartitionId, Offset)> {
         Vec::new()
     }
 }
