@@ -33,7 +33,7 @@
 //! memory budget. Each maps its topics to its table with its own batching
 //! and shards. Unknown keys are errors naming the key and its line.
 
-use crate::Exit;
+use crate::exit::Exit;
 use clap::{ArgAction, CommandFactory};
 use std::collections::BTreeSet;
 use toml_edit::{Item, Table, Value};
@@ -488,37 +488,38 @@ shards = ["http://s1:8123", "http://s2:8123"]
     fn unknown_and_misplaced_keys_name_key_and_line() {
         let f = file("brokers = \"k\"\n\nbatch_rowz = 5\n");
         let e = expand(argv(&["--config", &f.0])).unwrap_err();
-        assert_eq!(e.code, 2);
+        assert_eq!(e.code(), 2);
         assert!(
-            e.message.contains("`batch_rowz` (line 3) is not a setting"),
+            e.message()
+                .contains("`batch_rowz` (line 3) is not a setting"),
             "{}",
-            e.message
+            e.message()
         );
         let f = file("[[pipeline]]\ntopics = [\"t\"]\ngroup = \"g\"\n");
         let e = expand(argv(&["--config", &f.0])).unwrap_err();
         assert!(
-            e.message.contains("`group` (line 3) is process-wide"),
+            e.message().contains("`group` (line 3) is process-wide"),
             "{}",
-            e.message
+            e.message()
         );
         let f = file("strict = \"yes\"\n");
         let e = expand(argv(&["--config", &f.0])).unwrap_err();
         assert!(
-            e.message
+            e.message()
                 .contains("`strict` (line 1) must be true or false"),
             "{}",
-            e.message
+            e.message()
         );
         let f = file("brokers = [\n");
         let e = expand(argv(&["--config", &f.0])).unwrap_err();
-        assert_eq!(e.code, 2, "{}", e.message);
+        assert_eq!(e.code(), 2, "{}", e.message());
         let mut missing = std::env::temp_dir();
         missing.push("spate-no-such-config.toml");
         let e = expand(argv(&["--config", missing.to_str().unwrap()])).unwrap_err();
         assert!(
-            e.message.contains("spate-no-such-config.toml"),
+            e.message().contains("spate-no-such-config.toml"),
             "{}",
-            e.message
+            e.message()
         );
         let _ = std::io::stderr().flush();
     }
