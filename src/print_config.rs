@@ -156,3 +156,56 @@ fn pipeline_settings(out: &mut String, name: &str, p: &RunArgs) {
         let _ = writeln!(out, "{k} = {v}");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::effective_config;
+    use crate::cli::{Cli, Command, RunArgs};
+    use clap::Parser;
+
+    fn run_args(extra: &[&str]) -> RunArgs {
+        let mut argv = vec!["spate", "run", "--brokers", "b:9092", "--group", "g"];
+        argv.extend_from_slice(&["--table", "db.t"]);
+        argv.extend_from_slice(extra);
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Run(a) => a,
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn secrets_are_masked_and_later_properties_win() {
+        let a = run_args(&[
+            "--topic",
+            "t",
+            "--shard",
+            "http://a:8123",
+            "--password",
+            "hunter2",
+            "-X",
+            "fetch.min.bytes=1",
+            "-X",
+            "sasl.password=s3cret",
+            "-X",
+            "fetch.min.bytes=2",
+        ]);
+        let b = run_args(&["--topic", "u", "--clickhouse-url", "http://b:8123"]);
+        let out = effective_config(&[("one".into(), a), ("two".into(), b)]);
+        for want in [
+            "brokers = \"b:9092\"\n",
+            "drivers = (one per core)\n",
+            // The later -X fetch.min.bytes wins, in the later place.
+            "\n[kafka]\n\"sasl.password\" = \"***\"\n\"fetch.min.bytes\" = \"2\"\n",
+            "\n[[pipeline]]\nname = \"one\"\ntopics = [\"t\"]\n",
+            "shards = [\"http://a:8123\"]\n",
+            "password = \"***\"\n",
+            "\n[[pipeline]]\nname = \"two\"\n",
+            "clickhouse_url = \"http://b:8123\"\n",
+            "password = (unset)\n",
+        ] {
+            assert!(out.contains(want), "{want:?} not in:\n{out}");
+        }
+        assert!(!out.contains("hunter2") && !out.contains("s3cret"), "{out}");
+        assert!(!out.contains("\"fetch.min.bytes\" = \"1\""), "{out}");
+    }
+}

@@ -114,3 +114,68 @@ fn kafka_config(args: &RunArgs) -> Result<KafkaSourceConfig, Exit> {
         .unwrap_or_else(|| Duration::from_millis(session_ms / 3).min(Duration::from_secs(10)));
     Ok(kafka)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    fn run_args(extra: &[&str]) -> RunArgs {
+        let mut argv = vec!["spate", "run", "--brokers", "b:9092", "--group", "g"];
+        argv.extend_from_slice(&["--table", "db.t", "--clickhouse-url", "http://ch:8123"]);
+        argv.extend_from_slice(extra);
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Run(a) => a,
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn revocation_and_prefetch_are_derived_from_the_flags() {
+        let v = validate(&run_args(&[
+            "--topic",
+            "t",
+            "--max-buffered-bytes",
+            "256MiB",
+        ]))
+        .unwrap();
+        // A third of the default 45 s session timeout, capped at 10 s.
+        assert_eq!(v.kafka.revoke_timeout, Duration::from_secs(10));
+        assert_eq!(v.kafka.prefetch_kbytes, (256 << 20) / 64 / 1024);
+        assert_eq!(v.table.to_string(), "db.t");
+        assert!(matches!(v.topology, TopologySource::Single(ref u) if u == "http://ch:8123"));
+        let a = run_args(&["--topic", "t", "-X", "session.timeout.ms=9000"]);
+        assert_eq!(
+            validate(&a).unwrap().kafka.revoke_timeout,
+            Duration::from_secs(3)
+        );
+        let a = run_args(&["--topic", "t", "--cluster", "c"]);
+        assert!(matches!(
+            validate(&a).unwrap().topology,
+            TopologySource::Cluster { ref name, .. } if name == "c"
+        ));
+    }
+
+    #[test]
+    fn a_topic_feeds_one_pipeline_and_errors_name_the_pipeline() {
+        let a = || run_args(&["--topic", "t", "--topic", "u"]);
+        let bad = || run_args(&["--topic", "v", "--batch-rows", "0"]);
+        let b = run_args(&["--topic", "u"]);
+        let e = validate_pipelines(&[("a".into(), a()), ("b".into(), b)])
+            .err()
+            .unwrap();
+        assert_eq!(e.code(), 2);
+        assert_eq!(
+            e.message(),
+            "topic u is in pipelines a and b; a topic feeds one pipeline"
+        );
+        let e = validate_pipelines(&[("a".into(), a()), ("b".into(), bad())])
+            .err()
+            .unwrap();
+        assert_eq!(e.message(), "pipeline b: --batch-rows must be at least 1");
+        let e = validate_pipelines(&[("main".into(), bad())]).err().unwrap();
+        assert_eq!(e.message(), "--batch-rows must be at least 1");
+        assert_eq!(validate_pipelines(&[("a".into(), a())]).unwrap().len(), 1);
+    }
+}
