@@ -12,7 +12,7 @@ TEST_ARGS ?=
 SERVICES := scripts/services.sh
 ENV_FILE := $(or $(SPATE_BUILD_DIR),build)/services.env
 
-.PHONY: help build services services-down services-status test loom bench demo clean-services
+.PHONY: help build lint services services-down services-status test loom bench demo clean-services
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -33,7 +33,11 @@ services-status: ## show whether the services run and answer
 clean-services: ## stop the services and delete their data (build/services)
 	$(SERVICES) clean
 
-test: services ## services up, then every test (unit, fakes, proptest, integration, loom) against them
+lint: ## cargo clippy on every crate and target, warnings as errors
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+# lint comes first, so a lint fails before services start and tests build.
+test: lint services ## clippy, services up, then every test (unit, fakes, proptest, integration, loom) against them
 	source $(ENV_FILE) && $(CARGO) test --workspace --release --no-fail-fast $(TEST_ARGS)
 	$(MAKE) loom
 

@@ -33,7 +33,7 @@
 //! memory budget. Each maps its topics to its table with its own batching
 //! and shards. Unknown keys are errors naming the key and its line.
 
-use crate::Exit;
+use crate::exit::Exit;
 use clap::{ArgAction, CommandFactory};
 use std::collections::BTreeSet;
 use toml_edit::{Item, Table, Value};
@@ -149,28 +149,12 @@ pub fn expand(argv: Vec<String>) -> Result<Vec<Expanded>, Exit> {
         args: &args,
     };
     let top: &Table = doc.as_table();
-    file.check_keys(top, false)?;
-    let pipelines: Vec<&Table> = match top.get("pipeline") {
-        None => Vec::new(),
-        Some(Item::ArrayOfTables(a)) => a.iter().collect(),
-        Some(other) => {
-            return Err(file.error(
-                top,
-                "pipeline",
-                other,
-                "must be an array of tables: [[pipeline]]",
-            ))
-        }
-    };
-    for p in &pipelines {
-        file.check_keys(p, true)?;
-    }
+    let pipelines = file.pipelines(top)?;
     let set_outside: BTreeSet<&str> = args
         .iter()
         .filter(|a| a.on_command_line(&cli) || a.in_environment())
         .map(|a| a.id.as_str())
         .collect();
-    let topology_outside = TOPOLOGY_KEYS.iter().any(|k| set_outside.contains(k));
     let mut out = Vec::new();
     let empty = Table::new();
     let tables: Vec<&Table> = if pipelines.is_empty() {
@@ -180,56 +164,9 @@ pub fn expand(argv: Vec<String>) -> Result<Vec<Expanded>, Exit> {
     };
     for (i, p) in tables.iter().enumerate() {
         let mut argv = vec![argv[0].clone(), sub.clone()];
-        let pipeline_topology = TOPOLOGY_KEYS.iter().any(|k| p.contains_key(k));
-        for (table, is_pipeline) in [(top, false), (*p, true)] {
-            for (key, item) in table.iter() {
-                if matches!(key, "pipeline" | "kafka" | "name") || set_outside.contains(key) {
-                    continue;
-                }
-                let topology = TOPOLOGY_KEYS.contains(&key);
-                if topology && (topology_outside || (!is_pipeline && pipeline_topology)) {
-                    continue;
-                }
-                if !is_pipeline && PIPELINE_KEYS.contains(&key) && p.contains_key(key) {
-                    continue;
-                }
-                file.push_tokens(table, key, item, &mut argv)?;
-            }
-        }
-        if let Some(kafka) = top.get("kafka") {
-            let Some(t) = kafka.as_table() else {
-                return Err(file.error(
-                    top,
-                    "kafka",
-                    kafka,
-                    "must be a table of librdkafka properties",
-                ));
-            };
-            for (k, v) in t.iter() {
-                let Some(v) = scalar(v) else {
-                    return Err(file.error(t, k, v, "must be a string, number or boolean"));
-                };
-                argv.push("-X".into());
-                argv.push(format!("{k}={v}"));
-            }
-        }
-        // The file's -X tokens hide SPATE_PROPERTY from clap (a value on
-        // the command line wins over the environment), so the environment's
-        // properties are restated after them: the environment overrides
-        // the file key by key, and flags override both.
-        if let Some(props) = args.iter().find(|a| a.id == "properties") {
-            if props.in_environment() && !props.on_command_line(&cli) {
-                let env = props
-                    .env
-                    .as_deref()
-                    .and_then(|e| std::env::var(e).ok())
-                    .unwrap_or_default();
-                for kv in env.split(';').filter(|kv| !kv.trim().is_empty()) {
-                    argv.push("-X".into());
-                    argv.push(kv.trim().to_owned());
-                }
-            }
-        }
+        file.push_settings(top, p, &set_outside, &mut argv)?;
+        file.push_kafka(top, &mut argv)?;
+        push_environment_properties(&args, &cli, &mut argv);
         argv.extend(cli.iter().cloned());
         let name = match p.get("name") {
             Some(n) => n
@@ -241,6 +178,27 @@ pub fn expand(argv: Vec<String>) -> Result<Vec<Expanded>, Exit> {
         out.push(Expanded { name, argv });
     }
     Ok(out)
+}
+
+/// The file's -X tokens hide SPATE_PROPERTY from clap (a value on the
+/// command line wins over the environment), so the environment's
+/// properties are restated after them: the environment overrides the file
+/// key by key, and flags override both.
+fn push_environment_properties(args: &[ArgInfo], cli: &[String], argv: &mut Vec<String>) {
+    let Some(props) = args.iter().find(|a| a.id == "properties") else {
+        return;
+    };
+    if props.in_environment() && !props.on_command_line(cli) {
+        let env = props
+            .env
+            .as_deref()
+            .and_then(|e| std::env::var(e).ok())
+            .unwrap_or_default();
+        for kv in env.split(';').filter(|kv| !kv.trim().is_empty()) {
+            argv.push("-X".into());
+            argv.push(kv.trim().to_owned());
+        }
+    }
 }
 
 /// `--config FILE`, `--config=FILE`, or `SPATE_CONFIG`.
@@ -343,6 +301,81 @@ impl File<'_> {
                 )
             };
             return Err(self.error(table, key, item, &why));
+        }
+        Ok(())
+    }
+
+    /// The `[[pipeline]]` tables, every key of the file checked.
+    fn pipelines<'t>(&self, top: &'t Table) -> Result<Vec<&'t Table>, Exit> {
+        self.check_keys(top, false)?;
+        let pipelines: Vec<&Table> = match top.get("pipeline") {
+            None => Vec::new(),
+            Some(Item::ArrayOfTables(a)) => a.iter().collect(),
+            Some(other) => {
+                return Err(self.error(
+                    top,
+                    "pipeline",
+                    other,
+                    "must be an array of tables: [[pipeline]]",
+                ))
+            }
+        };
+        for p in &pipelines {
+            self.check_keys(p, true)?;
+        }
+        Ok(pipelines)
+    }
+
+    /// The tokens of one pipeline's settings: the top level's, then the
+    /// pipeline's own, each skipped where a higher level sets it (the
+    /// command line or the environment, `set_outside`; the pipeline over
+    /// the top level; a topology key replaces all three from a lower level).
+    fn push_settings(
+        &self,
+        top: &Table,
+        pipeline: &Table,
+        set_outside: &BTreeSet<&str>,
+        argv: &mut Vec<String>,
+    ) -> Result<(), Exit> {
+        let topology_outside = TOPOLOGY_KEYS.iter().any(|k| set_outside.contains(k));
+        let pipeline_topology = TOPOLOGY_KEYS.iter().any(|k| pipeline.contains_key(k));
+        for (table, is_pipeline) in [(top, false), (pipeline, true)] {
+            for (key, item) in table.iter() {
+                if matches!(key, "pipeline" | "kafka" | "name") || set_outside.contains(key) {
+                    continue;
+                }
+                let topology = TOPOLOGY_KEYS.contains(&key);
+                if topology && (topology_outside || (!is_pipeline && pipeline_topology)) {
+                    continue;
+                }
+                if !is_pipeline && PIPELINE_KEYS.contains(&key) && pipeline.contains_key(key) {
+                    continue;
+                }
+                self.push_tokens(table, key, item, argv)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The `-X` tokens of the `[kafka]` table.
+    fn push_kafka(&self, top: &Table, argv: &mut Vec<String>) -> Result<(), Exit> {
+        let Some(kafka) = top.get("kafka") else {
+            return Ok(());
+        };
+        let Some(t) = kafka.as_table() else {
+            return Err(self.error(
+                top,
+                "kafka",
+                kafka,
+                "must be a table of librdkafka properties",
+            ));
+        };
+        for (k, v) in t.iter() {
+            let Some(v) = scalar(v) else {
+                return Err(self.error(t, k, v, "must be a string, number or boolean"));
+            };
+            argv.push("-X".into());
+            argv.push(format!("{k}={v}"));
         }
         Ok(())
     }
@@ -488,37 +521,38 @@ shards = ["http://s1:8123", "http://s2:8123"]
     fn unknown_and_misplaced_keys_name_key_and_line() {
         let f = file("brokers = \"k\"\n\nbatch_rowz = 5\n");
         let e = expand(argv(&["--config", &f.0])).unwrap_err();
-        assert_eq!(e.code, 2);
+        assert_eq!(e.code(), 2);
         assert!(
-            e.message.contains("`batch_rowz` (line 3) is not a setting"),
+            e.message()
+                .contains("`batch_rowz` (line 3) is not a setting"),
             "{}",
-            e.message
+            e.message()
         );
         let f = file("[[pipeline]]\ntopics = [\"t\"]\ngroup = \"g\"\n");
         let e = expand(argv(&["--config", &f.0])).unwrap_err();
         assert!(
-            e.message.contains("`group` (line 3) is process-wide"),
+            e.message().contains("`group` (line 3) is process-wide"),
             "{}",
-            e.message
+            e.message()
         );
         let f = file("strict = \"yes\"\n");
         let e = expand(argv(&["--config", &f.0])).unwrap_err();
         assert!(
-            e.message
+            e.message()
                 .contains("`strict` (line 1) must be true or false"),
             "{}",
-            e.message
+            e.message()
         );
         let f = file("brokers = [\n");
         let e = expand(argv(&["--config", &f.0])).unwrap_err();
-        assert_eq!(e.code, 2, "{}", e.message);
+        assert_eq!(e.code(), 2, "{}", e.message());
         let mut missing = std::env::temp_dir();
         missing.push("spate-no-such-config.toml");
         let e = expand(argv(&["--config", missing.to_str().unwrap()])).unwrap_err();
         assert!(
-            e.message.contains("spate-no-such-config.toml"),
+            e.message().contains("spate-no-such-config.toml"),
             "{}",
-            e.message
+            e.message()
         );
         let _ = std::io::stderr().flush();
     }

@@ -8,7 +8,7 @@
 //! topic's partitions.
 
 use crate::cli::GenArgs;
-use crate::Exit;
+use crate::exit::Exit;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};

@@ -1,59 +1,29 @@
-//! The `spate` binary: CLI, logging, and process assembly (see `run`).
+//! The `spate` binary's entry point: the allocator setting, logging, and
+//! the dispatch of the (`--config`-expanded) command line to `run`,
+//! `check` or `gen`. Process assembly lives in `run`, the validation that
+//! `run` and `check` share in `settings`.
 //!
-//! Exit codes: 0 completed, 1 the pipeline failed, 2 usage or
-//! configuration error. Every failure ends with one line
-//! `spate: error: <what failed and why>` on stderr.
+//! Exit codes ([`exit::Exit`]): 0 completed, 1 the pipeline failed, 2
+//! usage or configuration error. Every failure ends with one line
+//! `spate: error: <what failed and why>` on stderr. Runs on the main
+//! thread.
 
 mod check;
 mod cli;
 mod config;
 mod events;
+mod exit;
 mod gen;
+mod print_config;
 mod run;
+mod settings;
 mod stats;
 mod units;
 
 use clap::Parser;
 use cli::{Cli, Command, LogFormat};
+use exit::Exit;
 use tracing_subscriber::EnvFilter;
-
-/// A process exit: code and the one line that explains it.
-#[derive(Debug)]
-pub struct Exit {
-    code: i32,
-    message: String,
-}
-
-impl Exit {
-    /// A usage or configuration error (exit 2).
-    pub fn usage(message: impl Into<String>) -> Self {
-        Self {
-            code: 2,
-            message: message.into(),
-        }
-    }
-
-    /// The same exit, its message naming pipeline `name` when the process
-    /// runs `several`.
-    #[must_use]
-    pub fn in_pipeline(self, name: &str, several: bool) -> Self {
-        if !several {
-            return self;
-        }
-        Self {
-            code: self.code,
-            message: format!("pipeline {name}: {}", self.message),
-        }
-    }
-
-    /// A pipeline failure (exit 1).
-    pub fn failed(message: impl Into<String>) -> Self {
-        Self {
-            code: 1,
-            message: message.into(),
-        }
-    }
-}
 
 fn init_logging(level: &str, format: LogFormat) {
     let filter = EnvFilter::try_from_default_env()
@@ -75,8 +45,8 @@ fn main() {
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
     if let Err(exit) = dispatch(argv) {
-        eprintln!("spate: error: {}", exit.message.replace('\n', " "));
-        std::process::exit(exit.code);
+        eprintln!("spate: error: {}", exit.message().replace('\n', " "));
+        std::process::exit(exit.code());
     }
 }
 
@@ -149,7 +119,7 @@ fn dispatch(argv: Vec<String>) -> Result<(), Exit> {
         }
         if let Err(e) = check::check(args) {
             let e = e.in_pipeline(&name, several);
-            if worst.as_ref().is_none_or(|w| e.code > w.code) {
+            if worst.as_ref().is_none_or(|w| e.code() > w.code()) {
                 worst = Some(e);
             }
         }

@@ -1,0 +1,253 @@
+//! The Kafka half of `spate check`: a consumer that never subscribes (so
+//! the group is not disturbed), never commits and creates no topic; the
+//! brokers' and topics' metadata; the group's committed offsets; and the
+//! sampling of each topic from where `run` would start, spread over its
+//! partitions by [`Spread`], each sampled message tried column by column
+//! into a [`TopicTally`].
+//!
+//! Everything runs on the calling thread (blocking librdkafka calls, each
+//! bounded by [`REQUEST_TIMEOUT`] or by the sampling deadline); problems
+//! go to the [`Verdict`], the lines of the report to stdout.
+
+use super::flags::REQUEST_TIMEOUT;
+use super::report::TopicTally;
+use super::schema::Schema;
+use super::spread::Spread;
+use super::verdict::Verdict;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message as _;
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use spate_core::record::Message;
+use spate_kafka::KafkaSourceConfig;
+use std::time::{Duration, Instant};
+
+/// One poll of the sampling consumer, so the deadline is checked often.
+const POLL: Duration = Duration::from_millis(100);
+
+/// The brokers, answering, and the topics that exist.
+pub(super) struct Kafka {
+    consumer: BaseConsumer<Quiet>,
+    group: String,
+    pub topics: Vec<Topic>,
+}
+
+/// Logs librdkafka's errors, except the partition ends `check` waits for.
+struct Quiet;
+
+impl ClientContext for Quiet {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::PartitionEOF) {
+            tracing::debug!(target: "librdkafka", "{reason}");
+        } else {
+            tracing::warn!(target: "librdkafka", error = %error, "{reason}");
+        }
+    }
+}
+
+impl ConsumerContext for Quiet {}
+
+pub(super) struct Topic {
+    name: String,
+    partitions: Vec<i32>,
+}
+
+impl Kafka {
+    /// Create the consumer and read each topic's metadata; `None` if the
+    /// brokers do not answer.
+    pub fn connect(kafka: &KafkaSourceConfig, verdict: &mut Verdict) -> Option<Self> {
+        println!("Kafka brokers {}:", kafka.brokers);
+        let mut config = kafka.client_config();
+        // Set after the user's -X properties: check commits nothing (not
+        // even with auto-commit asked for) and creates no topic, and it
+        // stops reading a partition at its end.
+        config
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("allow.auto.create.topics", "false")
+            .set("enable.partition.eof", "true");
+        let consumer: BaseConsumer<Quiet> = match config.create_with_context(Quiet) {
+            Ok(c) => c,
+            Err(e) => {
+                verdict.config(format!("kafka client configuration rejected: {e}"));
+                return None;
+            }
+        };
+        let mut topics = Vec::new();
+        for (i, name) in kafka.topics.iter().enumerate() {
+            let md = match consumer.fetch_metadata(Some(name), REQUEST_TIMEOUT) {
+                Ok(md) => md,
+                Err(e) => {
+                    verdict.failed(format!("Kafka brokers {} unreachable: {e}", kafka.brokers));
+                    return None;
+                }
+            };
+            if i == 0 {
+                let brokers: Vec<String> = md
+                    .brokers()
+                    .iter()
+                    .map(|b| format!("{}:{}", b.host(), b.port()))
+                    .collect();
+                println!("  OK: {} broker(s): {}", brokers.len(), brokers.join(", "));
+            }
+            let found = md.topics().iter().find(|t| t.name() == name.as_str());
+            match found.map(|t| (t.error().map(RDKafkaErrorCode::from), t.partitions())) {
+                Some((None, parts)) if !parts.is_empty() => topics.push(Topic {
+                    name: name.clone(),
+                    partitions: parts.iter().map(|p| p.id()).collect(),
+                }),
+                None | Some((None | Some(RDKafkaErrorCode::UnknownTopicOrPartition), _)) => {
+                    verdict.config(format!("topic `{name}` does not exist"));
+                }
+                Some((Some(e), _)) => verdict.failed(format!("topic `{name}`: metadata: {e}")),
+            }
+        }
+        for t in &topics {
+            println!("  OK: topic {} ({} partitions)", t.name, t.partitions.len());
+        }
+        Some(Self {
+            consumer,
+            group: kafka.group.clone(),
+            topics,
+        })
+    }
+
+    /// Where `run` would start reading each partition: the group's
+    /// committed offset, if any.
+    fn committed(&self, topic: &Topic, verdict: &mut Verdict) -> Vec<Option<i64>> {
+        let mut tpl = TopicPartitionList::new();
+        for &p in &topic.partitions {
+            tpl.add_partition(&topic.name, p);
+        }
+        let committed = match self.consumer.committed_offsets(tpl, REQUEST_TIMEOUT) {
+            Ok(c) => c,
+            Err(e) => {
+                verdict.failed(format!(
+                    "reading the committed offsets of group `{}` on topic {}: {e}",
+                    self.group, topic.name
+                ));
+                return vec![None; topic.partitions.len()];
+            }
+        };
+        let offset_of = |p: i32| match committed.find_partition(&topic.name, p)?.offset() {
+            Offset::Offset(o) => Some(o),
+            _ => None,
+        };
+        topic.partitions.iter().map(|&p| offset_of(p)).collect()
+    }
+
+    /// Read up to `samples` messages of `topic` by `until`, from where
+    /// `run` would start, and try each one column by column.
+    pub fn sample(
+        &self,
+        topic: &Topic,
+        samples: usize,
+        until: Instant,
+        schema: &mut Schema,
+        verdict: &mut Verdict,
+    ) -> TopicTally {
+        let committed = self.committed(topic, verdict);
+        let mut tally = TopicTally::new(&topic.name, schema.encoder.insert_columns().len());
+        let mut spread = Spread::new(samples, topic.partitions.len());
+        let mut tpl = TopicPartitionList::new();
+        for (&p, c) in topic.partitions.iter().zip(&committed) {
+            let start = c.map_or(Offset::Beginning, Offset::Offset);
+            // Infallible: a fresh list with each partition once.
+            let _ = tpl.add_partition_offset(&topic.name, p, start);
+        }
+        if samples > 0 {
+            if let Err(e) = self.consumer.assign(&tpl) {
+                verdict.failed(format!(
+                    "topic {}: assigning its partitions: {e}",
+                    topic.name
+                ));
+                return tally;
+            }
+            let mut results = Vec::new();
+            let fetch_error = self.read(topic, &mut spread, until, |msg| {
+                let outcome = schema.encoder.check_columns(msg, &mut results);
+                tally.add(msg, outcome.map(|()| results.as_slice()));
+            });
+            let _ = self.consumer.unassign();
+            let short = spread.short();
+            if short > 0 {
+                verdict.failed(format!(
+                    "topic {}: {short} more message(s) wanted, but none arrived within the deadline and the end was not reached{}",
+                    topic.name,
+                    fetch_error.map(|e| format!(" (last fetch error: {e})")).unwrap_or_default()
+                ));
+            }
+        }
+        tally.partitions = (0..committed.len())
+            .map(|i| spread.describe(topic.partitions[i], committed[i], i))
+            .collect();
+        tally
+    }
+
+    /// Poll the assigned partitions of `topic` until `spread` wants no
+    /// more or `until`, handing each wanted message to `each`. Returns the
+    /// last fetch error, if any.
+    fn read(
+        &self,
+        topic: &Topic,
+        spread: &mut Spread,
+        until: Instant,
+        mut each: impl FnMut(&Message<'_>),
+    ) -> Option<String> {
+        let index = |p: i32| topic.partitions.iter().position(|&q| q == p);
+        let mut paused = vec![false; topic.partitions.len()];
+        let mut fetch_error = None;
+        loop {
+            let wants = spread.wants();
+            self.pace(topic, &wants, &mut paused);
+            if !wants.contains(&true) || Instant::now() >= until {
+                return fetch_error;
+            }
+            match self.consumer.poll(POLL) {
+                None => {}
+                Some(Ok(m)) => {
+                    let Some(i) = index(m.partition()).filter(|&i| wants[i]) else {
+                        continue;
+                    };
+                    each(&Message {
+                        topic: &topic.name,
+                        partition: m.partition(),
+                        offset: m.offset(),
+                        timestamp_ms: m.timestamp().to_millis(),
+                        key: m.key(),
+                        payload: m.payload(),
+                    });
+                    spread.read[i] += 1;
+                }
+                Some(Err(KafkaError::PartitionEOF(p))) => {
+                    if let Some(i) = index(p) {
+                        spread.ended[i] = true;
+                    }
+                }
+                Some(Err(e)) => fetch_error = Some(e.to_string()),
+            }
+        }
+    }
+
+    /// Pause the partitions that have their share, resume those that need
+    /// more (a resumed partition continues after its last message).
+    fn pace(&self, topic: &Topic, wants: &[bool], paused: &mut [bool]) {
+        for (i, (&want, was_paused)) in wants.iter().zip(paused.iter_mut()).enumerate() {
+            if want != *was_paused {
+                continue;
+            }
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition(&topic.name, topic.partitions[i]);
+            let done = if want {
+                self.consumer.resume(&tpl)
+            } else {
+                self.consumer.pause(&tpl)
+            };
+            match done {
+                Ok(()) => *was_paused = !want,
+                Err(e) => tracing::debug!(topic = %topic.name, error = %e, "pause/resume"),
+            }
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! `--print-config`: the effective configuration of `spate run`, written
+//! as a `--config` file would state it, secrets masked.
+//!
+//! A pure function of the parsed flags of every pipeline; called on the
+//! main thread, prints nothing itself.
+
+use crate::cli::{Compression, InsertFormat, RunArgs};
+use std::fmt::Write as _;
+
+/// A TOML string.
+fn quoted(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| format!("{s:?}"))
+}
+
+fn list(items: &[String]) -> String {
+    format!(
+        "[{}]",
+        items
+            .iter()
+            .map(|s| quoted(s))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+fn masked(key: &str, value: &str) -> String {
+    let k = key.to_ascii_lowercase();
+    if ["password", "secret", "jaas", "token", "key.pem"]
+        .iter()
+        .any(|w| k.contains(w))
+    {
+        quoted("***")
+    } else {
+        quoted(value)
+    }
+}
+
+fn opt(v: Option<String>) -> String {
+    v.map_or_else(|| "(unset)".to_string(), |v| quoted(&v))
+}
+
+/// The effective configuration as a `--config` file would state it,
+/// secrets masked (`--print-config`). Process-wide settings come from the
+/// first pipeline's arguments (they are the same in all of them).
+pub(crate) fn effective_config(pipelines: &[(String, RunArgs)]) -> String {
+    let mut out =
+        String::from("# effective configuration: flags > SPATE_* environment > --config file\n");
+    let Some((_, a)) = pipelines.first() else {
+        return out;
+    };
+    process_settings(&mut out, a);
+    kafka_properties(&mut out, a);
+    for (name, p) in pipelines {
+        pipeline_settings(&mut out, name, p);
+    }
+    out
+}
+
+/// The top-level keys: what the process shares over its pipelines.
+fn process_settings(out: &mut String, a: &RunArgs) {
+    let process = [
+        ("brokers", quoted(&a.brokers)),
+        ("group", quoted(&a.group)),
+        ("until_end", a.until_end.to_string()),
+        (
+            "drivers",
+            a.drivers
+                .map_or_else(|| "(one per core)".into(), |d| d.to_string()),
+        ),
+        ("max_buffered_bytes", a.max_buffered_bytes.to_string()),
+        (
+            "commit_interval",
+            quoted(&format!("{:?}", a.commit_interval)),
+        ),
+        (
+            "shutdown_timeout",
+            quoted(&format!("{:?}", a.shutdown_timeout)),
+        ),
+        (
+            "revoke_timeout",
+            a.revoke_timeout
+                .map_or_else(|| "(derived)".into(), |d| quoted(&format!("{d:?}"))),
+        ),
+        ("admin_addr", opt(a.admin_addr.map(|x| x.to_string()))),
+        ("probe_interval", quoted(&format!("{:?}", a.probe_interval))),
+        ("stats_interval", quoted(&format!("{:?}", a.stats_interval))),
+        ("stall_timeout", quoted(&format!("{:?}", a.stall_timeout))),
+        (
+            "log_format",
+            quoted(&format!("{:?}", a.log_format).to_lowercase()),
+        ),
+        ("log_level", quoted(&a.log_level)),
+    ];
+    for (k, v) in process {
+        let _ = writeln!(out, "{k} = {v}");
+    }
+}
+
+/// The `[kafka]` table of `-X` properties, if any.
+fn kafka_properties(out: &mut String, a: &RunArgs) {
+    if a.properties.is_empty() {
+        return;
+    }
+    out.push_str("\n[kafka]\n");
+    // Later settings of a property win, as in the client's config.
+    let mut props: Vec<(&str, &str)> = Vec::new();
+    for (k, v) in &a.properties {
+        props.retain(|(pk, _)| pk != k);
+        props.push((k, v));
+    }
+    for (k, v) in props {
+        let _ = writeln!(out, "{} = {}", quoted(k), masked(k, v));
+    }
+}
+
+/// One `[[pipeline]]` table.
+fn pipeline_settings(out: &mut String, name: &str, p: &RunArgs) {
+    let _ = writeln!(out, "\n[[pipeline]]\nname = {}", quoted(name));
+    let fields = [
+        ("topics", list(&p.topics)),
+        ("table", quoted(&p.table)),
+        ("clickhouse_url", opt(p.clickhouse_url.clone())),
+        ("shards", list(&p.shards)),
+        ("shard_weights", format!("{:?}", p.shard_weights)),
+        ("cluster", opt(p.cluster.clone())),
+        ("shard_key", list(&p.shard_key)),
+        ("user", opt(p.user.clone())),
+        (
+            "password",
+            p.password
+                .as_ref()
+                .map_or_else(|| "(unset)".into(), |v| masked("password", v)),
+        ),
+        ("strict", p.strict.to_string()),
+        ("batch_rows", p.batch_rows.to_string()),
+        ("batch_bytes", p.batch_bytes.to_string()),
+        ("flush_interval", quoted(&format!("{:?}", p.flush_interval))),
+        ("insert_timeout", quoted(&format!("{:?}", p.insert_timeout))),
+        ("insert_workers", p.insert_workers.to_string()),
+        (
+            "insert_format",
+            quoted(match p.insert_format {
+                InsertFormat::Native => "native",
+                InsertFormat::Rowbinary => "rowbinary",
+            }),
+        ),
+        (
+            "compression",
+            quoted(match p.compression {
+                Compression::Lz4 => "lz4",
+                Compression::None => "none",
+            }),
+        ),
+    ];
+    for (k, v) in fields {
+        let _ = writeln!(out, "{k} = {v}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::effective_config;
+    use crate::cli::{Cli, Command, RunArgs};
+    use clap::Parser;
+
+    fn run_args(extra: &[&str]) -> RunArgs {
+        let mut argv = vec!["spate", "run", "--brokers", "b:9092", "--group", "g"];
+        argv.extend_from_slice(&["--table", "db.t"]);
+        argv.extend_from_slice(extra);
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Run(a) => a,
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn secrets_are_masked_and_later_properties_win() {
+        let a = run_args(&[
+            "--topic",
+            "t",
+            "--shard",
+            "http://a:8123",
+            "--password",
+            "hunter2",
+            "-X",
+            "fetch.min.bytes=1",
+            "-X",
+            "sasl.password=s3cret",
+            "-X",
+            "fetch.min.bytes=2",
+        ]);
+        let b = run_args(&["--topic", "u", "--clickhouse-url", "http://b:8123"]);
+        let out = effective_config(&[("one".into(), a), ("two".into(), b)]);
+        for want in [
+            "brokers = \"b:9092\"\n",
+            "drivers = (one per core)\n",
+            // The later -X fetch.min.bytes wins, in the later place.
+            "\n[kafka]\n\"sasl.password\" = \"***\"\n\"fetch.min.bytes\" = \"2\"\n",
+            "\n[[pipeline]]\nname = \"one\"\ntopics = [\"t\"]\n",
+            "shards = [\"http://a:8123\"]\n",
+            "password = \"***\"\n",
+            "\n[[pipeline]]\nname = \"two\"\n",
+            "clickhouse_url = \"http://b:8123\"\n",
+            "password = (unset)\n",
+        ] {
+            assert!(out.contains(want), "{want:?} not in:\n{out}");
+        }
+        assert!(!out.contains("hunter2") && !out.contains("s3cret"), "{out}");
+        assert!(!out.contains("\"fetch.min.bytes\" = \"1\""), "{out}");
+    }
+}

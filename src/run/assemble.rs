@@ -1,0 +1,143 @@
+//! The assembly of one `spate run` process, step by step: validate every
+//! pipeline, start the I/O runtime, prepare and spawn the sinks, build
+//! the Kafka source (one consumer group over every pipeline's topics) and
+//! the chain factory, start the [`PipelineRuntime`] with the options the
+//! flags give, run it until the signal (or the end of input), and map its
+//! [`ExitReport`] to the exit code.
+//!
+//! Runs on the main thread, which blocks in `PipelineRuntime::run` until
+//! the process ends; the runtime owns the driver, controller and insert
+//! threads it starts.
+
+use super::{chains, signals::signals, sinks};
+use crate::cli::RunArgs;
+use crate::exit::Exit;
+use crate::print_config::effective_config;
+use crate::settings::{validate_pipelines, Validated};
+use spate_core::metrics::Metrics;
+use spate_core::pipeline::{
+    ExitReport, ExitState, Pipeline, PipelineRuntime, RuntimeOptions, SinkOptions,
+};
+use spate_core::sink::ack_channel;
+use spate_kafka::{KafkaSource, KafkaSourceConfig};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Run one or more pipelines (from `--config`, or the one the flags
+/// describe) in one process: one consumer group for all their topics,
+/// shared drivers and memory budget, each pipeline's own table, shards and
+/// batching. Process-wide settings come from the first pipeline's
+/// arguments (they are the same in all of them).
+pub fn run(pipelines: Vec<(String, RunArgs)>) -> Result<(), Exit> {
+    let args = &pipelines
+        .first()
+        .ok_or_else(|| Exit::usage("no pipeline configured"))?
+        .1;
+    let validated = validate_pipelines(&pipelines)?;
+    if args.print_config {
+        print!("{}", effective_config(&pipelines));
+        return Ok(());
+    }
+    let kafka = source_config(&validated, &pipelines);
+    let io = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("spate-io")
+        .enable_all()
+        .build()
+        .map_err(|e| Exit::failed(format!("starting the I/O runtime: {e}")))?;
+    let metrics = Arc::new(Metrics::new());
+    let acks = ack_channel();
+    let drivers = args
+        .drivers
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+    let prepared = sinks::prepare_all(&io, &pipelines, &validated, &metrics)?;
+    let sinks = sinks::spawn_all(
+        prepared,
+        &pipelines,
+        args.max_buffered_bytes,
+        drivers,
+        &io,
+        &acks.0,
+    );
+    let sink_options = SinkOptions {
+        limits: sinks.routes[0].limits,
+    };
+    let chains = chains::factory(sinks.routes);
+    let source = KafkaSource::new(&kafka).map_err(|e| Exit::usage(e.to_string()))?;
+    let pipeline = Pipeline::new(source, chains, sinks.runtime, acks, sink_options)
+        .map_err(|e| Exit::failed(e.to_string()))?;
+    let mut options = RuntimeOptions::new(io.handle().clone());
+    set_runtime_options(&mut options, &pipelines, &kafka, drivers);
+    options.metrics = metrics.clone();
+    let runtime =
+        PipelineRuntime::start(pipeline, options).map_err(|e| Exit::failed(e.to_string()))?;
+    let progress = args.until_end && crate::stats::stderr_is_terminal();
+    crate::stats::spawn(io.handle(), metrics, args.stats_interval, progress);
+    if let Some(addr) = runtime.admin_addr() {
+        tracing::info!(%addr, "admin server listening (/metrics, /healthz, /readyz)");
+    }
+    let started = Instant::now();
+    let report = runtime.run(signals());
+    conclude(report, started.elapsed())
+}
+
+/// The one Kafka source of the process: the first pipeline's settings
+/// (process-wide), over every pipeline's topics.
+fn source_config(validated: &[Validated], pipelines: &[(String, RunArgs)]) -> KafkaSourceConfig {
+    let mut kafka = validated[0].kafka.clone();
+    kafka.topics = pipelines
+        .iter()
+        .flat_map(|(_, a)| a.topics.clone())
+        .collect();
+    kafka
+}
+
+/// The runtime's settings from the (process-wide) flags of the first
+/// pipeline, and the pending ceiling from the largest batch.
+fn set_runtime_options(
+    options: &mut RuntimeOptions,
+    pipelines: &[(String, RunArgs)],
+    kafka: &KafkaSourceConfig,
+    drivers: usize,
+) {
+    let args = &pipelines[0].1;
+    options.drivers = drivers;
+    options.commit_interval = args.commit_interval;
+    options.shutdown_timeout = args.shutdown_timeout;
+    options.revoke_timeout = kafka.revoke_timeout;
+    options.admin_addr = args.admin_addr;
+    options.probe_interval = args.probe_interval;
+    options.stall_timeout = args.stall_timeout;
+    // A lane may have at most this many rows dispatched and unacknowledged:
+    // a few batches' worth, so one partition cannot hog the budget.
+    let batch_rows = pipelines
+        .iter()
+        .map(|(_, a)| a.batch_rows)
+        .max()
+        .unwrap_or(1);
+    options.pending_ceiling = (batch_rows.saturating_mul(4)).min(i64::MAX as u64) as i64;
+}
+
+/// The exit of a finished run: on completion, the committed watermarks on
+/// stderr; on failure, its cause (exit 1).
+fn conclude(report: ExitReport, elapsed: Duration) -> Result<(), Exit> {
+    match report.state {
+        ExitState::Completed => {
+            let rows = report.sink_drain.as_ref().map_or(0, |d| d.flushed_rows);
+            tracing::debug!(rows, ?elapsed, "run complete");
+            eprintln!(
+                "spate: completed in {:.1}s; committed {}",
+                elapsed.as_secs_f64(),
+                report
+                    .final_watermarks
+                    .iter()
+                    .map(|(p, w)| format!("{p}@{w}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            );
+            Ok(())
+        }
+        ExitState::Failed(f) => Err(Exit::failed(f.to_string())),
+        _ => Err(Exit::failed("pipeline ended in an unknown state")),
+    }
+}

@@ -1,0 +1,222 @@
+//! The ClickHouse side of `spate run`: one sink per pipeline, prepared at
+//! start (discovery, schema, with a bounded retry while ClickHouse is not
+//! reachable yet), then spawned over one set of shard queues whose share
+//! of `--max-buffered-bytes` is set by [`Budget`].
+//!
+//! Runs on the main thread, blocking on the I/O runtime for the start-up
+//! requests; the spawned insert workers run on that runtime, receive
+//! sealed batches from the shard queues and send acknowledgements on the
+//! ack channel. What the drivers need to feed each sink is returned as a
+//! [`Route`].
+
+use crate::cli::{Compression, InsertFormat, RunArgs};
+use crate::exit::Exit;
+use crate::settings::Validated;
+use spate_clickhouse::{
+    ChClientOptions, EncoderFactory, PreparedSink, RetryPolicy, SinkPool, SinkSpec,
+};
+use spate_core::metrics::Metrics;
+use spate_core::pipeline::SinkRuntime;
+use spate_core::sink::{AckSender, BatchLimits, ShardQueues};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long start-up keeps trying to reach ClickHouse before giving up.
+const STARTUP_RETRY: Duration = Duration::from_secs(30);
+
+/// What the drivers' chains need to feed one pipeline's sink.
+pub(super) struct Route {
+    pub encoders: EncoderFactory,
+    pub slots: Arc<[u16]>,
+    pub limits: BatchLimits,
+    pub topics: Vec<String>,
+}
+
+/// Every pipeline's sink, spawned: the runtime's half, and one route per
+/// pipeline (in pipeline order).
+pub(super) struct Sinks {
+    pub runtime: SinkRuntime,
+    pub routes: Vec<Route>,
+}
+
+/// Prepare each pipeline's sink (start-up requests, with retry).
+pub(super) fn prepare_all(
+    io: &tokio::runtime::Runtime,
+    pipelines: &[(String, RunArgs)],
+    validated: &[Validated],
+    metrics: &Arc<Metrics>,
+) -> Result<Vec<PreparedSink>, Exit> {
+    let several = pipelines.len() > 1;
+    let mut prepared = Vec::with_capacity(pipelines.len());
+    for ((name, a), v) in pipelines.iter().zip(validated) {
+        let spec = sink_spec(a, v);
+        prepared.push(prepare(io, &spec, metrics).map_err(|e| e.in_pipeline(name, several))?);
+    }
+    Ok(prepared)
+}
+
+/// One pipeline's sink settings, from its flags.
+fn sink_spec(a: &RunArgs, v: &Validated) -> SinkSpec {
+    SinkSpec {
+        topology: v.topology.clone(),
+        shard_key: a.shard_key.clone(),
+        user: a.user.clone(),
+        password: a.password.clone(),
+        table: v.table.clone(),
+        strict: a.strict,
+        client: ChClientOptions {
+            connect_timeout: Duration::from_secs(10),
+            insert_timeout: a.insert_timeout,
+            lz4: a.compression == Compression::Lz4,
+        },
+        retry: RetryPolicy::default(),
+        workers_per_shard: a.insert_workers.max(1),
+        native: a.insert_format == InsertFormat::Native,
+    }
+}
+
+/// Prepare one sink, retrying what is not a configuration error for
+/// [`STARTUP_RETRY`] with the sink's backoff.
+fn prepare(
+    io: &tokio::runtime::Runtime,
+    spec: &SinkSpec,
+    metrics: &Arc<Metrics>,
+) -> Result<PreparedSink, Exit> {
+    let deadline = Instant::now() + STARTUP_RETRY;
+    let mut attempt = 0u32;
+    loop {
+        attempt += 1;
+        match io.block_on(SinkPool::prepare(spec, metrics.clone())) {
+            Ok(prepared) => return Ok(prepared),
+            Err(e) if e.is_config() => return Err(Exit::usage(e.to_string())),
+            Err(e) if Instant::now() < deadline => {
+                let delay = spec.retry.delay(attempt, rand::random::<f64>());
+                tracing::warn!(error = %e, attempt, backoff_ms = delay.as_millis() as u64, "ClickHouse not reachable at start; retrying");
+                std::thread::sleep(delay);
+            }
+            Err(e) => {
+                return Err(Exit::failed(format!(
+                    "{e} (gave up after {}s)",
+                    STARTUP_RETRY.as_secs()
+                )))
+            }
+        }
+    }
+}
+
+/// Spawn the prepared sinks' workers over one set of shard queues (each
+/// pipeline's shards numbered after the previous pipeline's), and derive
+/// each pipeline's batch limits from the budget.
+pub(super) fn spawn_all(
+    prepared: Vec<PreparedSink>,
+    pipelines: &[(String, RunArgs)],
+    max_buffered_bytes: usize,
+    drivers: usize,
+    io: &tokio::runtime::Runtime,
+    acks: &AckSender,
+) -> Sinks {
+    let total_shards: usize = prepared.iter().map(PreparedSink::shards).sum();
+    let budget = Budget::split(max_buffered_bytes, drivers, total_shards);
+    let (queues, receivers) = ShardQueues::new(
+        total_shards,
+        budget.shard_high_water,
+        budget.shard_high_water / 2,
+    );
+    let mut receivers = receivers.into_iter();
+    let mut offset = 0;
+    let mut pools = Vec::with_capacity(prepared.len());
+    let mut routes = Vec::with_capacity(prepared.len());
+    for (p, (_, a)) in prepared.into_iter().zip(pipelines) {
+        let n = p.shards();
+        let pool = p.spawn(
+            &queues,
+            receivers.by_ref().take(n).collect(),
+            offset,
+            io.handle(),
+            acks,
+        );
+        offset += n;
+        routes.push(Route {
+            encoders: pool.encoder_factory(),
+            slots: pool.slots(),
+            limits: batch_limits(a, &budget, drivers, total_shards),
+            topics: a.topics.clone(),
+        });
+        pools.push(pool);
+    }
+    // The pools and the chains hold the queues from here on; the sink's
+    // drain waits for the queues to close, which needs every sender gone.
+    drop(queues);
+    let runtime = if pools.len() == 1 {
+        pools.remove(0).into_runtime()
+    } else {
+        SinkPool::combine(pools)
+    };
+    Sinks { runtime, routes }
+}
+
+/// One pipeline's batch limits: its flags, `--batch-bytes` lowered to the
+/// budget's share of an open batch.
+fn batch_limits(a: &RunArgs, budget: &Budget, drivers: usize, total_shards: usize) -> BatchLimits {
+    let batch_bytes = a.batch_bytes.min(budget.batch_bytes);
+    if batch_bytes < a.batch_bytes {
+        tracing::info!(
+            batch_bytes,
+            "--batch-bytes lowered so {drivers} drivers' open batches for {total_shards} shards fit in a quarter of --max-buffered-bytes"
+        );
+    }
+    BatchLimits {
+        rows: a.batch_rows,
+        bytes: batch_bytes,
+        interval: a.flush_interval,
+        jitter: 0.1,
+    }
+}
+
+/// How `--max-buffered-bytes` is shared: a quarter for the drivers' open
+/// batches (each driver has one open batch per shard), half for batches
+/// queued or in flight to ClickHouse, split equally over the shards (lanes
+/// feeding a shard pause above its share, resume below half of it), a
+/// quarter for the Kafka client's prefetch (see `settings::kafka_config`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Budget {
+    /// Most bytes of one open batch.
+    batch_bytes: usize,
+    /// High-water mark of one shard's queue.
+    shard_high_water: usize,
+}
+
+impl Budget {
+    fn split(total: usize, drivers: usize, shards: usize) -> Self {
+        let shards = shards.max(1);
+        Self {
+            batch_bytes: (total / 4 / drivers.max(1) / shards).max(64 << 10),
+            shard_high_water: (total / 2 / shards).max(1),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Budget;
+
+    #[test]
+    fn budget_keeps_open_batches_within_a_quarter() {
+        let b = Budget::split(256 << 20, 2, 1);
+        assert_eq!(
+            b,
+            Budget {
+                batch_bytes: 32 << 20,
+                shard_high_water: 128 << 20
+            }
+        );
+        let b = Budget::split(256 << 20, 64, 2);
+        assert_eq!(b.batch_bytes, 512 << 10);
+        assert!(b.batch_bytes * 64 * 2 <= (256 << 20) / 4);
+        assert_eq!(
+            b.shard_high_water * 2,
+            128 << 20,
+            "the queue half is split over the shards"
+        );
+    }
+}

@@ -1,0 +1,181 @@
+//! The flags' validation and what is derived from them before anything is
+//! contacted, shared by `spate run` and `spate check` so both judge a
+//! configuration alike: the table reference, the Kafka source's settings
+//! (revocation deadline and prefetch from the memory budget) and the
+//! ClickHouse topology source. Every mistake is a usage error (exit 2).
+//!
+//! Pure functions of the parsed flags, called on the main thread.
+
+use crate::cli::RunArgs;
+use crate::exit::Exit;
+use spate_clickhouse::{TableRef, Topology, TopologySource};
+use spate_kafka::KafkaSourceConfig;
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// What `run` and `check` derive from the flags before contacting
+/// anything; every mistake is a usage error (exit 2).
+pub(crate) struct Validated {
+    pub table: TableRef,
+    pub kafka: KafkaSourceConfig,
+    pub topology: TopologySource,
+}
+
+/// Validate every pipeline of one process (`spate run`): each one's
+/// flags, and that no topic feeds two pipelines.
+pub(crate) fn validate_pipelines(pipelines: &[(String, RunArgs)]) -> Result<Vec<Validated>, Exit> {
+    let several = pipelines.len() > 1;
+    let mut validated = Vec::with_capacity(pipelines.len());
+    let mut owner: HashMap<&str, &str> = HashMap::new();
+    for (name, a) in pipelines {
+        validated.push(validate(a).map_err(|e| e.in_pipeline(name, several))?);
+        for t in &a.topics {
+            if let Some(other) = owner.insert(t, name) {
+                return Err(Exit::usage(format!(
+                    "topic {t} is in pipelines {other} and {name}; a topic feeds one pipeline"
+                )));
+            }
+        }
+    }
+    Ok(validated)
+}
+
+/// Validate one pipeline's flags (`spate run` and `spate check`).
+pub(crate) fn validate(args: &RunArgs) -> Result<Validated, Exit> {
+    let table = TableRef::parse(&args.table).map_err(|e| Exit::usage(e.to_string()))?;
+    let kafka = kafka_config(args)?;
+    kafka.validate().map_err(|e| Exit::usage(e.to_string()))?;
+    if args.batch_rows == 0 {
+        return Err(Exit::usage("--batch-rows must be at least 1"));
+    }
+    let max_poll = kafka
+        .max_poll_interval_ms()
+        .map_err(|e| Exit::usage(e.to_string()))?;
+    if args.insert_timeout.as_millis() >= u128::from(max_poll) {
+        return Err(Exit::usage(format!(
+            "--insert-timeout ({} ms) must be below max.poll.interval.ms ({max_poll} ms)",
+            args.insert_timeout.as_millis()
+        )));
+    }
+    if args.drivers == Some(0) {
+        return Err(Exit::usage("--drivers must be at least 1"));
+    }
+    if !args.shard_weights.is_empty() && args.shards.is_empty() {
+        return Err(Exit::usage(
+            "--shard-weights needs --shard flags (with --cluster, weights come from system.clusters)",
+        ));
+    }
+    Ok(Validated {
+        table,
+        kafka,
+        topology: topology_source(args)?,
+    })
+}
+
+/// Where the shards come from: one URL, a cluster read from a seed URL,
+/// or the `--shard` flags.
+fn topology_source(args: &RunArgs) -> Result<TopologySource, Exit> {
+    Ok(match (&args.clickhouse_url, &args.cluster) {
+        (Some(url), Some(name)) => TopologySource::Cluster {
+            url: url.clone(),
+            name: name.clone(),
+        },
+        (Some(url), None) => TopologySource::Single(url.clone()),
+        (None, _) => TopologySource::Shards(
+            Topology::from_flags(&args.shards, &args.shard_weights)
+                .map_err(|e| Exit::usage(e.to_string()))?,
+        ),
+    })
+}
+
+/// The Kafka source's settings: the flags, the prefetch share of the
+/// memory budget, and the revocation deadline (a third of the session
+/// timeout, at most 10 s, unless `--revoke-timeout` says otherwise).
+fn kafka_config(args: &RunArgs) -> Result<KafkaSourceConfig, Exit> {
+    let mut kafka = KafkaSourceConfig {
+        brokers: args.brokers.clone(),
+        topics: args.topics.clone(),
+        group: args.group.clone(),
+        until_end: args.until_end,
+        properties: args.properties.clone(),
+        revoke_timeout: Duration::from_secs(10),
+        // A quarter of the budget for librdkafka's prefetch, spread over
+        // up to 8 partitions (each partition has its own prefetch queue).
+        // The limit librdkafka applies counts payload bytes only, and a
+        // queued small message costs about as much again in its own
+        // structures, so the limit is half the share: an eighth.
+        prefetch_kbytes: args.max_buffered_bytes / 8 / 8 / 1024,
+    };
+    let session_ms = kafka
+        .session_timeout_ms()
+        .map_err(|e| Exit::usage(e.to_string()))?;
+    kafka.revoke_timeout = args
+        .revoke_timeout
+        .unwrap_or_else(|| Duration::from_millis(session_ms / 3).min(Duration::from_secs(10)));
+    Ok(kafka)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    fn run_args(extra: &[&str]) -> RunArgs {
+        let mut argv = vec!["spate", "run", "--brokers", "b:9092", "--group", "g"];
+        argv.extend_from_slice(&["--table", "db.t", "--clickhouse-url", "http://ch:8123"]);
+        argv.extend_from_slice(extra);
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Run(a) => a,
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn revocation_and_prefetch_are_derived_from_the_flags() {
+        let v = validate(&run_args(&[
+            "--topic",
+            "t",
+            "--max-buffered-bytes",
+            "256MiB",
+        ]))
+        .unwrap();
+        // A third of the default 45 s session timeout, capped at 10 s.
+        assert_eq!(v.kafka.revoke_timeout, Duration::from_secs(10));
+        assert_eq!(v.kafka.prefetch_kbytes, (256 << 20) / 64 / 1024);
+        assert_eq!(v.table.to_string(), "db.t");
+        assert!(matches!(v.topology, TopologySource::Single(ref u) if u == "http://ch:8123"));
+        let a = run_args(&["--topic", "t", "-X", "session.timeout.ms=9000"]);
+        assert_eq!(
+            validate(&a).unwrap().kafka.revoke_timeout,
+            Duration::from_secs(3)
+        );
+        let a = run_args(&["--topic", "t", "--cluster", "c"]);
+        assert!(matches!(
+            validate(&a).unwrap().topology,
+            TopologySource::Cluster { ref name, .. } if name == "c"
+        ));
+    }
+
+    #[test]
+    fn a_topic_feeds_one_pipeline_and_errors_name_the_pipeline() {
+        let a = || run_args(&["--topic", "t", "--topic", "u"]);
+        let bad = || run_args(&["--topic", "v", "--batch-rows", "0"]);
+        let b = run_args(&["--topic", "u"]);
+        let e = validate_pipelines(&[("a".into(), a()), ("b".into(), b)])
+            .err()
+            .unwrap();
+        assert_eq!(e.code(), 2);
+        assert_eq!(
+            e.message(),
+            "topic u is in pipelines a and b; a topic feeds one pipeline"
+        );
+        let e = validate_pipelines(&[("a".into(), a()), ("b".into(), bad())])
+            .err()
+            .unwrap();
+        assert_eq!(e.message(), "pipeline b: --batch-rows must be at least 1");
+        let e = validate_pipelines(&[("main".into(), bad())]).err().unwrap();
+        assert_eq!(e.message(), "--batch-rows must be at least 1");
+        assert_eq!(validate_pipelines(&[("a".into(), a())]).unwrap().len(), 1);
+    }
+}
