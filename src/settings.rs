@@ -6,9 +6,11 @@
 //!
 //! Pure functions of the parsed flags, called on the main thread.
 
-use crate::cli::RunArgs;
+use crate::cli::{Compression, InsertFormat, RunArgs};
 use crate::exit::Exit;
-use spate_clickhouse::{TableRef, Topology, TopologySource};
+use spate_clickhouse::{
+    ChClientOptions, RetryPolicy, SinkSpec, TableRef, Topology, TopologySource,
+};
 use spate_kafka::KafkaSourceConfig;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -70,6 +72,27 @@ pub(crate) fn validate(args: &RunArgs) -> Result<Validated, Exit> {
         kafka,
         topology: topology_source(args)?,
     })
+}
+
+/// One pipeline's sink settings, from its flags: what `run` starts the
+/// sink with and what `check` discovers the servers with.
+pub(crate) fn sink_spec(a: &RunArgs, v: &Validated) -> SinkSpec {
+    SinkSpec {
+        topology: v.topology.clone(),
+        shard_key: a.shard_key.clone(),
+        user: a.user.clone(),
+        password: a.password.clone(),
+        table: v.table.clone(),
+        strict: a.strict,
+        client: ChClientOptions {
+            connect_timeout: Duration::from_secs(10),
+            insert_timeout: a.insert_timeout,
+            lz4: a.compression == Compression::Lz4,
+        },
+        retry: RetryPolicy::default(),
+        workers_per_shard: a.insert_workers.max(1),
+        native: a.insert_format == InsertFormat::Native,
+    }
 }
 
 /// Where the shards come from: one URL, a cluster read from a seed URL,

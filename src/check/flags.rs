@@ -7,8 +7,8 @@
 
 use crate::cli::{Compression, RunArgs};
 use crate::exit::Exit;
-use crate::settings::{validate, Validated};
-use spate_clickhouse::{ChClientOptions, TableRef, TopologySource};
+use crate::settings::{sink_spec, validate, Validated};
+use spate_clickhouse::{ChClientOptions, SinkSpec, TableRef};
 use spate_kafka::KafkaSourceConfig;
 use std::time::Duration;
 
@@ -20,31 +20,35 @@ pub(super) struct Flags<'a> {
     pub args: &'a RunArgs,
     pub table: TableRef,
     pub kafka: KafkaSourceConfig,
-    pub topology: TopologySource,
+    /// What `run` would start its sink with; discovery reads it.
+    pub sink: SinkSpec,
 }
 
 impl<'a> Flags<'a> {
     pub fn parse(args: &'a RunArgs) -> Result<Self, Exit> {
+        let validated = validate(args)?;
+        let mut sink = sink_spec(args, &validated);
+        sink.client = client_options(args);
         let Validated {
-            table,
-            mut kafka,
-            topology,
-        } = validate(args)?;
+            table, mut kafka, ..
+        } = validated;
         // Only a sample is read: the smallest prefetch will do.
         kafka.prefetch_kbytes = 1024;
         Ok(Self {
             args,
             table,
             kafka,
-            topology,
+            sink,
         })
     }
+}
 
-    pub fn client_options(&self) -> ChClientOptions {
-        ChClientOptions {
-            connect_timeout: REQUEST_TIMEOUT,
-            insert_timeout: self.args.insert_timeout,
-            lz4: self.args.compression == Compression::Lz4,
-        }
+/// The ClickHouse client options of a check: every request bounded by
+/// [`REQUEST_TIMEOUT`].
+fn client_options(args: &RunArgs) -> ChClientOptions {
+    ChClientOptions {
+        connect_timeout: REQUEST_TIMEOUT,
+        insert_timeout: args.insert_timeout,
+        lz4: args.compression == Compression::Lz4,
     }
 }

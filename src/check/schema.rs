@@ -6,13 +6,14 @@
 //! Runs on the calling thread's current-thread tokio runtime; one task
 //! per replica. Problems go to the [`Verdict`], the `OK:` lines to stdout.
 //!
-//! Topology discovery is isolated behind [`describe_replicas`]: it is the
-//! only code here that knows how shards and replicas are found.
+//! Shards and replicas are found by the sink's one resolver
+//! ([`spate_clickhouse::discover`]), the same code `run` starts with.
 
 use super::flags::Flags;
 use super::verdict::Verdict;
 use spate_clickhouse::{
-    ChClient, ClientError, Column, EncoderOptions, RowEncoder, SinkError, Topology, TopologySource,
+    discover, ClientError, Column, EncoderOptions, ReplicaAnswer, ReplicaSchema, RowEncoder,
+    SinkError, TopologySource,
 };
 
 /// The target table, read from every replica.
@@ -20,12 +21,6 @@ pub(super) struct Schema {
     pub columns: Vec<Column>,
     pub encoder: RowEncoder,
 }
-
-/// One replica's answer: its version and the table's columns.
-pub(super) type Answer = Result<(String, Vec<Column>), ClientError>;
-
-/// One replica's answer with its place: shard and replica (0-based), URL.
-pub(super) type ReplicaAnswer = (usize, usize, String, Answer);
 
 impl Schema {
     /// Connect to every replica of every shard and read the columns.
@@ -44,10 +39,19 @@ impl Schema {
             }
         };
         let mut columns: Option<(String, Vec<Column>)> = None;
-        for (s, r, url, answer) in answers {
-            let label = format!("shard {} replica {} {url}", s + 1, r + 1);
+        for ReplicaAnswer {
+            shard,
+            replica,
+            url,
+            answer,
+        } in answers
+        {
+            let label = format!("shard {} replica {} {url}", shard + 1, replica + 1);
             match answer {
-                Ok((version, cols)) => match &columns {
+                Ok(ReplicaSchema {
+                    version,
+                    columns: cols,
+                }) => match &columns {
                     Some((first, c)) if *c != cols => verdict.config(format!(
                         "table {} on {url} has other columns than on {first}; every shard and replica must have the same schema",
                         flags.table
@@ -97,74 +101,17 @@ impl Schema {
     }
 }
 
-// ---------------------------------------------------------------------
-// Topology discovery: check's own copy of what the sink does at start.
-//
-// `spate_clickhouse::sink` is getting one public topology resolver that
-// serves `run` and `check` (issue 11, item 1). Once it is in, the
-// `resolve(flags)` call in `describe_replicas` becomes a call to it and
-// `resolve` below is deleted (and `describe_all` too, if that resolver
-// also reads each replica's columns). Nothing outside this section knows
-// how shards and replicas are found.
-// ---------------------------------------------------------------------
-
-/// Every replica of every shard, as `run` would find them, and each one's
-/// answer (version and the table's columns), in shard and replica order.
-/// An error if the shards cannot be found (the cluster's seed is down, or
-/// the cluster is unknown).
+/// Every replica of every shard, found by the sink's own resolver (the
+/// one `run` starts with), and each one's answer (version and the table's
+/// columns), in shard and replica order. An error if the shards cannot be
+/// found (the cluster's seed is down, or the cluster is unknown).
 async fn describe_replicas(flags: &Flags<'_>) -> Result<Vec<ReplicaAnswer>, SinkError> {
-    let topology = resolve(flags).await?;
-    if let TopologySource::Cluster { url, name } = &flags.topology {
+    let discovery = discover(&flags.sink).await?;
+    if let TopologySource::Cluster { url, name } = &flags.sink.topology {
         println!(
             "  OK: cluster {name} read from {url}: {} shard(s)",
-            topology.shards.len()
+            discovery.topology.shards.len()
         );
     }
-    Ok(describe_all(flags, &topology).await)
-}
-
-/// Every replica's answer, at once, in shard and replica order (0-based).
-async fn describe_all(flags: &Flags<'_>, topology: &Topology) -> Vec<ReplicaAnswer> {
-    let mut set = tokio::task::JoinSet::new();
-    for (s, shard) in topology.shards.iter().enumerate() {
-        for (r, url) in shard.replicas.iter().enumerate() {
-            let (url, table, options) = (url.clone(), flags.table.clone(), flags.client_options());
-            let (user, password) = (flags.args.user.clone(), flags.args.password.clone());
-            set.spawn(async move {
-                let answer: Answer = async {
-                    let c =
-                        ChClient::connect_with(&url, user.as_deref(), password.as_deref(), options)
-                            .await?;
-                    let columns = c.describe(&table.db, &table.table).await?;
-                    Ok((c.version().to_owned(), columns))
-                }
-                .await;
-                (s, r, url, answer)
-            });
-        }
-    }
-    let mut answers = Vec::new();
-    while let Some(joined) = set.join_next().await {
-        answers.extend(joined.ok());
-    }
-    answers.sort_by_key(|(s, r, _, _)| (*s, *r));
-    answers
-}
-
-/// The shards and replicas, as `run` would find them.
-async fn resolve(flags: &Flags<'_>) -> Result<Topology, SinkError> {
-    match &flags.topology {
-        TopologySource::Single(url) => Ok(Topology::single(url)),
-        TopologySource::Shards(t) => Ok(t.clone()),
-        TopologySource::Cluster { url, name } => {
-            let (user, password) = (flags.args.user.as_deref(), flags.args.password.as_deref());
-            let seed = ChClient::connect_with(url, user, password, flags.client_options())
-                .await
-                .map_err(|source| SinkError::Connect {
-                    url: url.clone(),
-                    source,
-                })?;
-            Ok(Topology::from_cluster(&seed, url, name).await?)
-        }
-    }
+    Ok(discovery.replicas)
 }

@@ -9,12 +9,10 @@
 //! ack channel. What the drivers need to feed each sink is returned as a
 //! [`Route`].
 
-use crate::cli::{Compression, InsertFormat, RunArgs};
+use crate::cli::RunArgs;
 use crate::exit::Exit;
-use crate::settings::Validated;
-use spate_clickhouse::{
-    ChClientOptions, EncoderFactory, PreparedSink, RetryPolicy, SinkPool, SinkSpec,
-};
+use crate::settings::{sink_spec, Validated};
+use spate_clickhouse::{EncoderFactory, PreparedSink, SinkPool, SinkSpec};
 use spate_core::metrics::Metrics;
 use spate_core::pipeline::SinkRuntime;
 use spate_core::sink::{AckSender, BatchLimits, ShardQueues};
@@ -53,26 +51,6 @@ pub(super) fn prepare_all(
         prepared.push(prepare(io, &spec, metrics).map_err(|e| e.in_pipeline(name, several))?);
     }
     Ok(prepared)
-}
-
-/// One pipeline's sink settings, from its flags.
-fn sink_spec(a: &RunArgs, v: &Validated) -> SinkSpec {
-    SinkSpec {
-        topology: v.topology.clone(),
-        shard_key: a.shard_key.clone(),
-        user: a.user.clone(),
-        password: a.password.clone(),
-        table: v.table.clone(),
-        strict: a.strict,
-        client: ChClientOptions {
-            connect_timeout: Duration::from_secs(10),
-            insert_timeout: a.insert_timeout,
-            lz4: a.compression == Compression::Lz4,
-        },
-        retry: RetryPolicy::default(),
-        workers_per_shard: a.insert_workers.max(1),
-        native: a.insert_format == InsertFormat::Native,
-    }
 }
 
 /// Prepare one sink, retrying what is not a configuration error for
