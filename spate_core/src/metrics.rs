@@ -11,11 +11,20 @@ use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
 };
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// Series sets connectors registered on this registry, one per type.
+type Extensions = Arc<Mutex<HashMap<TypeId, Box<dyn Any + Send + Sync>>>>;
 
 /// Every metric spate exports.
 #[derive(Clone, Debug)]
 pub struct Metrics {
     registry: Registry,
+    /// Connector series registered through [`Metrics::extension`]; shared
+    /// by clones, like the registry itself.
+    extensions: Extensions,
     /// `spate_messages_consumed_total{topic,partition}`.
     pub messages_consumed: IntCounterVec,
     /// `spate_bytes_consumed_total{topic,partition}` (payload bytes).
@@ -278,6 +287,7 @@ impl Metrics {
             uptime,
             build_info,
             registry: r,
+            extensions: Extensions::default(),
         }
     }
 
@@ -285,6 +295,24 @@ impl Metrics {
     #[must_use]
     pub fn registry(&self) -> &Registry {
         &self.registry
+    }
+
+    /// A connector's own series set `T`, registered on this registry by
+    /// `init` the first time it is asked for; every later call (another
+    /// sink of the same kind, a retried start, a clone of these metrics)
+    /// gets the same series. The core knows nothing of `T`.
+    pub fn extension<T>(&self, init: impl FnOnce(&Registry) -> T) -> T
+    where
+        T: Clone + Send + Sync + 'static,
+    {
+        let mut map = (self.extensions.lock()).unwrap_or_else(PoisonError::into_inner);
+        let entry = map
+            .entry(TypeId::of::<T>())
+            .or_insert_with(|| Box::new(init(&self.registry)));
+        entry
+            .downcast_ref::<T>()
+            .expect("extensions are keyed by their own type")
+            .clone()
     }
 
     /// Process-wide totals for the periodic summary and the progress line.

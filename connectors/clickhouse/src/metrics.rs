@@ -2,14 +2,13 @@
 //! [`prometheus::Registry`] ([`Metrics::registry`]), so `/metrics` serves
 //! them next to the core's.
 //!
-//! [`ChMetrics::of`] registers them once per [`Metrics`] (several sinks and
+//! [`ChMetrics::of`] registers them once per registry ([`Metrics::extension`]) (several sinks and
 //! start-up retries share one registration) before any sample is taken;
 //! insert workers (tokio tasks), the start-up discovery and the readiness
 //! probe update them through the helpers in `sink::events`.
 
 use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
 use spate_core::metrics::Metrics;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 /// Names of every metric family this connector exports (the core's are
 /// in [`spate_core::metrics::METRIC_NAMES`]).
@@ -35,31 +34,17 @@ pub struct ChMetrics {
     pub replica_failovers: IntCounterVec,
 }
 
-/// Registrations made so far, by the `Metrics` they were made on.
-static REGISTERED: Mutex<Vec<(Weak<Metrics>, ChMetrics)>> = Mutex::new(Vec::new());
-
 impl ChMetrics {
     /// The series registered on `metrics`' registry; the first call for a
-    /// given `metrics` registers them, later ones return the same.
+    /// given registry registers them, later ones return the same.
     #[must_use]
-    pub fn of(metrics: &Arc<Metrics>) -> ChMetrics {
-        let mut seen = REGISTERED.lock().unwrap_or_else(PoisonError::into_inner);
-        seen.retain(|(m, _)| m.strong_count() > 0);
-        if let Some((_, ch)) = seen
-            .iter()
-            .find(|(m, _)| std::ptr::eq(m.as_ptr(), Arc::as_ptr(metrics)))
-        {
-            return ch.clone();
-        }
-        let ch = ChMetrics::new();
-        if let Err(e) = ch.register(metrics.registry()) {
-            // Only when a clone of `metrics` (same registry, another Arc)
-            // registered first. Nothing reads these series back, so the
-            // only harm is their absence from /metrics.
-            tracing::warn!(error = %e, "ClickHouse replica metrics already registered on this registry; these are not exported");
-        }
-        seen.push((Arc::downgrade(metrics), ch.clone()));
-        ch
+    pub fn of(metrics: &Metrics) -> ChMetrics {
+        metrics.extension(|registry| {
+            let ch = ChMetrics::new();
+            ch.register(registry)
+                .expect("spate_replica_* are registered only through ChMetrics::of");
+            ch
+        })
     }
 
     /// Unregistered series (see [`register`](Self::register)).
@@ -120,6 +105,23 @@ impl Default for ChMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_clone_of_the_metrics_shares_the_series() {
+        let m = Metrics::new();
+        let clone = m.clone();
+        ChMetrics::of(&m)
+            .replica_failovers
+            .with_label_values(&["db.t", "1"])
+            .inc();
+        ChMetrics::of(&clone)
+            .replica_failovers
+            .with_label_values(&["db.t", "1"])
+            .inc();
+        let line = "spate_replica_failovers_total{shard=\"1\",table=\"db.t\"} 2\n";
+        assert!(m.encode_text().contains(line), "{}", m.encode_text());
+    }
 
     #[test]
     fn every_declared_name_is_exported_once_per_registry() {

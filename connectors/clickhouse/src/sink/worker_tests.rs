@@ -10,6 +10,7 @@ use crate::sink::shard::Replica;
 use crate::sink::target::InsertQuery;
 use spate_core::checkpoint::AckRange;
 use spate_core::metrics::Metrics;
+use spate_core::record::Offset;
 use spate_core::sink::{ack_channel, AckReceiver, ShardQueues};
 use spate_core::source::LaneId;
 use std::collections::VecDeque;
@@ -180,8 +181,8 @@ impl Harness {
             lane: LaneId(1),
             seq,
             parts: 1,
-            start: seq as i64 * 10,
-            end: seq as i64 * 10 + 9,
+            start: Offset(seq as i64 * 10),
+            end: Offset(seq as i64 * 10 + 9),
             rows,
         };
         let chunk = Chunk {
