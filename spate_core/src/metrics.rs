@@ -137,6 +137,18 @@ fn histogram_vec(
     h
 }
 
+fn counter(r: &Registry, name: &str, help: &str) -> IntCounter {
+    let c = IntCounter::new(name, help).expect("valid metric");
+    r.register(Box::new(c.clone())).expect("unique metric");
+    c
+}
+
+fn gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
+    let g = IntGauge::new(name, help).expect("valid metric");
+    r.register(Box::new(g.clone())).expect("unique metric");
+    g
+}
+
 fn gauge_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
     let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
     r.register(Box::new(g.clone())).expect("unique metric");
@@ -144,147 +156,41 @@ fn gauge_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeV
 }
 
 impl Metrics {
-    /// A fresh registry with every metric registered.
+    /// A fresh registry with every metric registered. One series a line:
+    /// a table, kept as one by `rustfmt::skip`.
     #[must_use]
+    #[rustfmt::skip]
     pub fn new() -> Self {
         let r = Registry::new();
         let tp = &["topic", "partition"];
         let ts = &["table", "shard"];
-        let uptime = IntGauge::new("spate_uptime_seconds", "Seconds since the process started.")
-            .expect("valid metric");
-        r.register(Box::new(uptime.clone())).expect("unique metric");
-        let build_info = gauge_vec(
-            &r,
-            "spate_build_info",
-            "Always 1; the version label says which spate runs.",
-            &["version"],
-        );
-        build_info
-            .with_label_values(&[env!("CARGO_PKG_VERSION")])
-            .set(1);
-        let lanes_active = IntGauge::new("spate_lanes_active", "Lanes currently owned by drivers.")
-            .expect("valid metric");
-        r.register(Box::new(lanes_active.clone()))
-            .expect("unique metric");
-        let lanes_paused = IntGauge::new(
-            "spate_lanes_paused",
-            "Lanes paused at the source by backpressure.",
-        )
-        .expect("valid metric");
-        r.register(Box::new(lanes_paused.clone()))
-            .expect("unique metric");
-        let decode_errors = IntCounter::new(
-            "spate_decode_errors_total",
-            "Messages that could not be decoded into a row.",
-        )
-        .expect("valid metric");
-        r.register(Box::new(decode_errors.clone()))
-            .expect("unique metric");
-        let insert_duration = HistogramVec::new(
-            HistogramOpts::new(
-                "spate_insert_duration_seconds",
-                "Insert latency per batch, retries excluded.",
-            )
-            .buckets(vec![
-                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-            ]),
-            ts,
-        )
-        .expect("valid metric");
-        r.register(Box::new(insert_duration.clone()))
-            .expect("unique metric");
+        let cv = |name, help, labels| counter_vec(&r, name, help, labels);
+        let gv = |name, help, labels| gauge_vec(&r, name, help, labels);
+        let hv = |name, help, labels, buckets| histogram_vec(&r, name, help, labels, buckets);
+        let c = |name, help| counter(&r, name, help);
+        let g = |name, help| gauge(&r, name, help);
+        let build_info = gv("spate_build_info", "Always 1; the version label says which spate runs.", &["version"]);
+        build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
         Self {
-            messages_consumed: counter_vec(
-                &r,
-                "spate_messages_consumed_total",
-                "Messages handed to the chain.",
-                tp,
-            ),
-            bytes_consumed: counter_vec(
-                &r,
-                "spate_bytes_consumed_total",
-                "Payload bytes handed to the chain.",
-                tp,
-            ),
-            rows_inserted: counter_vec(
-                &r,
-                "spate_rows_inserted_total",
-                "Rows acknowledged by ClickHouse.",
-                ts,
-            ),
-            bytes_inserted: counter_vec(
-                &r,
-                "spate_bytes_inserted_total",
-                "Encoded bytes acknowledged by ClickHouse.",
-                ts,
-            ),
-            insert_retries: counter_vec(
-                &r,
-                "spate_insert_retries_total",
-                "Insert attempts retried after a retriable failure.",
-                ts,
-            ),
-            insert_errors: counter_vec(
-                &r,
-                "spate_insert_errors_total",
-                "Failed insert attempts by kind.",
-                &["table", "shard", "kind"],
-            ),
-            insert_duration,
-            committed_offset: gauge_vec(
-                &r,
-                "spate_committed_offset",
-                "Last committed offset (next offset to read).",
-                tp,
-            ),
-            consumer_lag: gauge_vec(
-                &r,
-                "spate_consumer_lag",
-                "High watermark minus committed offset.",
-                tp,
-            ),
-            lanes_active,
-            lanes_paused,
-            queue_bytes: gauge_vec(
-                &r,
-                "spate_queue_bytes",
-                "Bytes queued or in flight per shard.",
-                &["shard"],
-            ),
-            decode_errors,
-            rebalances: counter_vec(
-                &r,
-                "spate_rebalances_total",
-                "Partition assignments and revocations.",
-                &["kind"],
-            ),
-            commits: counter_vec(
-                &r,
-                "spate_commits_total",
-                "Offset commits by result.",
-                &["result"],
-            ),
-            high_watermark: gauge_vec(
-                &r,
-                "spate_high_watermark",
-                "End offset of the partition as the broker last reported it.",
-                tp,
-            ),
-            insert_batch_rows: histogram_vec(
-                &r,
-                "spate_insert_batch_rows",
-                "Rows per inserted batch.",
-                ts,
-                vec![100.0, 1e3, 5e3, 1e4, 2.5e4, 5e4, 1e5, 2.5e5, 5e5, 1e6],
-            ),
-            insert_batch_bytes: histogram_vec(
-                &r,
-                "spate_insert_batch_bytes",
-                "Bytes per inserted batch.",
-                ts,
-                vec![64e3, 256e3, 1e6, 4e6, 8e6, 16e6, 32e6, 64e6, 128e6],
-            ),
-            uptime,
+            messages_consumed: cv("spate_messages_consumed_total", "Messages handed to the chain.", tp),
+            bytes_consumed: cv("spate_bytes_consumed_total", "Payload bytes handed to the chain.", tp),
+            rows_inserted: cv("spate_rows_inserted_total", "Rows acknowledged by ClickHouse.", ts),
+            bytes_inserted: cv("spate_bytes_inserted_total", "Encoded bytes acknowledged by ClickHouse.", ts),
+            insert_retries: cv("spate_insert_retries_total", "Insert attempts retried after a retriable failure.", ts),
+            insert_errors: cv("spate_insert_errors_total", "Failed insert attempts by kind.", &["table", "shard", "kind"]),
+            insert_duration: hv("spate_insert_duration_seconds", "Insert latency per batch, retries excluded.", ts, vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
+            committed_offset: gv("spate_committed_offset", "Last committed offset (next offset to read).", tp),
+            consumer_lag: gv("spate_consumer_lag", "High watermark minus committed offset.", tp),
+            lanes_active: g("spate_lanes_active", "Lanes currently owned by drivers."),
+            lanes_paused: g("spate_lanes_paused", "Lanes paused at the source by backpressure."),
+            queue_bytes: gv("spate_queue_bytes", "Bytes queued or in flight per shard.", &["shard"]),
+            decode_errors: c("spate_decode_errors_total", "Messages that could not be decoded into a row."),
+            rebalances: cv("spate_rebalances_total", "Partition assignments and revocations.", &["kind"]),
+            commits: cv("spate_commits_total", "Offset commits by result.", &["result"]),
+            high_watermark: gv("spate_high_watermark", "End offset of the partition as the broker last reported it.", tp),
+            insert_batch_rows: hv("spate_insert_batch_rows", "Rows per inserted batch.", ts, vec![100.0, 1e3, 5e3, 1e4, 2.5e4, 5e4, 1e5, 2.5e5, 5e5, 1e6]),
+            insert_batch_bytes: hv("spate_insert_batch_bytes", "Bytes per inserted batch.", ts, vec![64e3, 256e3, 1e6, 4e6, 8e6, 16e6, 32e6, 64e6, 128e6]),
+            uptime: g("spate_uptime_seconds", "Seconds since the process started."),
             build_info,
             registry: r,
             extensions: Extensions::default(),
