@@ -17,7 +17,7 @@
 
 use super::events::{
     ChunkInserted, InsertAttemptFailed, InsertBackoff, InsertFailedOver, InsertRejected,
-    InsertSucceeded,
+    InsertSucceeded, Site,
 };
 use super::retry::{Attempts, Next, RetryPolicy};
 use super::shard::{PoolShared, Shard};
@@ -163,44 +163,10 @@ impl<C: InsertTarget> Worker<C> {
                 Err(e) => e,
             };
             let attempt = attempts.attempt();
-            let next = attempts.next(error.remedy(), &self.retry, rand::random::<f64>());
-            let backoff = match next {
-                Next::GiveUp => {
-                    InsertRejected {
-                        site,
-                        replica: &target.url,
-                        error: &error,
-                    }
-                    .emit();
-                    return Outcome::Failed(self.rejected(chunk, &target.url, &error));
-                }
-                Next::Failover { to, backoff } => {
-                    InsertAttemptFailed {
-                        site,
-                        replica: &target.url,
-                        error: &error,
-                    }
-                    .emit();
-                    InsertFailedOver {
-                        site,
-                        attempt,
-                        error: &error,
-                        replica: &target.url,
-                        next: &shard.replicas[to].url,
-                        rows: chunk.rows,
-                    }
-                    .emit();
-                    backoff
-                }
-                Next::Retry { backoff } => {
-                    InsertAttemptFailed {
-                        site,
-                        replica: &target.url,
-                        error: &error,
-                    }
-                    .emit();
-                    Some(backoff)
-                }
+            let backoff = match self.after_failure(chunk, &mut attempts, site, &target.url, &error)
+            {
+                Ok(backoff) => backoff,
+                Err(failure) => return Outcome::Failed(failure),
             };
             if let Some(backoff) = backoff {
                 InsertBackoff {
@@ -214,6 +180,58 @@ impl<C: InsertTarget> Worker<C> {
                 if self.pause(backoff).await.is_err() {
                     return Outcome::Abandoned;
                 }
+            }
+        }
+    }
+
+    /// Decide what follows a failed attempt on replica `url`, emitting
+    /// that decision's events: the backoff before the next attempt (none
+    /// when failing over at once), or the fatal error when giving up.
+    fn after_failure(
+        &self,
+        chunk: &Chunk,
+        attempts: &mut Attempts,
+        site: Site<'_>,
+        url: &str,
+        error: &InsertError,
+    ) -> Result<Option<Duration>, FatalError> {
+        let attempt = attempts.attempt();
+        match attempts.next(error.remedy(), &self.retry, rand::random::<f64>()) {
+            Next::GiveUp => {
+                InsertRejected {
+                    site,
+                    replica: url,
+                    error,
+                }
+                .emit();
+                Err(self.rejected(chunk, url, error))
+            }
+            Next::Failover { to, backoff } => {
+                InsertAttemptFailed {
+                    site,
+                    replica: url,
+                    error,
+                }
+                .emit();
+                InsertFailedOver {
+                    site,
+                    attempt,
+                    error,
+                    replica: url,
+                    next: &self.shard.replicas[to].url,
+                    rows: chunk.rows,
+                }
+                .emit();
+                Ok(backoff)
+            }
+            Next::Retry { backoff } => {
+                InsertAttemptFailed {
+                    site,
+                    replica: url,
+                    error,
+                }
+                .emit();
+                Ok(Some(backoff))
             }
         }
     }
