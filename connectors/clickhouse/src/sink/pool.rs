@@ -6,7 +6,7 @@
 //! controller's thread at shutdown, blocking on the tokio runtime until
 //! the workers finished or the budget ran out) and the readiness probe.
 
-use super::discover::{check_answers, discover_clients};
+use super::discover::{check_answers, discover_clients, Discovery};
 use super::encoder::EncoderFactory;
 use super::error::SinkError;
 use super::events::{ReplicaUnreachableAtStart, ReplicaUp};
@@ -16,6 +16,7 @@ use super::settings::insert_settings;
 use super::shard::{PoolShared, Replica, Shard};
 use super::spec::SinkSpec;
 use super::target::InsertQuery;
+use super::topology::Topology;
 use super::worker::Worker;
 use crate::client::ChClient;
 use crate::encode::EncoderOptions;
@@ -70,17 +71,7 @@ impl SinkPool {
             table: spec.table.to_string(),
             source,
         })?;
-        let shards: Arc<[Arc<Shard<ChClient>>]> = (discovery.topology.shards.iter().enumerate())
-            .map(|(index, s)| {
-                let replicas = (s.replicas.iter())
-                    .map(|url| Replica {
-                        url: url.clone(),
-                        client: seed.sibling(url),
-                    })
-                    .collect();
-                Arc::new(Shard::new(index, replicas))
-            })
-            .collect();
+        let shards = connect_shards(&discovery.topology, seed);
         let native = if spec.native {
             probe.native_layout()
         } else {
@@ -114,23 +105,7 @@ impl SinkPool {
             native,
             metrics,
         ));
-        for a in &discovery.replicas {
-            let site = shared.site(&shards[a.shard].label);
-            match &a.answer {
-                Ok(_) => ReplicaUp {
-                    site,
-                    replica: &a.url,
-                    up: true,
-                }
-                .emit(),
-                Err(error) => ReplicaUnreachableAtStart {
-                    site,
-                    replica: &a.url,
-                    error,
-                }
-                .emit(),
-            }
-        }
+        report_replicas(&discovery, &shards, &shared);
         Ok(PreparedSink {
             factory,
             slots: discovery.topology.slots(),
@@ -345,5 +320,43 @@ fn drain(
         abandoned_chunks: shared.abandoned_chunks.load(Ordering::Acquire),
         abandoned_rows: shared.abandoned_rows.load(Ordering::Acquire),
         reason,
+    }
+}
+
+/// One client per replica of every shard, siblings of the seed's (same
+/// credentials, options and detected features).
+fn connect_shards(topology: &Topology, seed: &ChClient) -> Arc<[Arc<Shard<ChClient>>]> {
+    (topology.shards.iter().enumerate())
+        .map(|(index, s)| {
+            let replicas = (s.replicas.iter())
+                .map(|url| Replica {
+                    url: url.clone(),
+                    client: seed.sibling(url),
+                })
+                .collect();
+            Arc::new(Shard::new(index, replicas))
+        })
+        .collect()
+}
+
+/// Each replica's state at start: up, or unreachable (logged, not fatal:
+/// inserts go to the others until it is back).
+fn report_replicas(discovery: &Discovery, shards: &[Arc<Shard<ChClient>>], shared: &PoolShared) {
+    for a in &discovery.replicas {
+        let site = shared.site(&shards[a.shard].label);
+        match &a.answer {
+            Ok(_) => ReplicaUp {
+                site,
+                replica: &a.url,
+                up: true,
+            }
+            .emit(),
+            Err(error) => ReplicaUnreachableAtStart {
+                site,
+                replica: &a.url,
+                error,
+            }
+            .emit(),
+        }
     }
 }
