@@ -29,7 +29,7 @@ use crate::metrics::Metrics;
 use crate::record::{PartitionId, Watermark};
 use crate::sink::{AckEvent, AckReceiver, DrainReport};
 use crate::source::{BarrierOutcome, DrainBarrier, Lane, LaneId, Revoker, Source, SourceEvent};
-use crossbeam_channel::{select, Receiver, Sender};
+use crossbeam_channel::{never, select, Receiver, Sender};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -221,20 +221,11 @@ impl<S: Source> Controller<S> {
             .to_main
             .send(ToMain::Draining { barrier, deadline })
             .is_ok();
-        let mut drain_report = None;
-        if main_alive {
-            // Fold acknowledgements while main joins drivers and drains the sink.
-            loop {
-                select! {
-                    recv(self.from_main) -> msg => {
-                        if let Ok(FromMain::SinkDrained(r)) = msg { drain_report = r; }
-                        break;
-                    }
-                    recv(self.core.acks) -> ev => { if let Ok(ev) = ev { self.core.apply_ack(ev); } }
-                    recv(self.core.events) -> ev => { if let Ok(ev) = ev { self.core.on_driver_event_draining(ev); } }
-                }
-            }
-        }
+        let drain_report = if main_alive {
+            self.await_sink_drain()
+        } else {
+            None
+        };
         // Every worker is done: whatever they acknowledged is in the channel.
         self.core.apply_acks();
         self.core.draining = true;
@@ -262,6 +253,39 @@ impl<S: Source> Controller<S> {
                 .map(|(p, w)| (p.clone(), w.0))
                 .collect(),
             commit_error,
+        }
+    }
+}
+
+impl<S: Source> Controller<S> {
+    /// Fold acknowledgements and driver reports while main joins the
+    /// drivers and drains the sink, until main reports the drain.
+    ///
+    /// Main joins the drivers first, so the driver-event channel
+    /// disconnects early, and the sink may drop its acknowledgement senders
+    /// before main reports: a disconnected channel is always ready to a
+    /// `select!`, so each one is swapped for `never()` once closed, or this
+    /// loop would spin a core for the whole drain.
+    fn await_sink_drain(&mut self) -> Option<DrainReport> {
+        let mut acks = self.core.acks.clone();
+        let mut events = self.core.events.clone();
+        loop {
+            select! {
+                recv(self.from_main) -> msg => {
+                    return match msg {
+                        Ok(FromMain::SinkDrained(r)) => r,
+                        Err(_) => None,
+                    };
+                }
+                recv(acks) -> ev => match ev {
+                    Ok(ev) => self.core.apply_ack(ev),
+                    Err(_) => acks = never(),
+                },
+                recv(events) -> ev => match ev {
+                    Ok(ev) => self.core.on_driver_event_draining(ev),
+                    Err(_) => events = never(),
+                },
+            }
         }
     }
 }

@@ -54,4 +54,6 @@ pub use crate::sink::{SinkDrainFn, SinkProbeFn};
 #[cfg(all(test, not(loom)))]
 pub(crate) mod fakes;
 #[cfg(all(test, not(loom)))]
+mod hardening_tests;
+#[cfg(all(test, not(loom)))]
 mod tests;
