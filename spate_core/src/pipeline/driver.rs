@@ -19,7 +19,7 @@ use crate::error::{ChainError, FatalError, Fault};
 use crate::health::Heartbeat;
 use crate::metrics::Metrics;
 use crate::sink::ShardQueues;
-use crate::source::{Lane, LaneError, LaneId, LanePoll};
+use crate::source::{DrainBarrier, Lane, LaneError, LaneId, LanePoll};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use prometheus::IntCounter;
 use std::sync::Arc;
@@ -288,6 +288,7 @@ impl<L: Lane> Driver<L> {
                 barrier,
                 deadline,
             } => {
+                let arrivals = Arrivals::new(barrier, lanes.len());
                 self.flush_or_fail();
                 self.remove(&lanes);
                 if self.clock.now() > deadline {
@@ -296,9 +297,7 @@ impl<L: Lane> Driver<L> {
                         "revocation flush finished after its deadline"
                     );
                 }
-                for _ in &lanes {
-                    barrier.arrive();
-                }
+                drop(arrivals);
                 Flow::Continue
             }
             ThreadControl::FlushNow => {
@@ -310,6 +309,7 @@ impl<L: Lane> Driver<L> {
                 Flow::Continue
             }
             ThreadControl::Shutdown { barrier, deadline } => {
+                let arrival = Arrivals::new(barrier, 1);
                 self.flush_or_fail();
                 let all = self.lane_ids();
                 self.remove(&all);
@@ -319,7 +319,7 @@ impl<L: Lane> Driver<L> {
                         "shutdown flush finished after its deadline"
                     );
                 }
-                barrier.arrive();
+                drop(arrival);
                 Flow::Exit
             }
         }
@@ -359,6 +359,51 @@ impl<L: Lane> Driver<L> {
                 thread: self.index,
                 error,
             });
+        }
+    }
+}
+
+/// Arrivals owed to a barrier, made when dropped: at the end of a flush,
+/// or while a panic in the flush unwinds, so a dying driver never leaves
+/// a barrier's waiter to its deadline.
+struct Arrivals {
+    barrier: DrainBarrier,
+    count: usize,
+}
+
+impl Arrivals {
+    fn new(barrier: DrainBarrier, count: usize) -> Self {
+        Self { barrier, count }
+    }
+}
+
+impl Drop for Arrivals {
+    fn drop(&mut self) {
+        for _ in 0..self.count {
+            self.barrier.arrive();
+        }
+    }
+}
+
+/// What the thread of a driver that panicked does until shutdown: it has
+/// no chain left to flush (its lanes' unflushed rows were never
+/// acknowledged, so they replay), so it arrives at every barrier at once
+/// and exits on `Shutdown` or when the controller is gone.
+pub(crate) fn serve_dead<L: Lane>(index: usize, control: &Receiver<ThreadControl<L>>) {
+    for msg in control {
+        match msg {
+            ThreadControl::StopLanes { lanes, barrier, .. } => {
+                drop(Arrivals::new(barrier, lanes.len()));
+            }
+            ThreadControl::Shutdown { barrier, .. } => {
+                barrier.arrive();
+                tracing::info!(driver = index, "dead driver answered the shutdown");
+                return;
+            }
+            ThreadControl::AddLane { lane, .. } => {
+                tracing::warn!(driver = index, lane = %lane.id(), "lane sent to a dead driver; not polled");
+            }
+            ThreadControl::FlushNow | ThreadControl::DropLanes { .. } => {}
         }
     }
 }

@@ -129,6 +129,8 @@ pub(crate) struct FakeSource {
     /// cleared by the next poll, as serving the rebalance would.
     pub refuse_sync_commits: usize,
     stale_generation: bool,
+    /// While set, the lane of the first partition delivers nothing.
+    pub hold_first: Arc<AtomicBool>,
 }
 
 impl FakeSource {
@@ -153,6 +155,7 @@ impl FakeSource {
             revoke_now: Arc::default(),
             refuse_sync_commits: 0,
             stale_generation: false,
+            hold_first: Arc::default(),
         }
     }
 }
@@ -166,6 +169,8 @@ pub(crate) struct FakeLane {
     ended_tx: Sender<(LaneId, i64)>,
     told: bool,
     log: Arc<Watched<SourceLog>>,
+    /// While this is set, the lane delivers nothing.
+    hold: Option<Arc<AtomicBool>>,
 }
 
 impl FakeLane {
@@ -181,6 +186,7 @@ impl FakeLane {
             ended_tx,
             told: false,
             log: Arc::default(),
+            hold: None,
         }
     }
 }
@@ -195,6 +201,13 @@ impl Lane for FakeLane {
     }
 
     fn poll(&mut self, max: usize, deliver: &mut Deliver<'_>) -> Result<LanePoll, LaneError> {
+        if self
+            .hold
+            .as_ref()
+            .is_some_and(|h| h.load(Ordering::Acquire))
+        {
+            return Ok(LanePoll::Delivered(0));
+        }
         let mut n = 0;
         while n < max && self.pos < self.data.len() {
             let msg = Message {
@@ -241,7 +254,7 @@ impl Source for FakeSource {
         if !self.assigned {
             self.assigned = true;
             let mut lanes = Vec::new();
-            for (partition, data) in &self.partitions {
+            for (i, (partition, data)) in self.partitions.iter().enumerate() {
                 self.next_lane += 1;
                 let id = LaneId(self.next_lane);
                 self.lanes.insert(id, partition.clone());
@@ -254,6 +267,7 @@ impl Source for FakeSource {
                     ended_tx: self.ended_tx.clone(),
                     told: false,
                     log: self.log.clone(),
+                    hold: (i == 0).then(|| self.hold_first.clone()),
                 });
             }
             events.push(SourceEvent::Assigned(lanes));

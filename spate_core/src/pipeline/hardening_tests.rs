@@ -107,3 +107,60 @@ fn the_controller_does_not_spin_while_the_sink_drains() {
         "the controller used {spent:?} of CPU during a 1 s sink drain"
     );
 }
+
+/// A driver that panics answers the shutdown barrier from its dead thread:
+/// the healthy partition on the other driver drains, is acknowledged and
+/// committed, well within the 5 s shutdown budget.
+#[test]
+fn a_driver_panic_does_not_cost_the_healthy_partitions_their_drain() {
+    let io = io();
+    let mut d = data(2, 100);
+    d[0][10] = b"panic".to_vec();
+    // Unbounded: the healthy lane stays owned until the final commit.
+    let source = FakeSource::new(d, false);
+    let source_log = source.log.clone();
+    let hold = source.hold_first.clone();
+    hold.store(true, Ordering::Release);
+    let sink = recording_sink(io.handle(), 1 << 20);
+    let sink_log = sink.log.clone();
+    // Two drivers: partition 0 goes to driver 0, partition 1 to driver 1.
+    let runtime = start(source, sink, options(&io), 64);
+    sink_log.wait_for("the healthy partition inserted", WAIT, |l| {
+        l.rows.iter().filter(|r| r.starts_with("1-")).count() == 100
+    });
+    let started = std::time::Instant::now();
+    hold.store(false, Ordering::Release);
+    let report = runtime.run(super::tests::never());
+    let took = started.elapsed();
+    let ExitState::Failed(f) = &report.state else {
+        panic!("expected failure: {report:?}");
+    };
+    assert!(f.reason.contains("panicked"), "{f}");
+    assert_eq!(f.component, "driver-0", "{f}");
+    assert!(
+        took < Duration::from_secs(2),
+        "the shutdown took {took:?} after the panic"
+    );
+    assert!(
+        report
+            .sink_drain
+            .as_ref()
+            .is_some_and(DrainReport::is_clean),
+        "{report:?}"
+    );
+    let healthy: Vec<_> = report
+        .final_watermarks
+        .iter()
+        .filter(|(p, _)| p.partition == 1)
+        .map(|(_, w)| *w)
+        .collect();
+    assert_eq!(healthy, vec![100], "{report:?}");
+    assert!(
+        source_log
+            .lock()
+            .commits
+            .iter()
+            .any(|(p, w, _)| p.partition == 1 && w.0 == 100),
+        "the healthy partition's rows were committed"
+    );
+}
