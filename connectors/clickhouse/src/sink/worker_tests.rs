@@ -180,6 +180,7 @@ impl Harness {
             lane: LaneId(1),
             seq,
             parts: 1,
+            part: 0,
             start: seq as i64 * 10,
             end: seq as i64 * 10 + 9,
             rows,
