@@ -8,7 +8,8 @@
 //!
 //! *Consuming*: poll source events (assignments become `AddLane`, end of
 //! input becomes `FlushNow`, retired lanes become `DropLanes`), apply
-//! driver requests (pause/resume at the source, fatal reports), fold sink
+//! driver requests (pause/resume at the source, a refused resume retried
+//! with backoff since its driver asks only once; fatal reports), fold sink
 //! acknowledgements into the checkpointer, and commit acknowledged
 //! watermarks on the commit tick. Revocations arrive synchronously through
 //! [`Revoker`]: stop the lanes on their drivers, wait for their
@@ -21,6 +22,7 @@
 //! drain + commit + `flush_commits`.
 
 use super::control::{DriverEvent, ThreadControl, ThreadEnv};
+use super::resume::ResumeRetry;
 use crate::checkpoint::{AckOutcome, Checkpointer};
 use crate::clock::{self, SharedClock};
 use crate::error::{FatalError, Fault};
@@ -92,6 +94,8 @@ pub(crate) struct Core<L> {
     load: Vec<usize>,
     home: HashMap<LaneId, (usize, PartitionId)>,
     paused: HashSet<LaneId>,
+    /// Paused lanes whose resume the source refused, retried on our turns.
+    resume_retry: ResumeRetry,
     acks: AckReceiver,
     events: Receiver<DriverEvent>,
     failure: Option<FatalError>,
@@ -133,6 +137,7 @@ impl<S: Source> Controller<S> {
                 load: vec![0; n],
                 home: HashMap::new(),
                 paused: HashSet::new(),
+                resume_retry: ResumeRetry::default(),
                 acks: links.acks,
                 events: links.events,
                 failure: None,
@@ -194,6 +199,7 @@ impl<S: Source> Controller<S> {
                 }
             }
             self.core.apply_driver_events(&mut self.source);
+            self.core.retry_resumes(&mut self.source);
             self.core.apply_acks();
             if self.core.clock.now() >= next_commit {
                 self.core.commit(&mut self.source, false);
@@ -372,6 +378,7 @@ impl<L: Lane> Core<L> {
         if self.paused.remove(&lane) {
             self.metrics.lanes_paused.dec();
         }
+        self.resume_retry.clear(&[lane]);
         self.checkpointer.remove_lane(lane)
     }
 
@@ -388,49 +395,68 @@ impl<L: Lane> Core<L> {
     fn apply_driver_events<S: Source<Lane = L>>(&mut self, source: &mut S) {
         while let Ok(ev) = self.events.try_recv() {
             match ev {
-                DriverEvent::PauseLanes { lanes } => {
-                    let new: Vec<LaneId> = lanes
-                        .into_iter()
-                        .filter(|l| self.home.contains_key(l) && !self.paused.contains(l))
-                        .collect();
-                    if new.is_empty() {
-                        continue;
-                    }
-                    match source.pause(&new) {
-                        Ok(()) => {
-                            self.metrics.lanes_paused.add(new.len() as i64);
-                            self.paused.extend(new);
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "pausing lanes failed; the driver keeps them unpolled")
-                        }
-                    }
-                }
-                DriverEvent::ResumeLanes { lanes } => {
-                    let was: Vec<LaneId> = lanes
-                        .into_iter()
-                        .filter(|l| self.paused.contains(l))
-                        .collect();
-                    if was.is_empty() {
-                        continue;
-                    }
-                    match source.resume(&was) {
-                        Ok(()) => {
-                            self.metrics.lanes_paused.sub(was.len() as i64);
-                            for l in &was {
-                                self.paused.remove(l);
-                            }
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "resuming lanes failed; will retry on the next request")
-                        }
-                    }
-                }
+                DriverEvent::PauseLanes { lanes } => self.pause_lanes(source, &lanes),
+                DriverEvent::ResumeLanes { lanes } => self.resume_lanes(source, &lanes),
                 DriverEvent::Fatal { thread, error } => {
                     tracing::error!(driver = thread, "driver reported a fatal error");
                     self.fail(error);
                 }
             }
+        }
+    }
+
+    fn pause_lanes<S: Source<Lane = L>>(&mut self, source: &mut S, lanes: &[LaneId]) {
+        // A lane whose resume was refused is still paused at the source,
+        // which is what its driver wants again: stop retrying it.
+        self.resume_retry.clear(lanes);
+        let new: Vec<LaneId> = lanes
+            .iter()
+            .filter(|l| self.home.contains_key(l) && !self.paused.contains(l))
+            .copied()
+            .collect();
+        if new.is_empty() {
+            return;
+        }
+        match source.pause(&new) {
+            Ok(()) => {
+                self.metrics.lanes_paused.add(new.len() as i64);
+                self.paused.extend(new);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "pausing lanes failed; the driver keeps them unpolled")
+            }
+        }
+    }
+
+    /// Resume lanes at the source; a refusal is retried by
+    /// [`retry_resumes`](Self::retry_resumes), since the driver asks once.
+    fn resume_lanes<S: Source<Lane = L>>(&mut self, source: &mut S, lanes: &[LaneId]) {
+        let (was, not_paused): (Vec<LaneId>, Vec<LaneId>) =
+            lanes.iter().partition(|l| self.paused.contains(l));
+        self.resume_retry.clear(&not_paused);
+        if was.is_empty() {
+            return;
+        }
+        match source.resume(&was) {
+            Ok(()) => {
+                self.metrics.lanes_paused.sub(was.len() as i64);
+                for l in &was {
+                    self.paused.remove(l);
+                }
+                self.resume_retry.clear(&was);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, lanes = was.len(), "resuming lanes failed; retrying with backoff");
+                self.resume_retry.refused(&was, self.clock.now());
+            }
+        }
+    }
+
+    /// Try again the resumes the source refused, once their backoff passed.
+    fn retry_resumes<S: Source<Lane = L>>(&mut self, source: &mut S) {
+        let due = self.resume_retry.take_due(self.clock.now());
+        if !due.is_empty() {
+            self.resume_lanes(source, &due);
         }
     }
 

@@ -108,6 +108,9 @@ pub(crate) struct SourceLog {
     /// Revocations begun (the revoker was called) and returned.
     pub revocations_started: usize,
     pub revocations_done: usize,
+    /// Lanes whose last pause/resume call at the source was a refused
+    /// resume (still paused there).
+    pub resume_refused: HashSet<LaneId>,
 }
 
 pub(crate) struct FakeSource {
@@ -131,6 +134,8 @@ pub(crate) struct FakeSource {
     stale_generation: bool,
     /// While set, the lane of the first partition delivers nothing.
     pub hold_first: Arc<AtomicBool>,
+    /// While set, every resume fails (a transient client error).
+    pub refuse_resumes: Arc<AtomicBool>,
 }
 
 impl FakeSource {
@@ -156,6 +161,7 @@ impl FakeSource {
             refuse_sync_commits: 0,
             stale_generation: false,
             hold_first: Arc::default(),
+            refuse_resumes: Arc::default(),
         }
     }
 }
@@ -317,13 +323,21 @@ impl Source for FakeSource {
         let mut log = self.log.lock();
         log.pause_calls += 1;
         log.paused.extend(lanes.iter().copied());
+        for l in lanes {
+            log.resume_refused.remove(l);
+        }
         Ok(())
     }
 
     fn resume(&mut self, lanes: &[LaneId]) -> Result<(), SourceError> {
         let mut log = self.log.lock();
+        if self.refuse_resumes.load(Ordering::Acquire) {
+            log.resume_refused.extend(lanes.iter().copied());
+            return Err(SourceError::Transient("resume refused".into()));
+        }
         for l in lanes {
             log.paused.remove(l);
+            log.resume_refused.remove(l);
         }
         Ok(())
     }

@@ -164,3 +164,33 @@ fn a_driver_panic_does_not_cost_the_healthy_partitions_their_drain() {
         "the healthy partition's rows were committed"
     );
 }
+
+/// A resume the source refuses is retried by the controller on its own:
+/// the driver asked once and, with its lane drained, never asks again.
+#[test]
+fn a_refused_resume_is_retried_until_the_lane_is_resumed() {
+    let io = io();
+    let source = FakeSource::new(data(2, 2000), false);
+    let source_log = source.log.clone();
+    let refuse = source.refuse_resumes.clone();
+    let sink = recording_sink(io.handle(), 256);
+    let stall = sink.stall.clone();
+    let sink_log = sink.log.clone();
+    stall.store(true, Ordering::Release);
+    let runtime = start(source, sink, options(&io), 16);
+    source_log.wait_for("lanes paused", WAIT, |l| !l.paused.is_empty());
+    refuse.store(true, Ordering::Release);
+    stall.store(false, Ordering::Release);
+    sink_log.wait_for("every row inserted", WAIT, |l| l.rows.len() == 4000);
+    // Every lane still paused at the source had its last resume refused:
+    // its driver has nothing left to read and will not ask again.
+    source_log.wait_for("the drivers' last resumes refused", WAIT, |l| {
+        !l.paused.is_empty() && l.paused.is_subset(&l.resume_refused)
+    });
+    refuse.store(false, Ordering::Release);
+    let resumed = source_log.wait_until(WAIT, |l| l.paused.is_empty());
+    let still = source_log.lock().paused.clone();
+    let report = runtime.run(now());
+    assert!(resumed, "lanes stranded paused at the source: {still:?}");
+    assert_eq!(report.state, ExitState::Completed, "{report:?}");
+}

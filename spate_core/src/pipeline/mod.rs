@@ -33,6 +33,7 @@ mod control;
 mod controller;
 mod driver;
 mod exit;
+mod resume;
 mod runtime;
 
 pub use builder::{BuildError, ChainFactory, Pipeline, SinkRuntime};
