@@ -103,7 +103,12 @@ pub(crate) struct Core<L> {
     /// Drivers are gone and the sink drained: revocations hand back the
     /// acknowledged watermarks without stopping anything.
     draining: bool,
+    /// Per partition, the highest watermark counted as committed (gauges,
+    /// lag, the exit report): confirmed by the broker, or sent by a source
+    /// that does not report confirmations and not refused since.
     committed: BTreeMap<PartitionId, Watermark>,
+    /// Per partition, the highest watermark the broker confirmed.
+    confirmed: BTreeMap<PartitionId, Watermark>,
     /// Partitions with per-partition gauges set (removed once not owned).
     gauged: HashSet<PartitionId>,
     metrics: Arc<Metrics>,
@@ -144,6 +149,7 @@ impl<S: Source> Controller<S> {
                 drained: false,
                 draining: false,
                 committed: BTreeMap::new(),
+                confirmed: BTreeMap::new(),
                 gauged: HashSet::new(),
                 metrics: env.metrics,
                 readiness: links.readiness,
@@ -347,6 +353,10 @@ impl<L: Lane> Core<L> {
                 }
             }
             SourceEvent::Drained => self.drained = true,
+            SourceEvent::CommitConfirmed(watermarks) => self.committed_ok(&watermarks, true),
+            SourceEvent::CommitFailed { watermarks, error } => {
+                self.commit_refused(&watermarks, &error);
+            }
         }
     }
 
@@ -501,7 +511,11 @@ impl<L: Lane> Core<L> {
             return;
         }
         match source.commit(&watermarks, sync) {
-            Ok(()) => self.committed_ok(&watermarks),
+            Ok(()) if sync => self.committed_ok(&watermarks, true),
+            // Counted when the broker confirms it (`CommitConfirmed`).
+            Ok(()) if source.confirms_async_commits() => {}
+            // Counted at once; a later `CommitFailed` takes it back.
+            Ok(()) => self.committed_ok(&watermarks, false),
             Err(e) => {
                 self.metrics.commits.with_label_values(&["error"]).inc();
                 tracing::warn!(error = %e, "offset commit failed; will retry");
@@ -545,7 +559,41 @@ impl<L: Lane> Core<L> {
         });
     }
 
-    fn committed_ok(&mut self, watermarks: &[(PartitionId, Watermark)]) {
+    /// The broker refused an asynchronous commit: offer it again on the
+    /// next tick (the partition may be idle, its watermark unmoved), and
+    /// take back a value that was counted before the broker answered.
+    fn commit_refused(&mut self, watermarks: &[(PartitionId, Watermark)], error: &str) {
+        self.metrics.commits.with_label_values(&["error"]).inc();
+        tracing::warn!(
+            error,
+            ?watermarks,
+            "the broker refused an offset commit; offering it again on the next tick"
+        );
+        self.checkpointer.commit_failed(watermarks);
+        for (p, w) in watermarks {
+            if self.committed.get(p) != Some(w) || self.confirmed.get(p) == Some(w) {
+                continue;
+            }
+            let labels = [&*p.topic, &p.partition.to_string()];
+            match self.confirmed.get(p) {
+                Some(c) => {
+                    self.committed.insert(p.clone(), *c);
+                    self.metrics
+                        .committed_offset
+                        .with_label_values(&labels)
+                        .set(c.0);
+                }
+                None => {
+                    self.committed.remove(p);
+                    let _ = self.metrics.committed_offset.remove_label_values(&labels);
+                }
+            }
+        }
+    }
+
+    /// Count `watermarks` as committed; `confirmed` if the broker said so
+    /// (a synchronous commit, a `CommitConfirmed`).
+    fn committed_ok(&mut self, watermarks: &[(PartitionId, Watermark)], confirmed: bool) {
         self.metrics.commits.with_label_values(&["ok"]).inc();
         for (p, w) in watermarks {
             self.metrics
@@ -556,6 +604,12 @@ impl<L: Lane> Core<L> {
             let e = self.committed.entry(p.clone()).or_insert(*w);
             if *w > *e {
                 *e = *w;
+            }
+            if confirmed {
+                let c = self.confirmed.entry(p.clone()).or_insert(*w);
+                if *w > *c {
+                    *c = *w;
+                }
             }
         }
     }
@@ -578,7 +632,7 @@ impl<L: Lane> Core<L> {
             }
             match source.commit(&watermarks, true) {
                 Ok(()) => {
-                    self.committed_ok(&watermarks);
+                    self.committed_ok(&watermarks, true);
                     break;
                 }
                 Err(e) if e.is_retriable() && self.clock.now() < deadline => {
@@ -648,7 +702,7 @@ impl<L: Lane> Revoker for Core<L> {
                     out.push((partition, wm));
                 }
             }
-            self.committed_ok(&out);
+            self.committed_ok(&out, true);
             return out;
         }
         let deadline = self.clock.now() + self.config.revoke_timeout;
@@ -696,7 +750,7 @@ impl<L: Lane> Revoker for Core<L> {
             }
         }
         tracing::info!(lanes = lanes.len(), commits = out.len(), "lanes revoked");
-        self.committed_ok(&out);
+        self.committed_ok(&out, true);
         out
     }
 }

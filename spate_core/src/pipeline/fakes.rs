@@ -18,7 +18,7 @@ use crate::sink::{
 use crate::source::{Deliver, Lane, LaneError, LaneId, LanePoll, Revoker, Source, SourceEvent};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -111,6 +111,8 @@ pub(crate) struct SourceLog {
     /// Lanes whose last pause/resume call at the source was a refused
     /// resume (still paused there).
     pub resume_refused: HashSet<LaneId>,
+    /// Asynchronous commits the broker refused (reported by the next poll).
+    pub failed_commits: Vec<(PartitionId, Watermark)>,
 }
 
 pub(crate) struct FakeSource {
@@ -136,6 +138,15 @@ pub(crate) struct FakeSource {
     pub hold_first: Arc<AtomicBool>,
     /// While set, every resume fails (a transient client error).
     pub refuse_resumes: Arc<AtomicBool>,
+    /// The broker refuses this many of the next asynchronous commits:
+    /// `commit` returns Ok (the request was queued), the next poll reports
+    /// `CommitFailed`.
+    pub fail_async_commits: Arc<AtomicUsize>,
+    /// Report the broker's confirmation of asynchronous commits
+    /// (`CommitConfirmed`, on the next poll).
+    pub confirm_async: bool,
+    /// Commit outcomes the next poll reports.
+    outcomes: Vec<SourceEvent<FakeLane>>,
 }
 
 impl FakeSource {
@@ -162,6 +173,9 @@ impl FakeSource {
             stale_generation: false,
             hold_first: Arc::default(),
             refuse_resumes: Arc::default(),
+            fail_async_commits: Arc::default(),
+            confirm_async: false,
+            outcomes: Vec::new(),
         }
     }
 }
@@ -289,6 +303,7 @@ impl Source for FakeSource {
             self.lanes.clear();
             return Ok(events);
         }
+        events.append(&mut self.outcomes);
         std::thread::sleep(timeout.min(Duration::from_millis(2)));
         let mut ready = Vec::new();
         while let Ok((lane, end)) = self.ended_rx.try_recv() {
@@ -354,12 +369,34 @@ impl Source for FakeSource {
             self.stale_generation = true;
             return Err(SourceError::Transient("IllegalGeneration".into()));
         }
+        let refuse = |n: usize| n.checked_sub(1);
+        if !sync
+            && self
+                .fail_async_commits
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, refuse)
+                .is_ok()
+        {
+            self.log.lock().failed_commits.extend_from_slice(watermarks);
+            self.outcomes.push(SourceEvent::CommitFailed {
+                watermarks: watermarks.to_vec(),
+                error: "RebalanceInProgress".into(),
+            });
+            return Ok(());
+        }
+        if !sync && self.confirm_async {
+            self.outcomes
+                .push(SourceEvent::CommitConfirmed(watermarks.to_vec()));
+        }
         let mut log = self.log.lock();
         for (p, w) in watermarks {
             log.commits.push((p.clone(), *w, sync));
             self.committed.insert(p.clone(), w.0);
         }
         Ok(())
+    }
+
+    fn confirms_async_commits(&self) -> bool {
+        self.confirm_async
     }
 
     fn flush_commits(&mut self, _timeout: Duration) -> Result<(), SourceError> {

@@ -9,6 +9,7 @@
 use super::fakes::{recording_sink, FakeSource};
 use super::tests::{data, io, now, options, start, WAIT};
 use super::*;
+use crate::record::Watermark;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -192,5 +193,95 @@ fn a_refused_resume_is_retried_until_the_lane_is_resumed() {
     let still = source_log.lock().paused.clone();
     let report = runtime.run(now());
     assert!(resumed, "lanes stranded paused at the source: {still:?}");
+    assert_eq!(report.state, ExitState::Completed, "{report:?}");
+}
+
+/// The committed-offset gauge of partition 0 of the fake topic.
+fn committed_gauge(metrics: &crate::metrics::Metrics) -> i64 {
+    metrics
+        .committed_offset
+        .with_label_values(&["fake", "0"])
+        .get()
+}
+
+/// An asynchronous commit the broker refuses is sent again on the next
+/// tick although the (idle) partition's watermark did not move, and the
+/// committed-offset gauge does not keep the refused value.
+#[test]
+fn a_refused_async_commit_is_retried_for_an_idle_partition() {
+    let io = io();
+    let source = FakeSource::new(data(1, 1000), false);
+    let source_log = source.log.clone();
+    source.fail_async_commits.store(1, Ordering::Release);
+    let sink = recording_sink(io.handle(), 1 << 20);
+    let sink_log = sink.log.clone();
+    let clock = crate::clock::ManualClock::new();
+    let mut opts = options(&io);
+    opts.commit_interval = Duration::from_secs(3600);
+    opts.clock = clock.clone();
+    let metrics = opts.metrics.clone();
+    let runtime = start(source, sink, opts, 100);
+    sink_log.wait_for("every row inserted", WAIT, |l| l.rows.len() == 1000);
+    clock.advance(Duration::from_secs(3600));
+    source_log.wait_for("the tick's commit refused", WAIT, |l| {
+        !l.failed_commits.is_empty()
+    });
+    // Two more polls: the refusal was reported and handled.
+    let polls = source_log.lock().polls;
+    source_log.wait_for("a controller turn", WAIT, |l| l.polls >= polls + 2);
+    assert_eq!(
+        committed_gauge(&metrics),
+        0,
+        "the gauge shows a commit the broker refused"
+    );
+    clock.advance(Duration::from_secs(3600));
+    let retried = source_log.wait_until(WAIT, |l| {
+        l.commits.iter().any(|c| c.1 == Watermark(1000) && !c.2)
+    });
+    let report = runtime.run(now());
+    assert!(retried, "the refused commit was never sent again");
+    assert_eq!(report.state, ExitState::Completed, "{report:?}");
+    assert_eq!(
+        source_log.lock().failed_commits,
+        vec![(crate::record::PartitionId::new("fake", 0), Watermark(1000))]
+    );
+}
+
+/// With a source that reports the broker's confirmations, the committed
+/// offset follows them, not the sending of the commit.
+#[test]
+fn the_committed_offset_follows_the_brokers_confirmation() {
+    let io = io();
+    let mut source = FakeSource::new(data(1, 1000), false);
+    source.confirm_async = true;
+    let source_log = source.log.clone();
+    source.fail_async_commits.store(1, Ordering::Release);
+    let sink = recording_sink(io.handle(), 1 << 20);
+    let sink_log = sink.log.clone();
+    let clock = crate::clock::ManualClock::new();
+    let mut opts = options(&io);
+    opts.commit_interval = Duration::from_secs(3600);
+    opts.clock = clock.clone();
+    let metrics = opts.metrics.clone();
+    let runtime = start(source, sink, opts, 100);
+    sink_log.wait_for("every row inserted", WAIT, |l| l.rows.len() == 1000);
+    clock.advance(Duration::from_secs(3600));
+    source_log.wait_for("the tick's commit refused", WAIT, |l| {
+        !l.failed_commits.is_empty()
+    });
+    let polls = source_log.lock().polls;
+    source_log.wait_for("a controller turn", WAIT, |l| l.polls >= polls + 2);
+    assert_eq!(committed_gauge(&metrics), 0, "nothing was confirmed yet");
+    clock.advance(Duration::from_secs(3600));
+    source_log.wait_for("the retried commit sent", WAIT, |l| !l.commits.is_empty());
+    let confirmed = {
+        let deadline = std::time::Instant::now() + WAIT;
+        while committed_gauge(&metrics) != 1000 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        committed_gauge(&metrics)
+    };
+    let report = runtime.run(now());
+    assert_eq!(confirmed, 1000, "the confirmed commit is shown");
     assert_eq!(report.state, ExitState::Completed, "{report:?}");
 }
