@@ -10,6 +10,7 @@ use crate::sink::shard::Replica;
 use crate::sink::target::InsertQuery;
 use spate_core::checkpoint::AckRange;
 use spate_core::metrics::Metrics;
+use spate_core::record::Offset;
 use spate_core::sink::{ack_channel, AckReceiver, ShardQueues};
 use spate_core::source::LaneId;
 use std::collections::VecDeque;
@@ -181,8 +182,8 @@ impl Harness {
             seq,
             parts: 1,
             part: 0,
-            start: seq as i64 * 10,
-            end: seq as i64 * 10 + 9,
+            start: Offset(seq as i64 * 10),
+            end: Offset(seq as i64 * 10 + 9),
             rows,
         };
         let chunk = Chunk {
