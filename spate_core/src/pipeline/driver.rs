@@ -571,6 +571,78 @@ mod tests {
         thread.join().expect("driver thread");
     }
 
+    /// A chain whose flush panics (a bug in an encoder's tail handling).
+    struct PanicOnFlush;
+
+    impl Chain for PanicOnFlush {
+        fn add_lane(&mut self, _: LaneId, _: &PartitionId, _: Option<PendingGate>) -> usize {
+            0
+        }
+        fn push(&mut self, _: usize, _: &Message<'_>) -> Result<(), ChainError> {
+            Ok(())
+        }
+        fn tick(&mut self, _: Instant) -> Result<(), ChainError> {
+            Ok(())
+        }
+        fn flush(&mut self) -> Result<(), ChainError> {
+            panic!("flush panicked on purpose");
+        }
+        fn remove_lane(&mut self, _: usize) {}
+    }
+
+    /// A driver whose flush panics while it stops lanes or shuts down
+    /// still makes the arrivals it owes: a waiter does not sit out its
+    /// deadline for a dead thread.
+    #[test]
+    fn a_panic_in_the_flush_still_arrives_at_the_barrier() {
+        for stop_lanes in [true, false] {
+            let (queues, _rx) = ShardQueues::new(1, 1 << 20, 1 << 19);
+            let (control_tx, control_rx) = unbounded();
+            let (events_tx, _events_rx) = unbounded();
+            let live = Arc::new(crate::health::Liveness::new(
+                vec!["driver-0".into()],
+                Duration::from_secs(60),
+            ));
+            let links = DriverLinks::<FakeLane> {
+                control: control_rx,
+                events: events_tx,
+                queues,
+            };
+            let env = ThreadEnv {
+                metrics: Arc::new(Metrics::new()),
+                heartbeat: live.heartbeat("driver-0"),
+                clock: crate::clock::system(),
+            };
+            let config = DriverConfig {
+                poll_batch: 1,
+                idle_max: Duration::from_millis(1),
+            };
+            let driver = Driver::new(0, Box::new(PanicOnFlush), links, env, config);
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let barrier = DrainBarrier::new(if stop_lanes { 2 } else { 1 });
+            let msg = if stop_lanes {
+                ThreadControl::StopLanes {
+                    lanes: vec![LaneId(1), LaneId(2)],
+                    barrier: barrier.clone(),
+                    deadline,
+                }
+            } else {
+                ThreadControl::Shutdown {
+                    barrier: barrier.clone(),
+                    deadline,
+                }
+            };
+            control_tx.send(msg).unwrap();
+            let thread = std::thread::spawn(move || driver.run());
+            assert!(thread.join().is_err(), "the flush panicked");
+            assert_eq!(
+                barrier.remaining(),
+                0,
+                "a driver that panicked in its flush left the barrier waiting (stop_lanes: {stop_lanes})"
+            );
+        }
+    }
+
     /// Take everything queued for a shard; the rows it held.
     fn queues_rows(rx: &mut crate::sink::ShardReceiver) -> u64 {
         let mut rows = 0;
