@@ -11,7 +11,10 @@
 //! driver requests (pause/resume at the source, a refused resume retried
 //! with backoff since its driver asks only once; fatal reports), fold sink
 //! acknowledgements into the checkpointer, and commit acknowledged
-//! watermarks on the commit tick. Revocations arrive synchronously through
+//! watermarks on the commit tick; an asynchronous commit the broker
+//! refuses (`SourceEvent::CommitFailed`) is offered again on the next
+//! tick, and with a source that reports confirmations a commit counts as
+//! committed only once confirmed. Revocations arrive synchronously through
 //! [`Revoker`]: stop the lanes on their drivers, wait for their
 //! acknowledgements until the revoke deadline, hand back their watermarks
 //! for the source to commit before it gives the partitions up.
