@@ -54,6 +54,9 @@ pub(crate) struct Shared {
     pub(crate) committed: HashMap<PartitionId, i64>,
     /// Highest offset sent in an asynchronous commit, per partition.
     pub(crate) sent: HashMap<PartitionId, i64>,
+    /// Asynchronous commits the broker refused, with its answer, not yet
+    /// reported to the controller (`SourceEvent::CommitFailed`).
+    pub(crate) refused: Vec<(Vec<(PartitionId, Watermark)>, String)>,
     /// A callback hit something the pipeline cannot survive.
     pub(crate) fatal: Option<String>,
 }
@@ -117,6 +120,43 @@ pub(crate) fn record_max(map: &mut HashMap<PartitionId, i64>, p: &PartitionId, o
     }
 }
 
+/// Record the broker's answer to a commit (the commit callback): offsets it
+/// confirmed raise `committed`; refused ones, for a partition still owned
+/// and at the last value sent asynchronously (an older refused value is
+/// covered by the newer commit), are queued in `refused` for the
+/// controller to offer again.
+pub(crate) fn record_commit_answer(
+    shared: &mut Shared,
+    result: &KafkaResult<()>,
+    offsets: &TopicPartitionList,
+) {
+    let mut refused = Vec::new();
+    let mut error = result.as_ref().err().map(ToString::to_string);
+    for e in offsets.elements() {
+        let Offset::Offset(o) = e.offset() else {
+            continue;
+        };
+        let p = PartitionId::new(e.topic(), e.partition());
+        if !shared.lanes.contains_key(&p) {
+            continue;
+        }
+        match result.as_ref().and(e.error().as_ref()) {
+            Ok(()) => record_max(&mut shared.committed, &p, o),
+            Err(why) => {
+                error.get_or_insert_with(|| why.to_string());
+                if shared.sent.get(&p) == Some(&o) {
+                    refused.push((p, Watermark(o)));
+                }
+            }
+        }
+    }
+    if !refused.is_empty() {
+        shared
+            .refused
+            .push((refused, error.unwrap_or_else(|| "refused".into())));
+    }
+}
+
 /// A topic-partition list with the given committed offsets.
 pub(crate) fn commit_list(
     watermarks: &[(PartitionId, Watermark)],
@@ -161,5 +201,40 @@ impl ClientContext for SpateContext {
             return;
         }
         tracing::warn!(target: "librdkafka", error = %error, "{reason}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::error::KafkaError;
+    use rdkafka::types::RDKafkaErrorCode;
+
+    fn owned(shared: &mut Shared, partition: i32, sent: i64) -> PartitionId {
+        let p = PartitionId::new("t", partition);
+        shared.lanes.insert(p.clone(), LaneId(partition as u64 + 1));
+        shared.sent.insert(p.clone(), sent);
+        p
+    }
+
+    #[test]
+    fn a_refused_commit_of_the_last_value_sent_is_queued_for_the_controller() {
+        let mut shared = Shared::default();
+        let p0 = owned(&mut shared, 0, 10);
+        let p1 = owned(&mut shared, 1, 30);
+        // Partition 1 sent a newer commit since: its older refusal is moot.
+        let tpl = commit_list(&[(p0.clone(), Watermark(10)), (p1, Watermark(20))]).unwrap();
+        let refused = Err(KafkaError::ConsumerCommit(
+            RDKafkaErrorCode::RebalanceInProgress,
+        ));
+        record_commit_answer(&mut shared, &refused, &tpl);
+        assert_eq!(shared.refused.len(), 1);
+        assert_eq!(shared.refused[0].0, vec![(p0.clone(), Watermark(10))]);
+        assert!(shared.committed.is_empty(), "nothing was confirmed");
+
+        let tpl = commit_list(&[(p0.clone(), Watermark(10))]).unwrap();
+        record_commit_answer(&mut shared, &Ok(()), &tpl);
+        assert_eq!(shared.committed.get(&p0), Some(&10));
+        assert_eq!(shared.refused.len(), 1, "a confirmation queues nothing");
     }
 }

@@ -19,11 +19,13 @@
 //!   timeout) commits nothing: another member may already own those
 //!   partitions.
 
-use crate::context::{commit_list, forget, lock, record_max, SpateContext, SplitPartition};
+use crate::context::{
+    commit_list, forget, lock, record_commit_answer, record_max, SpateContext, SplitPartition,
+};
 use crate::rendezvous::ask;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::KafkaResult;
-use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use rdkafka::topic_partition_list::TopicPartitionList;
 use spate_core::record::{PartitionId, Watermark};
 use spate_core::source::LaneId;
 use std::sync::atomic::Ordering;
@@ -52,22 +54,10 @@ impl ConsumerContext for SpateContext {
 
     fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
         tracing::debug!(?result, ?offsets, "commit callback");
-        match result {
-            Ok(()) => {
-                let mut shared = lock(&self.shared);
-                for e in offsets.elements() {
-                    if let Offset::Offset(o) = e.offset() {
-                        let p = PartitionId::new(e.topic(), e.partition());
-                        if shared.lanes.contains_key(&p) {
-                            record_max(&mut shared.committed, &p, o);
-                        }
-                    }
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "asynchronous offset commit failed; the next tick retries")
-            }
+        if let Err(e) = &result {
+            tracing::warn!(error = %e, "asynchronous offset commit failed; the next tick retries");
         }
+        record_commit_answer(&mut lock(&self.shared), &result, offsets);
     }
 }
 

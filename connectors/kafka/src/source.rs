@@ -7,6 +7,13 @@
 //! the lane is retired (`LanesRetired`); when every assigned lane is
 //! retired the source is `Drained`.
 //!
+//! Commits: an asynchronous commit the broker refuses (the commit
+//! callback) is reported as `CommitFailed`, so the controller offers it
+//! again on its next tick. Confirmations are not reported
+//! (`confirms_async_commits` is false): the local test broker (tansu)
+//! sends no commit callbacks back, so an asynchronous commit counts as
+//! committed once sent, until refused.
+//!
 //! Polling (`poll_events`, on the controller thread): the consumer poll,
 //! and so every rdkafka callback, runs on a scoped `spate-kafka-poll`
 //! thread, while the controller thread waits for it and serves the
@@ -181,13 +188,14 @@ impl KafkaSource {
 
     /// Turn what the callbacks and the lanes recorded into events.
     fn gather_events(&mut self) -> Result<Vec<SourceEvent<KafkaLane>>, SourceError> {
-        let (split, lost, revoked, fatal) = {
+        let (split, lost, revoked, fatal, refused) = {
             let mut shared = lock(&self.consumer.context().shared);
             (
                 std::mem::take(&mut shared.new_lanes),
                 std::mem::take(&mut shared.lost),
                 std::mem::take(&mut shared.revoked),
                 shared.fatal.take(),
+                std::mem::take(&mut shared.refused),
             )
         };
         if let Some(f) = fatal {
@@ -198,7 +206,10 @@ impl KafkaSource {
             self.ended.remove(lane);
             self.retired.remove(lane);
         }
-        let mut events = Vec::new();
+        let mut events: Vec<SourceEvent<KafkaLane>> = refused
+            .into_iter()
+            .map(|(watermarks, error)| SourceEvent::CommitFailed { watermarks, error })
+            .collect();
         if !lost.is_empty() {
             events.push(SourceEvent::Lost(lost));
         }

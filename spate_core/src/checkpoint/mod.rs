@@ -14,7 +14,8 @@
 //! so the segments tile the partition without gaps even where Kafka offsets
 //! have holes (compaction, transaction markers). A segment may be split
 //! into `parts` pieces, one per shard chunk that holds some of its rows; it
-//! counts as acknowledged when every part is. The watermark of a lane is
+//! counts as acknowledged when every part is, each part counted once
+//! however often it is acknowledged. The watermark of a lane is
 //! `end + 1` of the last segment of the longest fully acknowledged prefix
 //! `0..=k`. It can never pass a segment that is unacknowledged or failed.
 
@@ -24,7 +25,7 @@ pub use gate::PendingGate;
 
 use crate::record::{Offset, PartitionId, Watermark};
 use crate::source::LaneId;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// One acknowledgeable piece of a lane's stream, carried by a shard chunk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,6 +36,10 @@ pub struct AckRange {
     pub seq: u64,
     /// How many parts (shard chunks) the segment was split into.
     pub parts: u32,
+    /// Which part this is: the shard whose chunk carries it (a shard holds
+    /// at most one part of a segment). A part acknowledged twice counts
+    /// once.
+    pub part: u32,
     /// First offset of the segment (diagnostics only).
     pub start: Offset,
     /// Last offset the segment covers (inclusive); once acknowledged, the
@@ -47,7 +52,9 @@ pub struct AckRange {
 #[derive(Debug)]
 struct SegmentState {
     parts_total: u32,
-    parts_acked: u32,
+    /// The parts acknowledged so far, by [`AckRange::part`]: a set, so a
+    /// part acknowledged twice counts once.
+    parts_acked: BTreeSet<u32>,
     end: Offset,
 }
 
@@ -74,7 +81,8 @@ pub enum AckOutcome {
     Recorded,
     /// The lane is gone (revoked or retired): ignored.
     UnknownLane,
-    /// A part of a segment already fully acknowledged: ignored.
+    /// A part already acknowledged, or a part of a segment already fully
+    /// acknowledged: ignored.
     Duplicate,
 }
 
@@ -132,14 +140,16 @@ impl Checkpointer {
         if range.seq < track.next_seq {
             return AckOutcome::Duplicate;
         }
-        track.gate.released(range.rows as i64);
         let seg = track.partial.entry(range.seq).or_insert(SegmentState {
             parts_total: range.parts.max(1),
-            parts_acked: 0,
+            parts_acked: BTreeSet::new(),
             end: range.end,
         });
-        seg.parts_acked += 1;
+        if !seg.parts_acked.insert(range.part) {
+            return AckOutcome::Duplicate;
+        }
         seg.end = seg.end.max(range.end);
+        track.gate.released(range.rows as i64);
         track.advance();
         AckOutcome::Recorded
     }
@@ -241,7 +251,7 @@ impl LaneTrack {
                 return;
             }
             match self.partial.get(&self.next_seq) {
-                Some(seg) if seg.parts_acked >= seg.parts_total => {
+                Some(seg) if seg.parts_acked.len() as u64 >= u64::from(seg.parts_total) => {
                     self.acked = Some(Watermark::after(seg.end));
                     self.partial.remove(&self.next_seq);
                     self.next_seq += 1;

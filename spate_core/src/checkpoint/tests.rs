@@ -11,10 +11,16 @@ fn p(n: i32) -> PartitionId {
 }
 
 fn range(lane: u64, seq: u64, parts: u32, end: i64, rows: u64) -> AckRange {
+    part(lane, seq, parts, 0, end, rows)
+}
+
+/// Part `part` of a segment split into `parts`.
+fn part(lane: u64, seq: u64, parts: u32, part: u32, end: i64, rows: u64) -> AckRange {
     AckRange {
         lane: LaneId(lane),
         seq,
         parts,
+        part,
         start: Offset(0),
         end: Offset(end),
         rows,
@@ -40,10 +46,28 @@ fn watermark_is_the_contiguous_acknowledged_prefix() {
 fn a_split_segment_needs_every_part() {
     let mut c = Checkpointer::new();
     c.add_lane(LaneId(1), p(0), 1_000);
-    c.ack(&range(1, 0, 2, 9, 5));
+    c.ack(&part(1, 0, 2, 0, 9, 5));
     assert_eq!(c.watermark(LaneId(1)), None);
-    c.ack(&range(1, 0, 2, 9, 5));
+    c.ack(&part(1, 0, 2, 1, 9, 5));
     assert_eq!(c.watermark(LaneId(1)), Some(Watermark(10)));
+}
+
+#[test]
+fn a_part_acknowledged_twice_counts_once() {
+    let mut c = Checkpointer::new();
+    let gate = c.add_lane(LaneId(1), p(0), 1_000);
+    gate.dispatched(10);
+    assert_eq!(c.ack(&part(1, 0, 2, 0, 9, 5)), AckOutcome::Recorded);
+    assert_eq!(c.ack(&part(1, 0, 2, 0, 9, 5)), AckOutcome::Duplicate);
+    assert_eq!(
+        c.watermark(LaneId(1)),
+        None,
+        "the second part of segment 0 is still out"
+    );
+    assert_eq!(gate.pending(), 5, "the duplicate released no rows");
+    assert_eq!(c.ack(&part(1, 0, 2, 1, 9, 5)), AckOutcome::Recorded);
+    assert_eq!(c.watermark(LaneId(1)), Some(Watermark(10)));
+    assert_eq!(gate.pending(), 0);
 }
 
 #[test]
@@ -159,6 +183,16 @@ impl ModelLane {
         wm
     }
 
+    /// Rows dispatched: one per part of every segment.
+    fn rows(&self) -> i64 {
+        self.segs.iter().map(|s| i64::from(s.2)).sum()
+    }
+
+    /// Rows not acknowledged: one per part never acknowledged.
+    fn pending_rows(&self) -> i64 {
+        self.rows() - self.acked_parts.iter().map(|a| a.len() as i64).sum::<i64>()
+    }
+
     fn offset_acked(&self, offset: i64) -> bool {
         self.segs
             .iter()
@@ -182,8 +216,9 @@ proptest! {
         let mut committed: HashMap<i32, i64> = HashMap::new();
         for partition in 0..3 {
             next_id += 1;
-            c.add_lane(LaneId(next_id), p(partition), 1 << 40);
-            lanes.push(ModelLane::new(next_id, partition, 0, &shape));
+            let lane = ModelLane::new(next_id, partition, 0, &shape);
+            c.add_lane(LaneId(next_id), p(partition), 1 << 40).dispatched(lane.rows());
+            lanes.push(lane);
         }
         for op in ops {
             match op {
@@ -191,23 +226,23 @@ proptest! {
                     let m = &mut lanes[lane];
                     let (start, end, parts) = m.segs[seg];
                     let part = part % parts;
-                    let r = AckRange { lane: LaneId(m.id), seq: seg as u64, parts, start: Offset(start), end: Offset(end), rows: 1 };
-                    let already = m.reference_watermark().is_some_and(|w| w > end);
-                    if !already && m.acked_parts[seg].contains(&part) {
-                        // Each part is acknowledged once by its shard worker.
-                        continue;
-                    }
+                    let r = AckRange { lane: LaneId(m.id), seq: seg as u64, parts, part, start: Offset(start), end: Offset(end), rows: 1 };
+                    // A part acknowledged again (a duplicate delivery) must
+                    // change nothing: not the watermark, not the gate.
+                    let already = m.reference_watermark().is_some_and(|w| w > end)
+                        || m.acked_parts[seg].contains(&part);
                     let out = c.ack(&r);
                     if already {
                         prop_assert_eq!(out, AckOutcome::Duplicate);
                     } else {
+                        prop_assert_eq!(out, AckOutcome::Recorded);
                         m.acked_parts[seg].insert(part);
                     }
                 }
                 Op::Fail { lane, seg } => {
                     let m = &mut lanes[lane];
                     let (start, end, parts) = m.segs[seg];
-                    let r = AckRange { lane: LaneId(m.id), seq: seg as u64, parts, start: Offset(start), end: Offset(end), rows: 1 };
+                    let r = AckRange { lane: LaneId(m.id), seq: seg as u64, parts, part: 0, start: Offset(start), end: Offset(end), rows: 1 };
                     let before = c.watermark(LaneId(m.id));
                     c.fail(&r);
                     // A segment already below the watermark stays acknowledged.
@@ -239,15 +274,17 @@ proptest! {
                         prop_assert!(prev.is_none_or(|p| p <= w.0));
                     }
                     next_id += 1;
-                    c.add_lane(LaneId(next_id), p(partition), 1 << 40);
-                    lanes[lane] = ModelLane::new(next_id, partition, from, &shape);
+                    let new = ModelLane::new(next_id, partition, from, &shape);
+                    c.add_lane(LaneId(next_id), p(partition), 1 << 40).dispatched(new.rows());
+                    lanes[lane] = new;
                     // A late ack of the old lane must not move the new one.
-                    let stale = AckRange { lane: LaneId(old), seq: 0, parts: 1, start: Offset(0), end: Offset(1_000), rows: 1 };
+                    let stale = AckRange { lane: LaneId(old), seq: 0, parts: 1, part: 0, start: Offset(0), end: Offset(1_000), rows: 1 };
                     prop_assert_eq!(c.ack(&stale), AckOutcome::UnknownLane);
                 }
             }
             for m in &lanes {
                 prop_assert_eq!(c.watermark(LaneId(m.id)).map(|w| w.0), m.reference_watermark());
+                prop_assert_eq!(c.gate(LaneId(m.id)).map(PendingGate::pending), Some(m.pending_rows()));
             }
         }
     }

@@ -8,9 +8,13 @@
 //!
 //! *Consuming*: poll source events (assignments become `AddLane`, end of
 //! input becomes `FlushNow`, retired lanes become `DropLanes`), apply
-//! driver requests (pause/resume at the source, fatal reports), fold sink
+//! driver requests (pause/resume at the source, a refused resume retried
+//! with backoff since its driver asks only once; fatal reports), fold sink
 //! acknowledgements into the checkpointer, and commit acknowledged
-//! watermarks on the commit tick. Revocations arrive synchronously through
+//! watermarks on the commit tick; an asynchronous commit the broker
+//! refuses (`SourceEvent::CommitFailed`) is offered again on the next
+//! tick, and with a source that reports confirmations a commit counts as
+//! committed only once confirmed. Revocations arrive synchronously through
 //! [`Revoker`]: stop the lanes on their drivers, wait for their
 //! acknowledgements until the revoke deadline, hand back their watermarks
 //! for the source to commit before it gives the partitions up.
@@ -21,6 +25,7 @@
 //! drain + commit + `flush_commits`.
 
 use super::control::{DriverEvent, ThreadControl, ThreadEnv};
+use super::resume::ResumeRetry;
 use crate::checkpoint::{AckOutcome, Checkpointer};
 use crate::clock::{self, SharedClock};
 use crate::error::{FatalError, Fault};
@@ -29,7 +34,7 @@ use crate::metrics::Metrics;
 use crate::record::{PartitionId, Watermark};
 use crate::sink::{AckEvent, AckReceiver, DrainReport};
 use crate::source::{BarrierOutcome, DrainBarrier, Lane, LaneId, Revoker, Source, SourceEvent};
-use crossbeam_channel::{select, Receiver, Sender};
+use crossbeam_channel::{never, select, Receiver, Sender};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -92,6 +97,8 @@ pub(crate) struct Core<L> {
     load: Vec<usize>,
     home: HashMap<LaneId, (usize, PartitionId)>,
     paused: HashSet<LaneId>,
+    /// Paused lanes whose resume the source refused, retried on our turns.
+    resume_retry: ResumeRetry,
     acks: AckReceiver,
     events: Receiver<DriverEvent>,
     failure: Option<FatalError>,
@@ -99,7 +106,12 @@ pub(crate) struct Core<L> {
     /// Drivers are gone and the sink drained: revocations hand back the
     /// acknowledged watermarks without stopping anything.
     draining: bool,
+    /// Per partition, the highest watermark counted as committed (gauges,
+    /// lag, the exit report): confirmed by the broker, or sent by a source
+    /// that does not report confirmations and not refused since.
     committed: BTreeMap<PartitionId, Watermark>,
+    /// Per partition, the highest watermark the broker confirmed.
+    confirmed: BTreeMap<PartitionId, Watermark>,
     /// Partitions with per-partition gauges set (removed once not owned).
     gauged: HashSet<PartitionId>,
     metrics: Arc<Metrics>,
@@ -133,12 +145,14 @@ impl<S: Source> Controller<S> {
                 load: vec![0; n],
                 home: HashMap::new(),
                 paused: HashSet::new(),
+                resume_retry: ResumeRetry::default(),
                 acks: links.acks,
                 events: links.events,
                 failure: None,
                 drained: false,
                 draining: false,
                 committed: BTreeMap::new(),
+                confirmed: BTreeMap::new(),
                 gauged: HashSet::new(),
                 metrics: env.metrics,
                 readiness: links.readiness,
@@ -194,6 +208,7 @@ impl<S: Source> Controller<S> {
                 }
             }
             self.core.apply_driver_events(&mut self.source);
+            self.core.retry_resumes(&mut self.source);
             self.core.apply_acks();
             if self.core.clock.now() >= next_commit {
                 self.core.commit(&mut self.source, false);
@@ -221,20 +236,11 @@ impl<S: Source> Controller<S> {
             .to_main
             .send(ToMain::Draining { barrier, deadline })
             .is_ok();
-        let mut drain_report = None;
-        if main_alive {
-            // Fold acknowledgements while main joins drivers and drains the sink.
-            loop {
-                select! {
-                    recv(self.from_main) -> msg => {
-                        if let Ok(FromMain::SinkDrained(r)) = msg { drain_report = r; }
-                        break;
-                    }
-                    recv(self.core.acks) -> ev => { if let Ok(ev) = ev { self.core.apply_ack(ev); } }
-                    recv(self.core.events) -> ev => { if let Ok(ev) = ev { self.core.on_driver_event_draining(ev); } }
-                }
-            }
-        }
+        let drain_report = if main_alive {
+            self.await_sink_drain()
+        } else {
+            None
+        };
         // Every worker is done: whatever they acknowledged is in the channel.
         self.core.apply_acks();
         self.core.draining = true;
@@ -262,6 +268,39 @@ impl<S: Source> Controller<S> {
                 .map(|(p, w)| (p.clone(), w.0))
                 .collect(),
             commit_error,
+        }
+    }
+}
+
+impl<S: Source> Controller<S> {
+    /// Fold acknowledgements and driver reports while main joins the
+    /// drivers and drains the sink, until main reports the drain.
+    ///
+    /// Main joins the drivers first, so the driver-event channel
+    /// disconnects early, and the sink may drop its acknowledgement senders
+    /// before main reports: a disconnected channel is always ready to a
+    /// `select!`, so each one is swapped for `never()` once closed, or this
+    /// loop would spin a core for the whole drain.
+    fn await_sink_drain(&mut self) -> Option<DrainReport> {
+        let mut acks = self.core.acks.clone();
+        let mut events = self.core.events.clone();
+        loop {
+            select! {
+                recv(self.from_main) -> msg => {
+                    return match msg {
+                        Ok(FromMain::SinkDrained(r)) => r,
+                        Err(_) => None,
+                    };
+                }
+                recv(acks) -> ev => match ev {
+                    Ok(ev) => self.core.apply_ack(ev),
+                    Err(_) => acks = never(),
+                },
+                recv(events) -> ev => match ev {
+                    Ok(ev) => self.core.on_driver_event_draining(ev),
+                    Err(_) => events = never(),
+                },
+            }
         }
     }
 }
@@ -317,6 +356,10 @@ impl<L: Lane> Core<L> {
                 }
             }
             SourceEvent::Drained => self.drained = true,
+            SourceEvent::CommitConfirmed(watermarks) => self.committed_ok(&watermarks, true),
+            SourceEvent::CommitFailed { watermarks, error } => {
+                self.commit_refused(&watermarks, &error);
+            }
         }
     }
 
@@ -348,6 +391,7 @@ impl<L: Lane> Core<L> {
         if self.paused.remove(&lane) {
             self.metrics.lanes_paused.dec();
         }
+        self.resume_retry.clear(&[lane]);
         self.checkpointer.remove_lane(lane)
     }
 
@@ -364,49 +408,68 @@ impl<L: Lane> Core<L> {
     fn apply_driver_events<S: Source<Lane = L>>(&mut self, source: &mut S) {
         while let Ok(ev) = self.events.try_recv() {
             match ev {
-                DriverEvent::PauseLanes { lanes } => {
-                    let new: Vec<LaneId> = lanes
-                        .into_iter()
-                        .filter(|l| self.home.contains_key(l) && !self.paused.contains(l))
-                        .collect();
-                    if new.is_empty() {
-                        continue;
-                    }
-                    match source.pause(&new) {
-                        Ok(()) => {
-                            self.metrics.lanes_paused.add(new.len() as i64);
-                            self.paused.extend(new);
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "pausing lanes failed; the driver keeps them unpolled")
-                        }
-                    }
-                }
-                DriverEvent::ResumeLanes { lanes } => {
-                    let was: Vec<LaneId> = lanes
-                        .into_iter()
-                        .filter(|l| self.paused.contains(l))
-                        .collect();
-                    if was.is_empty() {
-                        continue;
-                    }
-                    match source.resume(&was) {
-                        Ok(()) => {
-                            self.metrics.lanes_paused.sub(was.len() as i64);
-                            for l in &was {
-                                self.paused.remove(l);
-                            }
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "resuming lanes failed; will retry on the next request")
-                        }
-                    }
-                }
+                DriverEvent::PauseLanes { lanes } => self.pause_lanes(source, &lanes),
+                DriverEvent::ResumeLanes { lanes } => self.resume_lanes(source, &lanes),
                 DriverEvent::Fatal { thread, error } => {
                     tracing::error!(driver = thread, "driver reported a fatal error");
                     self.fail(error);
                 }
             }
+        }
+    }
+
+    fn pause_lanes<S: Source<Lane = L>>(&mut self, source: &mut S, lanes: &[LaneId]) {
+        // A lane whose resume was refused is still paused at the source,
+        // which is what its driver wants again: stop retrying it.
+        self.resume_retry.clear(lanes);
+        let new: Vec<LaneId> = lanes
+            .iter()
+            .filter(|l| self.home.contains_key(l) && !self.paused.contains(l))
+            .copied()
+            .collect();
+        if new.is_empty() {
+            return;
+        }
+        match source.pause(&new) {
+            Ok(()) => {
+                self.metrics.lanes_paused.add(new.len() as i64);
+                self.paused.extend(new);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "pausing lanes failed; the driver keeps them unpolled")
+            }
+        }
+    }
+
+    /// Resume lanes at the source; a refusal is retried by
+    /// [`retry_resumes`](Self::retry_resumes), since the driver asks once.
+    fn resume_lanes<S: Source<Lane = L>>(&mut self, source: &mut S, lanes: &[LaneId]) {
+        let (was, not_paused): (Vec<LaneId>, Vec<LaneId>) =
+            lanes.iter().partition(|l| self.paused.contains(l));
+        self.resume_retry.clear(&not_paused);
+        if was.is_empty() {
+            return;
+        }
+        match source.resume(&was) {
+            Ok(()) => {
+                self.metrics.lanes_paused.sub(was.len() as i64);
+                for l in &was {
+                    self.paused.remove(l);
+                }
+                self.resume_retry.clear(&was);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, lanes = was.len(), "resuming lanes failed; retrying with backoff");
+                self.resume_retry.refused(&was, self.clock.now());
+            }
+        }
+    }
+
+    /// Try again the resumes the source refused, once their backoff passed.
+    fn retry_resumes<S: Source<Lane = L>>(&mut self, source: &mut S) {
+        let due = self.resume_retry.take_due(self.clock.now());
+        if !due.is_empty() {
+            self.resume_lanes(source, &due);
         }
     }
 
@@ -451,7 +514,11 @@ impl<L: Lane> Core<L> {
             return;
         }
         match source.commit(&watermarks, sync) {
-            Ok(()) => self.committed_ok(&watermarks),
+            Ok(()) if sync => self.committed_ok(&watermarks, true),
+            // Counted when the broker confirms it (`CommitConfirmed`).
+            Ok(()) if source.confirms_async_commits() => {}
+            // Counted at once; a later `CommitFailed` takes it back.
+            Ok(()) => self.committed_ok(&watermarks, false),
             Err(e) => {
                 self.metrics.commits.with_label_values(&["error"]).inc();
                 tracing::warn!(error = %e, "offset commit failed; will retry");
@@ -495,7 +562,41 @@ impl<L: Lane> Core<L> {
         });
     }
 
-    fn committed_ok(&mut self, watermarks: &[(PartitionId, Watermark)]) {
+    /// The broker refused an asynchronous commit: offer it again on the
+    /// next tick (the partition may be idle, its watermark unmoved), and
+    /// take back a value that was counted before the broker answered.
+    fn commit_refused(&mut self, watermarks: &[(PartitionId, Watermark)], error: &str) {
+        self.metrics.commits.with_label_values(&["error"]).inc();
+        tracing::warn!(
+            error,
+            ?watermarks,
+            "the broker refused an offset commit; offering it again on the next tick"
+        );
+        self.checkpointer.commit_failed(watermarks);
+        for (p, w) in watermarks {
+            if self.committed.get(p) != Some(w) || self.confirmed.get(p) == Some(w) {
+                continue;
+            }
+            let labels = [&*p.topic, &p.partition.to_string()];
+            match self.confirmed.get(p) {
+                Some(c) => {
+                    self.committed.insert(p.clone(), *c);
+                    self.metrics
+                        .committed_offset
+                        .with_label_values(&labels)
+                        .set(c.0);
+                }
+                None => {
+                    self.committed.remove(p);
+                    let _ = self.metrics.committed_offset.remove_label_values(&labels);
+                }
+            }
+        }
+    }
+
+    /// Count `watermarks` as committed; `confirmed` if the broker said so
+    /// (a synchronous commit, a `CommitConfirmed`).
+    fn committed_ok(&mut self, watermarks: &[(PartitionId, Watermark)], confirmed: bool) {
         self.metrics.commits.with_label_values(&["ok"]).inc();
         for (p, w) in watermarks {
             self.metrics
@@ -506,6 +607,12 @@ impl<L: Lane> Core<L> {
             let e = self.committed.entry(p.clone()).or_insert(*w);
             if *w > *e {
                 *e = *w;
+            }
+            if confirmed {
+                let c = self.confirmed.entry(p.clone()).or_insert(*w);
+                if *w > *c {
+                    *c = *w;
+                }
             }
         }
     }
@@ -528,7 +635,7 @@ impl<L: Lane> Core<L> {
             }
             match source.commit(&watermarks, true) {
                 Ok(()) => {
-                    self.committed_ok(&watermarks);
+                    self.committed_ok(&watermarks, true);
                     break;
                 }
                 Err(e) if e.is_retriable() && self.clock.now() < deadline => {
@@ -598,7 +705,7 @@ impl<L: Lane> Revoker for Core<L> {
                     out.push((partition, wm));
                 }
             }
-            self.committed_ok(&out);
+            self.committed_ok(&out, true);
             return out;
         }
         let deadline = self.clock.now() + self.config.revoke_timeout;
@@ -646,7 +753,7 @@ impl<L: Lane> Revoker for Core<L> {
             }
         }
         tracing::info!(lanes = lanes.len(), commits = out.len(), "lanes revoked");
-        self.committed_ok(&out);
+        self.committed_ok(&out, true);
         out
     }
 }

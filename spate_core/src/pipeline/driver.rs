@@ -19,7 +19,7 @@ use crate::error::{ChainError, FatalError, Fault};
 use crate::health::Heartbeat;
 use crate::metrics::Metrics;
 use crate::sink::ShardQueues;
-use crate::source::{Lane, LaneError, LaneId, LanePoll};
+use crate::source::{DrainBarrier, Lane, LaneError, LaneId, LanePoll};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use prometheus::IntCounter;
 use std::sync::Arc;
@@ -288,6 +288,7 @@ impl<L: Lane> Driver<L> {
                 barrier,
                 deadline,
             } => {
+                let arrivals = Arrivals::new(barrier, lanes.len());
                 self.flush_or_fail();
                 self.remove(&lanes);
                 if self.clock.now() > deadline {
@@ -296,9 +297,7 @@ impl<L: Lane> Driver<L> {
                         "revocation flush finished after its deadline"
                     );
                 }
-                for _ in &lanes {
-                    barrier.arrive();
-                }
+                drop(arrivals);
                 Flow::Continue
             }
             ThreadControl::FlushNow => {
@@ -310,6 +309,7 @@ impl<L: Lane> Driver<L> {
                 Flow::Continue
             }
             ThreadControl::Shutdown { barrier, deadline } => {
+                let arrival = Arrivals::new(barrier, 1);
                 self.flush_or_fail();
                 let all = self.lane_ids();
                 self.remove(&all);
@@ -319,7 +319,7 @@ impl<L: Lane> Driver<L> {
                         "shutdown flush finished after its deadline"
                     );
                 }
-                barrier.arrive();
+                drop(arrival);
                 Flow::Exit
             }
         }
@@ -359,6 +359,51 @@ impl<L: Lane> Driver<L> {
                 thread: self.index,
                 error,
             });
+        }
+    }
+}
+
+/// Arrivals owed to a barrier, made when dropped: at the end of a flush,
+/// or while a panic in the flush unwinds, so a dying driver never leaves
+/// a barrier's waiter to its deadline.
+struct Arrivals {
+    barrier: DrainBarrier,
+    count: usize,
+}
+
+impl Arrivals {
+    fn new(barrier: DrainBarrier, count: usize) -> Self {
+        Self { barrier, count }
+    }
+}
+
+impl Drop for Arrivals {
+    fn drop(&mut self) {
+        for _ in 0..self.count {
+            self.barrier.arrive();
+        }
+    }
+}
+
+/// What the thread of a driver that panicked does until shutdown: it has
+/// no chain left to flush (its lanes' unflushed rows were never
+/// acknowledged, so they replay), so it arrives at every barrier at once
+/// and exits on `Shutdown` or when the controller is gone.
+pub(crate) fn serve_dead<L: Lane>(index: usize, control: &Receiver<ThreadControl<L>>) {
+    for msg in control {
+        match msg {
+            ThreadControl::StopLanes { lanes, barrier, .. } => {
+                drop(Arrivals::new(barrier, lanes.len()));
+            }
+            ThreadControl::Shutdown { barrier, .. } => {
+                barrier.arrive();
+                tracing::info!(driver = index, "dead driver answered the shutdown");
+                return;
+            }
+            ThreadControl::AddLane { lane, .. } => {
+                tracing::warn!(driver = index, lane = %lane.id(), "lane sent to a dead driver; not polled");
+            }
+            ThreadControl::FlushNow | ThreadControl::DropLanes { .. } => {}
         }
     }
 }
@@ -524,6 +569,78 @@ mod tests {
         assert_eq!(resumed, vec![stalled]);
         drop(control_tx);
         thread.join().expect("driver thread");
+    }
+
+    /// A chain whose flush panics (a bug in an encoder's tail handling).
+    struct PanicOnFlush;
+
+    impl Chain for PanicOnFlush {
+        fn add_lane(&mut self, _: LaneId, _: &PartitionId, _: Option<PendingGate>) -> usize {
+            0
+        }
+        fn push(&mut self, _: usize, _: &Message<'_>) -> Result<(), ChainError> {
+            Ok(())
+        }
+        fn tick(&mut self, _: Instant) -> Result<(), ChainError> {
+            Ok(())
+        }
+        fn flush(&mut self) -> Result<(), ChainError> {
+            panic!("flush panicked on purpose");
+        }
+        fn remove_lane(&mut self, _: usize) {}
+    }
+
+    /// A driver whose flush panics while it stops lanes or shuts down
+    /// still makes the arrivals it owes: a waiter does not sit out its
+    /// deadline for a dead thread.
+    #[test]
+    fn a_panic_in_the_flush_still_arrives_at_the_barrier() {
+        for stop_lanes in [true, false] {
+            let (queues, _rx) = ShardQueues::new(1, 1 << 20, 1 << 19);
+            let (control_tx, control_rx) = unbounded();
+            let (events_tx, _events_rx) = unbounded();
+            let live = Arc::new(crate::health::Liveness::new(
+                vec!["driver-0".into()],
+                Duration::from_secs(60),
+            ));
+            let links = DriverLinks::<FakeLane> {
+                control: control_rx,
+                events: events_tx,
+                queues,
+            };
+            let env = ThreadEnv {
+                metrics: Arc::new(Metrics::new()),
+                heartbeat: live.heartbeat("driver-0"),
+                clock: crate::clock::system(),
+            };
+            let config = DriverConfig {
+                poll_batch: 1,
+                idle_max: Duration::from_millis(1),
+            };
+            let driver = Driver::new(0, Box::new(PanicOnFlush), links, env, config);
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let barrier = DrainBarrier::new(if stop_lanes { 2 } else { 1 });
+            let msg = if stop_lanes {
+                ThreadControl::StopLanes {
+                    lanes: vec![LaneId(1), LaneId(2)],
+                    barrier: barrier.clone(),
+                    deadline,
+                }
+            } else {
+                ThreadControl::Shutdown {
+                    barrier: barrier.clone(),
+                    deadline,
+                }
+            };
+            control_tx.send(msg).unwrap();
+            let thread = std::thread::spawn(move || driver.run());
+            assert!(thread.join().is_err(), "the flush panicked");
+            assert_eq!(
+                barrier.remaining(),
+                0,
+                "a driver that panicked in its flush left the barrier waiting (stop_lanes: {stop_lanes})"
+            );
+        }
     }
 
     /// Take everything queued for a shard; the rows it held.

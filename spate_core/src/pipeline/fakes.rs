@@ -18,7 +18,7 @@ use crate::sink::{
 use crate::source::{Deliver, Lane, LaneError, LaneId, LanePoll, Revoker, Source, SourceEvent};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -108,6 +108,11 @@ pub(crate) struct SourceLog {
     /// Revocations begun (the revoker was called) and returned.
     pub revocations_started: usize,
     pub revocations_done: usize,
+    /// Lanes whose last pause/resume call at the source was a refused
+    /// resume (still paused there).
+    pub resume_refused: HashSet<LaneId>,
+    /// Asynchronous commits the broker refused (reported by the next poll).
+    pub failed_commits: Vec<(PartitionId, Watermark)>,
 }
 
 pub(crate) struct FakeSource {
@@ -129,6 +134,19 @@ pub(crate) struct FakeSource {
     /// cleared by the next poll, as serving the rebalance would.
     pub refuse_sync_commits: usize,
     stale_generation: bool,
+    /// While set, the lane of the first partition delivers nothing.
+    pub hold_first: Arc<AtomicBool>,
+    /// While set, every resume fails (a transient client error).
+    pub refuse_resumes: Arc<AtomicBool>,
+    /// The broker refuses this many of the next asynchronous commits:
+    /// `commit` returns Ok (the request was queued), the next poll reports
+    /// `CommitFailed`.
+    pub fail_async_commits: Arc<AtomicUsize>,
+    /// Report the broker's confirmation of asynchronous commits
+    /// (`CommitConfirmed`, on the next poll).
+    pub confirm_async: bool,
+    /// Commit outcomes the next poll reports.
+    outcomes: Vec<SourceEvent<FakeLane>>,
 }
 
 impl FakeSource {
@@ -153,6 +171,11 @@ impl FakeSource {
             revoke_now: Arc::default(),
             refuse_sync_commits: 0,
             stale_generation: false,
+            hold_first: Arc::default(),
+            refuse_resumes: Arc::default(),
+            fail_async_commits: Arc::default(),
+            confirm_async: false,
+            outcomes: Vec::new(),
         }
     }
 }
@@ -166,6 +189,8 @@ pub(crate) struct FakeLane {
     ended_tx: Sender<(LaneId, i64)>,
     told: bool,
     log: Arc<Watched<SourceLog>>,
+    /// While this is set, the lane delivers nothing.
+    hold: Option<Arc<AtomicBool>>,
 }
 
 impl FakeLane {
@@ -181,6 +206,7 @@ impl FakeLane {
             ended_tx,
             told: false,
             log: Arc::default(),
+            hold: None,
         }
     }
 }
@@ -195,6 +221,13 @@ impl Lane for FakeLane {
     }
 
     fn poll(&mut self, max: usize, deliver: &mut Deliver<'_>) -> Result<LanePoll, LaneError> {
+        if self
+            .hold
+            .as_ref()
+            .is_some_and(|h| h.load(Ordering::Acquire))
+        {
+            return Ok(LanePoll::Delivered(0));
+        }
         let mut n = 0;
         while n < max && self.pos < self.data.len() {
             let msg = Message {
@@ -241,7 +274,7 @@ impl Source for FakeSource {
         if !self.assigned {
             self.assigned = true;
             let mut lanes = Vec::new();
-            for (partition, data) in &self.partitions {
+            for (i, (partition, data)) in self.partitions.iter().enumerate() {
                 self.next_lane += 1;
                 let id = LaneId(self.next_lane);
                 self.lanes.insert(id, partition.clone());
@@ -254,6 +287,7 @@ impl Source for FakeSource {
                     ended_tx: self.ended_tx.clone(),
                     told: false,
                     log: self.log.clone(),
+                    hold: (i == 0).then(|| self.hold_first.clone()),
                 });
             }
             events.push(SourceEvent::Assigned(lanes));
@@ -269,6 +303,7 @@ impl Source for FakeSource {
             self.lanes.clear();
             return Ok(events);
         }
+        events.append(&mut self.outcomes);
         std::thread::sleep(timeout.min(Duration::from_millis(2)));
         let mut ready = Vec::new();
         while let Ok((lane, end)) = self.ended_rx.try_recv() {
@@ -303,13 +338,21 @@ impl Source for FakeSource {
         let mut log = self.log.lock();
         log.pause_calls += 1;
         log.paused.extend(lanes.iter().copied());
+        for l in lanes {
+            log.resume_refused.remove(l);
+        }
         Ok(())
     }
 
     fn resume(&mut self, lanes: &[LaneId]) -> Result<(), SourceError> {
         let mut log = self.log.lock();
+        if self.refuse_resumes.load(Ordering::Acquire) {
+            log.resume_refused.extend(lanes.iter().copied());
+            return Err(SourceError::Transient("resume refused".into()));
+        }
         for l in lanes {
             log.paused.remove(l);
+            log.resume_refused.remove(l);
         }
         Ok(())
     }
@@ -326,12 +369,34 @@ impl Source for FakeSource {
             self.stale_generation = true;
             return Err(SourceError::Transient("IllegalGeneration".into()));
         }
+        let refuse = |n: usize| n.checked_sub(1);
+        if !sync
+            && self
+                .fail_async_commits
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, refuse)
+                .is_ok()
+        {
+            self.log.lock().failed_commits.extend_from_slice(watermarks);
+            self.outcomes.push(SourceEvent::CommitFailed {
+                watermarks: watermarks.to_vec(),
+                error: "RebalanceInProgress".into(),
+            });
+            return Ok(());
+        }
+        if !sync && self.confirm_async {
+            self.outcomes
+                .push(SourceEvent::CommitConfirmed(watermarks.to_vec()));
+        }
         let mut log = self.log.lock();
         for (p, w) in watermarks {
             log.commits.push((p.clone(), *w, sync));
             self.committed.insert(p.clone(), w.0);
         }
         Ok(())
+    }
+
+    fn confirms_async_commits(&self) -> bool {
+        self.confirm_async
     }
 
     fn flush_commits(&mut self, _timeout: Duration) -> Result<(), SourceError> {

@@ -33,6 +33,7 @@ mod control;
 mod controller;
 mod driver;
 mod exit;
+mod resume;
 mod runtime;
 
 pub use builder::{BuildError, ChainFactory, Pipeline, SinkRuntime};
@@ -53,5 +54,7 @@ pub use crate::sink::{SinkDrainFn, SinkProbeFn};
 
 #[cfg(all(test, not(loom)))]
 pub(crate) mod fakes;
+#[cfg(all(test, not(loom)))]
+mod hardening_tests;
 #[cfg(all(test, not(loom)))]
 mod tests;

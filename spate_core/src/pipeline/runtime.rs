@@ -432,6 +432,9 @@ fn spawn_drivers<L: Lane>(
         })?;
         let (tx, rx) = unbounded::<ThreadControl<L>>();
         txs.push(tx);
+        // The driver thread keeps a second handle on its control channel:
+        // if the driver panics, the thread still answers barriers with it.
+        let after_panic = rx.clone();
         let links = DriverLinks {
             control: rx,
             events: events.clone(),
@@ -444,7 +447,13 @@ fn spawn_drivers<L: Lane>(
         };
         let driver = Driver::new(thread, chain, links, env, config);
         let core = cores.get(thread % cores.len().max(1)).copied();
-        handles.push(spawn_driver(thread, driver, core, events.clone())?);
+        handles.push(spawn_driver(
+            thread,
+            driver,
+            core,
+            events.clone(),
+            after_panic,
+        )?);
     }
     Ok(Drivers {
         controls: txs,
@@ -453,12 +462,15 @@ fn spawn_drivers<L: Lane>(
 }
 
 /// Spawn driver `thread`, pinned to `core` if given; a panic becomes a
-/// `DriverEvent::Fatal`, never a hang.
+/// `DriverEvent::Fatal`, never a hang: the dead driver then serves
+/// `control` with [`driver::serve_dead`](super::driver::serve_dead), so
+/// the shutdown and revocation barriers do not wait for it.
 fn spawn_driver<L: Lane>(
     thread: usize,
     driver: Driver<L>,
     core: Option<core_affinity::CoreId>,
     events: Sender<DriverEvent>,
+    control: Receiver<ThreadControl<L>>,
 ) -> Result<JoinHandle<()>, StartError> {
     let name = format!("spate-driver-{thread}");
     std::thread::Builder::new()
@@ -483,6 +495,8 @@ fn spawn_driver<L: Lane>(
                         Fault::Internal,
                     ),
                 });
+                drop(events);
+                super::driver::serve_dead(thread, &control);
             }
         })
         .map_err(|source| StartError::Spawn { name, source })

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-fn io() -> tokio::runtime::Runtime {
+pub(super) fn io() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -16,13 +16,13 @@ fn io() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-fn data(partitions: usize, rows: usize) -> Vec<Vec<Vec<u8>>> {
+pub(super) fn data(partitions: usize, rows: usize) -> Vec<Vec<Vec<u8>>> {
     (0..partitions)
         .map(|p| (0..rows).map(|o| format!("{p}-{o}").into_bytes()).collect())
         .collect()
 }
 
-fn options(io: &tokio::runtime::Runtime) -> RuntimeOptions {
+pub(super) fn options(io: &tokio::runtime::Runtime) -> RuntimeOptions {
     let mut o = RuntimeOptions::new(io.handle().clone());
     o.drivers = 2;
     o.pin_drivers = false;
@@ -33,7 +33,7 @@ fn options(io: &tokio::runtime::Runtime) -> RuntimeOptions {
     o
 }
 
-fn sink_options(rows: u64) -> SinkOptions {
+pub(super) fn sink_options(rows: u64) -> SinkOptions {
     SinkOptions {
         limits: crate::sink::BatchLimits {
             rows,
@@ -44,7 +44,7 @@ fn sink_options(rows: u64) -> SinkOptions {
     }
 }
 
-fn start(
+pub(super) fn start(
     source: FakeSource,
     sink: RecordingSink,
     opts: RuntimeOptions,
@@ -62,7 +62,7 @@ fn start(
 }
 
 /// Rows recorded by the sink, as offsets per partition.
-fn offsets(rows: &[String]) -> HashMap<i32, Vec<i64>> {
+pub(super) fn offsets(rows: &[String]) -> HashMap<i32, Vec<i64>> {
     let mut out: HashMap<i32, Vec<i64>> = HashMap::new();
     for r in rows {
         let (p, o) = r.split_once('-').unwrap();
@@ -76,18 +76,18 @@ fn offsets(rows: &[String]) -> HashMap<i32, Vec<i64>> {
     out
 }
 
-fn never() -> impl std::future::Future<Output = ()> + Send + 'static {
+pub(super) fn never() -> impl std::future::Future<Output = ()> + Send + 'static {
     std::future::pending()
 }
 
 /// A shutdown requested at once: for tests that waited for their
 /// condition before calling `run`.
-fn now() -> impl std::future::Future<Output = ()> + Send + 'static {
+pub(super) fn now() -> impl std::future::Future<Output = ()> + Send + 'static {
     std::future::ready(())
 }
 
 /// Long enough for anything a test waits on; reaching it is a failure.
-const WAIT: Duration = Duration::from_secs(10);
+pub(super) const WAIT: Duration = Duration::from_secs(10);
 
 #[test]
 fn bounded_run_completes_with_every_row_and_final_watermarks() {

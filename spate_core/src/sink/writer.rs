@@ -267,6 +267,7 @@ impl ShardWriter {
                     lane: piece.lane,
                     seq: piece.seq,
                     parts: 1,
+                    part: shard as u32,
                     start: piece.start,
                     end: piece.start,
                     rows: piece.rows,
@@ -304,6 +305,7 @@ impl LaneState {
                 lane: self.id,
                 seq: self.seq,
                 parts,
+                part: shard as u32,
                 start: piece.start,
                 end: self.end,
                 rows: piece.rows,
@@ -323,6 +325,7 @@ impl LaneState {
                 lane: self.id,
                 seq: s.seq,
                 parts: s.parts,
+                part: shard as u32,
                 start: piece.start,
                 end: s.end,
                 rows: piece.rows,
@@ -331,7 +334,6 @@ impl LaneState {
             if s.remaining == 0 {
                 self.sealed.swap_remove(idx);
             }
-            let _ = shard;
             range
         }
     }
@@ -386,6 +388,7 @@ mod tests {
                 lane: LaneId(9),
                 seq: 0,
                 parts: 1,
+                part: 0,
                 start: Offset(10),
                 end: Offset(13),
                 rows: 3
@@ -474,6 +477,7 @@ mod tests {
                 lane: LaneId(1),
                 seq: 0,
                 parts: 2,
+                part: 0,
                 start: Offset(0),
                 end: Offset(2),
                 rows: 2

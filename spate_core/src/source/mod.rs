@@ -97,6 +97,18 @@ pub enum SourceEvent<L> {
     Lost(Vec<LaneId>),
     /// A bounded source is exhausted: every lane retired.
     Drained,
+    /// The broker confirmed these asynchronous commits (only sources whose
+    /// [`Source::confirms_async_commits`] is true must report these).
+    CommitConfirmed(Vec<(PartitionId, Watermark)>),
+    /// The broker refused these asynchronous commits: the controller
+    /// offers them again on its next commit tick, also for a partition
+    /// whose watermark has not moved since.
+    CommitFailed {
+        /// The watermarks that were not committed.
+        watermarks: Vec<(PartitionId, Watermark)>,
+        /// The broker's or client's answer.
+        error: String,
+    },
 }
 
 impl<L> fmt::Debug for SourceEvent<L> {
@@ -107,6 +119,10 @@ impl<L> fmt::Debug for SourceEvent<L> {
             SourceEvent::LanesRetired(l) => write!(f, "LanesRetired({l:?})"),
             SourceEvent::Lost(l) => write!(f, "Lost({l:?})"),
             SourceEvent::Drained => write!(f, "Drained"),
+            SourceEvent::CommitConfirmed(w) => write!(f, "CommitConfirmed({w:?})"),
+            SourceEvent::CommitFailed { watermarks, error } => {
+                write!(f, "CommitFailed({watermarks:?}: {error})")
+            }
         }
     }
 }
@@ -156,11 +172,22 @@ pub trait Source: Send + 'static {
 
     /// Commit these watermarks (next offset to read). `sync` waits for the
     /// broker's answer. Only partitions the source still owns may be passed.
+    /// An asynchronous commit that the broker refuses later is reported by
+    /// `poll_events` as [`SourceEvent::CommitFailed`].
     fn commit(
         &mut self,
         watermarks: &[(PartitionId, Watermark)],
         sync: bool,
     ) -> Result<(), SourceError>;
+
+    /// Whether the broker's confirmation of each asynchronous commit is
+    /// reported ([`SourceEvent::CommitConfirmed`]). If so, an asynchronous
+    /// commit counts as committed (metrics, lag) only once confirmed;
+    /// otherwise as soon as it was sent, until a
+    /// [`SourceEvent::CommitFailed`] says otherwise. Default: false.
+    fn confirms_async_commits(&self) -> bool {
+        false
+    }
 
     /// Wait, up to `timeout`, for outstanding asynchronous commits.
     fn flush_commits(&mut self, timeout: Duration) -> Result<(), SourceError>;

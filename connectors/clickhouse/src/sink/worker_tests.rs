@@ -181,6 +181,7 @@ impl Harness {
             lane: LaneId(1),
             seq,
             parts: 1,
+            part: 0,
             start: Offset(seq as i64 * 10),
             end: Offset(seq as i64 * 10 + 9),
             rows,
