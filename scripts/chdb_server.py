@@ -15,7 +15,12 @@ Users (DIR/users.xml):
   spate_async  password `async`, profile `async_acks`: async_insert=1,
                wait_for_async_insert=0, a 3 s flush timeout: a server that
                answers an INSERT before the rows are written, unless the
-               client sets async_insert=0 itself
+               client sets async_insert=0 itself. (The chdb build has no
+               async insert queue: it accepts these settings and still
+               inserts synchronously.)
+  spate_async_locked  password `async`, async_insert=1 under a readonly
+               constraint: any query that sets async_insert itself fails
+               (code 452), which shows whether a client sets it explicitly
 
 Usage: chdb_server.py --dir DIR --host ADDR --http-port P --tcp-port Q
        [--remote-servers FILE]   (a <remote_servers> fragment for Distributed)
@@ -43,6 +48,10 @@ USERS = """<clickhouse>
       <async_insert_busy_timeout_ms>3000</async_insert_busy_timeout_ms>
       <async_insert_use_adaptive_busy_timeout>0</async_insert_use_adaptive_busy_timeout>
     </async_acks>
+    <async_locked>
+      <async_insert>1</async_insert>
+      <constraints><async_insert><readonly/></async_insert></constraints>
+    </async_locked>
   </profiles>
   <users>
     <default>
@@ -58,6 +67,12 @@ USERS = """<clickhouse>
       <profile>async_acks</profile>
       <quota>default</quota>
     </spate_async>
+    <spate_async_locked>
+      <password>async</password>
+      <networks><ip>::/0</ip></networks>
+      <profile>async_locked</profile>
+      <quota>default</quota>
+    </spate_async_locked>
   </users>
   <quotas><default></default></quotas>
 </clickhouse>

@@ -314,6 +314,7 @@ fn json_member(
             return Err(fail(value, format!("path `{path}` appears twice")));
         }
         found[i] = true;
+        *count += 1;
         put_varint(paths, path.len() as u64);
         paths.extend_from_slice(path.as_bytes());
         if kind(value) == Kind::Null && !matches!(ty.strip_low_cardinality(), ChType::Nullable(_)) {

@@ -31,3 +31,5 @@ pub use native::{NativeLayout, TransposeError};
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_modern;

@@ -10,10 +10,18 @@ pub(crate) fn parse_i128(s: &[u8]) -> Option<i128> {
     let (neg, digits) = split_sign(s);
     let int = int_part(digits)?;
     let mut v: i128 = 0;
+    // Negative numbers accumulate downwards: i128::MIN has no positive
+    // counterpart.
     for &c in int {
-        v = v.checked_mul(10)?.checked_add(i128::from(c - b'0'))?;
+        let d = i128::from(c - b'0');
+        v = v.checked_mul(10)?;
+        v = if neg {
+            v.checked_sub(d)?
+        } else {
+            v.checked_add(d)?
+        };
     }
-    Some(if neg { -v } else { v })
+    Some(v)
 }
 
 /// Like [`parse_i128`] for the `u128` range (no minus sign allowed except
@@ -322,6 +330,14 @@ mod tests {
             Some(i128::MAX)
         );
         assert_eq!(parse_i128(b"170141183460469231731687303715884105728"), None);
+        assert_eq!(
+            parse_i128(b"-170141183460469231731687303715884105728"),
+            Some(i128::MIN)
+        );
+        assert_eq!(
+            parse_i128(b"-170141183460469231731687303715884105729"),
+            None
+        );
         assert_eq!(
             parse_u128(b"340282366920938463463374607431768211455"),
             Some(u128::MAX)
