@@ -184,8 +184,10 @@ const MISSING: &str = "";
 const INT256_MIN_JSON: &str =
     "\"-57896044618658097711785492504343953926634992332820282019728792003956564819968\"";
 
-const VARIANT_READ: &str = "concat(variantType({c}), ':', ifNull(toString({c}), '<null>'))";
-const DYNAMIC_READ: &str = "concat(dynamicType({c}), ':', ifNull(toString({c}), '<null>'))";
+const VARIANT_READ: &str =
+    "concat(variantType({c}), ':', if(isNull({c}), '<null>', toString({c})))";
+const DYNAMIC_READ: &str =
+    "concat(dynamicType({c}), ':', if(isNull({c}), '<null>', toString({c})))";
 
 fn rowbinary_cases() -> Vec<Case> {
     let c = |ty, read, values| Case { ty, read, values };
