@@ -9,7 +9,8 @@ that first starts the HTTP and native listeners and then runs until the
 process is killed. The higher-level `chdb.query()` / `connect()` refuse to
 start servers ("start_servers_callback is not set").
 
-Users (DIR/users.xml):
+Users (DIR/users.xml, plus DIR/users.d/ = deploy/clickhouse-modern/
+spate-test-users.xml, which the docker-compose service loads too):
   default      no password, access management on, the stock profile (on 26.9
                that profile already has async_insert=1, wait_for_async_insert=1)
   spate_async  password `async`, profile `async_acks`: async_insert=1,
@@ -27,6 +28,7 @@ Usage: chdb_server.py --dir DIR --host ADDR --http-port P --tcp-port Q
 """
 import argparse
 import os
+import shutil
 import sys
 
 CONFIG = """<clickhouse>
@@ -39,19 +41,9 @@ CONFIG = """<clickhouse>
 """
 
 USERS = """<clickhouse>
-  <!-- written by scripts/chdb_server.py -->
+  <!-- written by scripts/chdb_server.py; the test users are in users.d/ -->
   <profiles>
     <default></default>
-    <async_acks>
-      <async_insert>1</async_insert>
-      <wait_for_async_insert>0</wait_for_async_insert>
-      <async_insert_busy_timeout_ms>3000</async_insert_busy_timeout_ms>
-      <async_insert_use_adaptive_busy_timeout>0</async_insert_use_adaptive_busy_timeout>
-    </async_acks>
-    <async_locked>
-      <async_insert>1</async_insert>
-      <constraints><async_insert><readonly/></async_insert></constraints>
-    </async_locked>
   </profiles>
   <users>
     <default>
@@ -61,22 +53,17 @@ USERS = """<clickhouse>
       <quota>default</quota>
       <access_management>1</access_management>
     </default>
-    <spate_async>
-      <password>async</password>
-      <networks><ip>::/0</ip></networks>
-      <profile>async_acks</profile>
-      <quota>default</quota>
-    </spate_async>
-    <spate_async_locked>
-      <password>async</password>
-      <networks><ip>::/0</ip></networks>
-      <profile>async_locked</profile>
-      <quota>default</quota>
-    </spate_async_locked>
   </users>
   <quotas><default></default></quotas>
 </clickhouse>
 """
+
+# The test users (spate_async, spate_async_locked), shared with the
+# docker-compose service `clickhouse-modern`.
+TEST_USERS = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "deploy", "clickhouse-modern",
+    "spate-test-users.xml",
+)
 
 # Starts both listeners, then keeps the server alive: one row every 3 s for
 # ~95 years. Killing the process is the only way it ends.
@@ -105,6 +92,8 @@ def main():
         f.write(CONFIG.format(host=a.host, http=a.http_port, tcp=a.tcp_port, extra=extra))
     with open(os.path.join(d, "users.xml"), "w") as f:
         f.write(USERS)
+    os.makedirs(os.path.join(d, "users.d"), exist_ok=True)
+    shutil.copyfile(TEST_USERS, os.path.join(d, "users.d", "spate-test-users.xml"))
     os.chdir(d)
     import chdb._chdb as binding  # noqa: E402 (after chdir: it reads ./config.xml)
 

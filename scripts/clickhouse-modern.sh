@@ -85,6 +85,7 @@ install() {
     [[ $(uname -m) == x86_64 ]] || die "$CHDB_PKG is used for x86_64 Linux only (this is $(uname -m))"
     local wheel="${SPATE_CHDB_WHEEL:-$BUILD/cache/$CHDB_WHEEL_NAME}"
     if [[ ! -s $wheel ]]; then
+        python3 -m pip --version >/dev/null 2>&1 || die "pip is missing (apt-get install python3-pip)"
         log "downloading $CHDB_PKG from PyPI (181 MB: ClickHouse $CHDB_VERSION inside)"
         mkdir -p "$BUILD/cache"
         python3 -m pip download --quiet --disable-pip-version-check --no-deps \
@@ -96,6 +97,14 @@ install() {
     local got
     got=$(sha256sum "$wheel" | cut -d' ' -f1)
     [[ $got == "$CHDB_WHEEL_SHA256" ]] || die "sha256 mismatch for $wheel: $got, expected $CHDB_WHEEL_SHA256"
+    if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+        # Debian splits venv/ensurepip off python3
+        log "python3 cannot create venvs: installing python3-venv"
+        local sudo=""
+        [[ $(id -u) == 0 ]] || sudo=sudo
+        $sudo apt-get update -q
+        $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-venv
+    fi
     rm -rf "$VENV"
     python3 -m venv "$VENV" || die "python3 -m venv failed (apt-get install python3-venv?)"
     "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-deps "$wheel"
