@@ -291,7 +291,27 @@ async fn every_type_round_trips_on(url: &str) {
             .collect();
         assert_eq!(rows.len(), 2, "{table}: {text}");
         for (row, want) in rows.iter().zip([expected_a(), expected_b()]) {
-            for ((name, _, _), want) in COLUMNS.iter().zip(want) {
+            for ((name, ty, _), want) in COLUMNS.iter().zip(want) {
+                // 18.16 prints a Decimal with its scale's trailing zeros,
+                // current servers (output_format_decimal_trailing_zeros=0,
+                // 21.9 on) without them.
+                let trimmed;
+                let want = if ty.starts_with("Decimal") && features.version >= (21, 9) {
+                    trimmed = want
+                        .split('|')
+                        .map(|w| {
+                            if w.contains('.') {
+                                w.trim_end_matches('0').trim_end_matches('.')
+                            } else {
+                                w
+                            }
+                        })
+                        .collect::<Vec<_>>()
+                        .join("|");
+                    trimmed.as_str()
+                } else {
+                    want
+                };
                 let got = row
                     .get(*name)
                     .and_then(|v| v.as_str())

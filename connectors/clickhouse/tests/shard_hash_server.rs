@@ -452,11 +452,14 @@ async fn low_cardinality_columns_match_server_on(client: &ChClient) {
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     let db = format!("spate_shard_hash_{}_{nanos}", std::process::id());
+    // Before 19.3 LowCardinality needs the experimental flag; current
+    // servers refuse LowCardinality(UInt64) unless asked (code 455).
     let flag = [("allow_experimental_low_cardinality_type", "1")];
+    let suspicious = [("allow_suspicious_low_cardinality_types", "1")];
     let settings: &[(&str, &str)] = if client.features().low_cardinality_needs_experimental_flag {
         &flag
     } else {
-        &[]
+        &suspicious
     };
     let create_db = format!("CREATE DATABASE {db}");
     retrying("create database", || client.execute(&create_db, &[])).await;

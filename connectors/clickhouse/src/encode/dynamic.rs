@@ -234,106 +234,107 @@ pub(crate) fn write_json(
     if v.first() != Some(&b'{') {
         return Err(fail(v, "a JSON column takes a JSON object"));
     }
-    let mut paths = Vec::with_capacity(v.len() + 16);
-    let mut found = vec![false; spec.typed.len()];
-    let mut count = 0u64;
-    let mut prefix = String::new();
-    json_paths(
+    let mut w = PathWriter {
         spec,
-        v,
-        &mut prefix,
-        &mut found,
-        &mut count,
-        &mut paths,
-        scratch,
-    )?;
+        found: vec![false; spec.typed.len()],
+        count: 0,
+        paths: Vec::with_capacity(v.len() + 16),
+        path: String::new(),
+    };
+    w.object(v, scratch)?;
     // Typed paths are always present: a missing one holds its type's zero.
-    for ((path, ty), _) in spec.typed.iter().zip(&found).filter(|(_, f)| !**f) {
-        put_varint(&mut paths, path.len() as u64);
-        paths.extend_from_slice(path.as_bytes());
-        write_zero(ty, &mut paths);
-        count += 1;
+    for (i, (path, ty)) in spec.typed.iter().enumerate() {
+        if !w.found[i] {
+            w.name(path);
+            write_zero(ty, &mut w.paths);
+        }
     }
-    put_varint(out, count);
-    out.extend_from_slice(&paths);
+    put_varint(out, w.count);
+    out.extend_from_slice(&w.paths);
     Ok(())
 }
 
-/// Append the paths below `prefix` of object `v` to `paths`.
-fn json_paths(
-    spec: &JsonSpec,
-    v: &[u8],
-    prefix: &mut String,
-    found: &mut [bool],
-    count: &mut u64,
-    paths: &mut Vec<u8>,
-    scratch: &mut Vec<u8>,
-) -> Result<(), Fail> {
-    let mut key_buf = Vec::new();
-    for_each_member(v, 0, 1, |key, s, e| {
-        let value = &v[s..e];
-        key_buf.clear();
-        if key.escaped {
-            unescape_into(key.raw, &mut key_buf).map_err(|r| fail(key.raw, r))?;
-        } else {
-            key_buf.extend_from_slice(key.raw);
-        }
-        let name = std::str::from_utf8(&key_buf).map_err(|_| fail(key.raw, "key is not UTF-8"))?;
-        let len = prefix.len();
-        if len > 0 {
-            prefix.push('.');
-        }
-        prefix.push_str(name);
-        let res = json_member(spec, value, prefix, found, count, paths, scratch);
-        prefix.truncate(len);
-        res
-    })
-    .map_err(|e| walk_fail(v, e))?;
-    Ok(())
+/// The paths of one JSON value being collected: their count must precede
+/// them.
+struct PathWriter<'a> {
+    spec: &'a JsonSpec,
+    /// Per typed path: seen in the object.
+    found: Vec<bool>,
+    count: u64,
+    /// Encoded (name, value) pairs.
+    paths: Vec<u8>,
+    /// The dotted path of the member being written.
+    path: String,
 }
 
-fn json_member(
-    spec: &JsonSpec,
-    value: &[u8],
-    path: &mut String,
-    found: &mut [bool],
-    count: &mut u64,
-    paths: &mut Vec<u8>,
-    scratch: &mut Vec<u8>,
-) -> Result<(), Fail> {
-    let skipped = spec.skip.iter().any(|p| {
-        path.strip_prefix(p.as_str())
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
-    });
-    if skipped {
-        return Ok(());
+impl PathWriter<'_> {
+    /// Start a path entry: count it and write its name.
+    fn name(&mut self, path: &str) {
+        self.count += 1;
+        put_varint(&mut self.paths, path.len() as u64);
+        self.paths.extend_from_slice(path.as_bytes());
     }
-    if let Some(i) = spec.typed.iter().position(|(p, _)| p == path) {
-        let ty = &spec.typed[i].1;
-        if found[i] {
-            return Err(fail(value, format!("path `{path}` appears twice")));
-        }
-        found[i] = true;
-        *count += 1;
-        put_varint(paths, path.len() as u64);
-        paths.extend_from_slice(path.as_bytes());
-        if kind(value) == Kind::Null && !matches!(ty.strip_low_cardinality(), ChType::Nullable(_)) {
-            write_zero(ty, paths);
+
+    /// The members of object `v`, below the current path.
+    fn object(&mut self, v: &[u8], scratch: &mut Vec<u8>) -> Result<(), Fail> {
+        let mut key_buf = Vec::new();
+        for_each_member(v, 0, 1, |key, s, e| {
+            key_buf.clear();
+            if key.escaped {
+                unescape_into(key.raw, &mut key_buf).map_err(|r| fail(key.raw, r))?;
+            } else {
+                key_buf.extend_from_slice(key.raw);
+            }
+            let name =
+                std::str::from_utf8(&key_buf).map_err(|_| fail(key.raw, "key is not UTF-8"))?;
+            let len = self.path.len();
+            if len > 0 {
+                self.path.push('.');
+            }
+            self.path.push_str(name);
+            let res = self.member(&v[s..e], scratch);
+            self.path.truncate(len);
+            res
+        })
+        .map_err(|e| walk_fail(v, e))?;
+        Ok(())
+    }
+
+    /// One member's value at the current path.
+    fn member(&mut self, value: &[u8], scratch: &mut Vec<u8>) -> Result<(), Fail> {
+        let path = self.path.clone();
+        let skipped = self.spec.skip.iter().any(|p| {
+            path.strip_prefix(p.as_str())
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+        });
+        if skipped {
             return Ok(());
         }
-        return write_value(ty, value, paths, scratch).map_err(|f| Fail {
-            reason: format!("path `{path}`: {}", f.reason),
-            ..f
-        });
-    }
-    match kind(value) {
-        Kind::Null => Ok(()),
-        Kind::Object => json_paths(spec, value, path, found, count, paths, scratch),
-        _ => {
-            put_varint(paths, path.len() as u64);
-            paths.extend_from_slice(path.as_bytes());
-            *count += 1;
-            write_dynamic(value, paths, scratch)
+        if let Some(i) = self.spec.typed.iter().position(|(p, _)| *p == path) {
+            let ty = &self.spec.typed[i].1;
+            if self.found[i] {
+                return Err(fail(value, format!("path `{path}` appears twice")));
+            }
+            self.found[i] = true;
+            self.name(&path);
+            if kind(value) == Kind::Null
+                && !matches!(ty.strip_low_cardinality(), ChType::Nullable(_))
+            {
+                write_zero(ty, &mut self.paths);
+                return Ok(());
+            }
+            return write_value(ty, value, &mut self.paths, scratch).map_err(|f| Fail {
+                reason: format!("path `{path}`: {}", f.reason),
+                ..f
+            });
+        }
+        match kind(value) {
+            Kind::Null => Ok(()),
+            Kind::Object => self.object(value, scratch),
+            _ => {
+                self.name(&path);
+                write_dynamic(value, &mut self.paths, scratch)
+            }
         }
     }
 }
