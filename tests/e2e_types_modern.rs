@@ -604,7 +604,7 @@ fn async_insert_profile_does_not_change_acknowledgements() {
     let mut args = run_args(&svc, &topic, &group, &table);
     args.extend(["--user", "spate_async_locked", "--password", "async"].map(String::from));
     let running = spawn("async_locked", &args);
-    let seen = wait_for(
+    wait_for(
         "spate's insert to be refused for setting async_insert",
         Duration::from_secs(60),
         Duration::from_millis(200),
@@ -617,7 +617,6 @@ fn async_insert_profile_does_not_change_acknowledgements() {
             }
         },
     );
-    let () = seen;
     running.sigterm();
     let _ = running.wait(Duration::from_secs(60));
     assert_eq!(
