@@ -16,6 +16,8 @@
 #                 spate_two_shards  shard 1 = a, shard 2 = b, weights 1/1
 #                 spate_weighted    shard 1 = a weight 1, shard 2 = b weight 3
 #                 spate_replicas    one shard, replicas a and b, internal_replication true
+#   ClickHouse 26.9: scripts/clickhouse-modern.sh (chdb-core wheel, 127.0.0.1:8125),
+#               started/stopped by up/down/status/clean too, its env appended.
 #
 # Usage: scripts/services.sh <command> [NODE]
 #   up         install what is missing, start Kafka, ClickHouse and cluster nodes a
@@ -63,6 +65,7 @@ BUILD="${SPATE_BUILD_DIR:-$ROOT/build}"
 SVC="$BUILD/services"
 ENV_FILE="$BUILD/services.env"
 SELF="$ROOT/scripts/services.sh"
+MODERN="$ROOT/scripts/clickhouse-modern.sh"  # the 26.9 server
 
 KAFKA_HOST=127.0.0.1
 KAFKA_PORT="${SPATE_KAFKA_PORT:-9092}"
@@ -487,6 +490,7 @@ export SPATE_CH_CLUSTER_HTTP_PORT=$CH_CLUSTER_HTTP_PORT
 export SPATE_CH_CLUSTER_TCP_PORT=$CH_CLUSTER_TCP_PORT
 export SPATE_CH_CLUSTER_INTERSERVER_PORT=$CH_CLUSTER_INTERSERVER_PORT
 EOF
+    "$MODERN" env >>"$ENV_FILE.tmp"
     mv "$ENV_FILE.tmp" "$ENV_FILE"
 }
 
@@ -501,6 +505,7 @@ cmd_up() {
     ch_start main
     for n in "${CH_NODES[@]}"; do ch_spawn "$n"; done
     for n in "${CH_NODES[@]}"; do ch_wait "$n"; done
+    "$MODERN" up
     write_env
     log "ready in $((SECONDS - t0)) s; env in $ENV_FILE:"
     grep '^export SPATE_TEST_' "$ENV_FILE" | sed 's/^export /  /' >&2
@@ -513,6 +518,7 @@ cmd_down() {
     stop_pid "$TANSU_PID" tansu "Kafka (tansu)" &
     ch_stop main &
     for n in "${CH_NODES[@]}"; do ch_stop "$n" & done
+    "$MODERN" down &
     wait
 }
 
@@ -547,6 +553,7 @@ cmd_status() {
     fi
     ch_status main clickhouse || ok=1
     for n in "${CH_NODES[@]}"; do ch_status "$n" "clickhouse-$n" || ok=1; done
+    "$MODERN" status || ok=1
     return $ok
 }
 

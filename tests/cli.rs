@@ -256,9 +256,9 @@ fn shard_flag_mistakes_are_usage_errors() {
     }
 }
 
-#[test]
-fn an_unsupported_shard_key_is_named() {
-    let Some(svc) = services() else { return };
+on_both_servers!(an_unsupported_shard_key_is_named);
+
+fn an_unsupported_shard_key_is_named(svc: Services) {
     let _lock = ch_shared_lock();
     let ch = Ch::connect(&svc.clickhouse_url);
     let db = ch.fresh_db("cli_shard_key");
@@ -285,9 +285,9 @@ fn an_unsupported_shard_key_is_named() {
     ch.exec(&format!("DROP DATABASE {db}"));
 }
 
-#[test]
-fn unknown_table_names_it() {
-    let Some(svc) = services() else { return };
+on_both_servers!(unknown_table_names_it);
+
+fn unknown_table_names_it(svc: Services) {
     let _lock = ch_shared_lock();
     let topic = unique("t_cli_notable");
     create_topic(&svc.brokers, &topic, 1);
@@ -317,9 +317,9 @@ fn unknown_table_names_it() {
     );
 }
 
-#[test]
-fn bounded_run_on_a_missing_topic_fails_naming_it() {
-    let Some(svc) = services() else { return };
+on_both_servers!(bounded_run_on_a_missing_topic_fails_naming_it);
+
+fn bounded_run_on_a_missing_topic_fails_naming_it(svc: Services) {
     let _lock = ch_shared_lock();
     let ch = Ch::connect(&svc.clickhouse_url);
     let db = ch.fresh_db("cli_notopic");

@@ -76,9 +76,9 @@ fn assert_unchanged(
     );
 }
 
-#[test]
-fn check_reports_the_bad_message() {
-    let Some(svc) = services() else { return };
+on_both_servers!(check_reports_the_bad_message);
+
+fn check_reports_the_bad_message(svc: Services) {
     let _timer = Timer::start("cli_check_bad");
     let _lock = ch_shared_lock();
     let ch = Ch::connect(&svc.clickhouse_url);
@@ -130,9 +130,9 @@ fn check_reports_the_bad_message() {
     ch.drop_database_of(&table);
 }
 
-#[test]
-fn check_passes_good_messages() {
-    let Some(svc) = services() else { return };
+on_both_servers!(check_passes_good_messages);
+
+fn check_passes_good_messages(svc: Services) {
     let _timer = Timer::start("cli_check_good");
     let _lock = ch_shared_lock();
     let ch = Ch::connect(&svc.clickhouse_url);
@@ -181,9 +181,9 @@ fn check_passes_good_messages() {
     ch.drop_database_of(&table);
 }
 
-#[test]
-fn check_names_a_missing_table() {
-    let Some(svc) = services() else { return };
+on_both_servers!(check_names_a_missing_table);
+
+fn check_names_a_missing_table(svc: Services) {
     let _timer = Timer::start("cli_check_missing_table");
     let _lock = ch_shared_lock();
     let ch = Ch::connect(&svc.clickhouse_url);
@@ -207,9 +207,9 @@ fn check_names_a_missing_table() {
     ch.exec(&format!("DROP DATABASE {db}"));
 }
 
-#[test]
-fn check_samples_from_the_committed_offsets() {
-    let Some(svc) = services() else { return };
+on_both_servers!(check_samples_from_the_committed_offsets);
+
+fn check_samples_from_the_committed_offsets(svc: Services) {
     let _timer = Timer::start("cli_check_committed");
     let _lock = ch_shared_lock();
     let ch = Ch::connect(&svc.clickhouse_url);

@@ -105,9 +105,9 @@ fn check_table(ch: &Ch, table: &str, committed: &[Option<i64>], counts: &[i64], 
     );
 }
 
-#[test]
-fn bad_message_stops_at_its_offset() {
-    let Some(svc) = services() else { return };
+on_both_servers!(bad_message_stops_at_its_offset);
+
+fn bad_message_stops_at_its_offset(svc: Services) {
     let _timer = Timer::start("e2e_bad_message");
     let _lock = ch_shared_lock();
     let ch = Ch::connect(&svc.clickhouse_url);

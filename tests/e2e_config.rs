@@ -16,9 +16,9 @@ fn config_file(name: &str, text: &str) -> String {
     path.to_string_lossy().into_owned()
 }
 
-#[test]
-fn two_pipelines_from_one_file_fill_two_tables() {
-    let Some(svc) = services() else { return };
+on_both_servers!(two_pipelines_from_one_file_fill_two_tables);
+
+fn two_pipelines_from_one_file_fill_two_tables(svc: Services) {
     let _lock = ch_shared_lock();
     let _timer = Timer::start("e2e_config::two_pipelines");
     let ch = Ch::connect(&svc.clickhouse_url);

@@ -9,9 +9,9 @@ use support::*;
 
 const PER_TOPIC: usize = 30_000;
 
-#[test]
-fn two_topics_feed_one_table_and_strict_rejects_unknown_keys() {
-    let Some(svc) = services() else { return };
+on_both_servers!(two_topics_feed_one_table_and_strict_rejects_unknown_keys);
+
+fn two_topics_feed_one_table_and_strict_rejects_unknown_keys(svc: Services) {
     let _timer = Timer::start("e2e_multi_topic");
     let _lock = ch_shared_lock();
     let ch = Ch::connect(&svc.clickhouse_url);

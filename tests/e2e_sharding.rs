@@ -15,6 +15,11 @@
 //!
 //! The tests in this file take nodes away, so they run one at a time
 //! (`NODES`), and no other test binary uses nodes a and b.
+//!
+//! ClickHouse 18.16 only: nodes a and b are 18.16 servers (the 26.9 server
+//! of `scripts/clickhouse-modern.sh` runs alone, no 26.9 cluster yet), and
+//! the routing is spate's own `cityHash64`, which `shard_hash_server.rs`
+//! checks against both versions.
 
 mod support;
 

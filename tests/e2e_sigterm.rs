@@ -18,9 +18,9 @@ use support::*;
 const N: usize = 500_000;
 const PARTITIONS: i32 = 4;
 
-#[test]
-fn sigterm_drains_commits_and_resumes() {
-    let Some(svc) = services() else { return };
+on_both_servers!(sigterm_drains_commits_and_resumes);
+
+fn sigterm_drains_commits_and_resumes(svc: Services) {
     let _timer = Timer::start("e2e_sigterm");
     let _lock = ch_shared_lock();
     let ch = Ch::connect(&svc.clickhouse_url);

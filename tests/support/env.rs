@@ -11,17 +11,80 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// uses: tansu only completes a group join after `session.timeout.ms / 2`.
 pub const SESSION_TIMEOUT_MS: &str = "6000";
 
+/// Which of the two ClickHouse servers under test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Server {
+    /// Debian's clickhouse-server 18.16 (`SPATE_TEST_CLICKHOUSE_URL`): the
+    /// oldest release spate supports, with replicas, a cluster and the
+    /// server the outage tests stop.
+    V18,
+    /// ClickHouse 26.9 from the chdb-core wheel
+    /// (`SPATE_TEST_CLICKHOUSE_MODERN_URL`): current defaults
+    /// (`async_insert=1`) and types (JSON, Variant, Dynamic, Int256, ...).
+    V26,
+}
+
+impl Server {
+    /// Both, oldest first.
+    pub const ALL: [Server; 2] = [Server::V18, Server::V26];
+
+    /// `(major, minor)` the server must report (`SELECT version()`).
+    pub fn version(self) -> (u32, u32) {
+        match self {
+            Server::V18 => (18, 16),
+            Server::V26 => (26, 9),
+        }
+    }
+
+    /// "18.16" / "26.9", for names and messages.
+    pub fn label(self) -> &'static str {
+        match self {
+            Server::V18 => "18.16",
+            Server::V26 => "26.9",
+        }
+    }
+}
+
 /// Addresses of the services under test.
 #[derive(Clone, Debug)]
 pub struct Services {
     /// `host:port` of the Kafka-protocol broker.
     pub brokers: String,
-    /// `http://host:port` of ClickHouse's HTTP interface.
+    /// `http://host:port` of the HTTP interface of the ClickHouse server
+    /// this test runs against ([`Services::server`]).
     pub clickhouse_url: String,
-    /// `scripts/services.sh`, for tests that stop/start ClickHouse.
+    /// Which server `clickhouse_url` is ([`Services::on`] picks it).
+    pub server: Server,
+    /// `http://host:port` of ClickHouse 18.16.
+    pub clickhouse_v18_url: String,
+    /// `http://host:port` of ClickHouse 26.9.
+    pub clickhouse_modern_url: String,
+    /// `scripts/services.sh`, for tests that stop/start ClickHouse 18.16.
     pub services_sh: Option<String>,
-    /// PID file of the local clickhouse-server (absent with docker-compose).
+    /// PID file of the server `clickhouse_url` names (absent with
+    /// docker-compose).
     pub clickhouse_pid_file: Option<String>,
+    /// PID files of 18.16 and 26.9, for [`Services::on`].
+    pid_files: [Option<String>; 2],
+}
+
+impl Services {
+    /// The same services, with `clickhouse_url` (and the PID file) of
+    /// `server`.
+    pub fn on(&self, server: Server) -> Services {
+        let i = usize::from(server == Server::V26);
+        Services {
+            clickhouse_url: [&self.clickhouse_v18_url, &self.clickhouse_modern_url][i].clone(),
+            clickhouse_pid_file: self.pid_files[i].clone(),
+            server,
+            ..self.clone()
+        }
+    }
+
+    /// Whether the server under test is the current one (26.9).
+    pub fn is_modern(&self) -> bool {
+        self.server == Server::V26
+    }
 }
 
 fn var(name: &str) -> Option<String> {
@@ -50,12 +113,53 @@ pub fn services() -> Option<Services> {
         var("SPATE_TEST_BROKERS").unwrap_or_else(|| panic!("SPATE_TEST_BROKERS is not set: {HOW}"));
     let clickhouse_url = var("SPATE_TEST_CLICKHOUSE_URL")
         .unwrap_or_else(|| panic!("SPATE_TEST_CLICKHOUSE_URL is not set: {HOW}"));
+    // Never a silent skip: every e2e test also runs on the current server.
+    let clickhouse_modern_url = var("SPATE_TEST_CLICKHOUSE_MODERN_URL").unwrap_or_else(|| {
+        panic!(
+            "SPATE_TEST_CLICKHOUSE_MODERN_URL is not set (the ClickHouse 26.9 server of \
+             scripts/clickhouse-modern.sh, or with docker compose the `clickhouse-modern` service): {HOW}"
+        )
+    });
+    let v18_pid = var("SPATE_TEST_CLICKHOUSE_PID_FILE");
     Some(Services {
         brokers,
+        clickhouse_v18_url: clickhouse_url.clone(),
         clickhouse_url,
+        server: Server::V18,
+        clickhouse_modern_url,
         services_sh: var("SPATE_SERVICES_SH"),
-        clickhouse_pid_file: var("SPATE_TEST_CLICKHOUSE_PID_FILE"),
+        clickhouse_pid_file: v18_pid.clone(),
+        pid_files: [v18_pid, var("SPATE_TEST_CLICKHOUSE_MODERN_PID_FILE")],
     })
+}
+
+/// The services with `clickhouse_url` on `server`, after checking that the
+/// server there is that version (a swapped URL would test one version
+/// twice); `None` only when `SPATE_SKIP_INTEGRATION=1`.
+pub fn services_on(server: Server) -> Option<Services> {
+    let svc = services()?.on(server);
+    let version = wait_for(
+        "ClickHouse to answer SELECT version()",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || {
+            let c = block_on(spate_clickhouse::ChClient::connect(
+                &svc.clickhouse_url,
+                None,
+                None,
+            ))
+            .map_err(|e| e.to_string())?;
+            Ok::<_, String>(c.features().version)
+        },
+    );
+    assert_eq!(
+        version,
+        server.version(),
+        "{} should be ClickHouse {}",
+        svc.clickhouse_url,
+        server.label()
+    );
+    Some(svc)
 }
 
 /// A name unique to this process and moment: `{prefix}_{pid}_{nanos}`.

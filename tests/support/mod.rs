@@ -3,9 +3,15 @@
 //! Every test runs the real `spate` binary against a real Kafka-protocol
 //! broker and a real ClickHouse server; addresses come only from the
 //! environment written by `make services` (`build/services.env`):
-//! `SPATE_TEST_BROKERS`, `SPATE_TEST_CLICKHOUSE_URL`, `SPATE_SERVICES_SH`.
+//! `SPATE_TEST_BROKERS`, `SPATE_TEST_CLICKHOUSE_URL` (ClickHouse 18.16),
+//! `SPATE_TEST_CLICKHOUSE_MODERN_URL` (ClickHouse 26.9), `SPATE_SERVICES_SH`.
 //! Without them a test fails loudly, unless `SPATE_SKIP_INTEGRATION=1`
 //! asks explicitly to skip.
+//!
+//! Two servers: every e2e test that does not depend on one version runs on
+//! both, through [`on_both_servers!`] (a `Services` whose `clickhouse_url`
+//! is one server, see [`Server`]); fault tests that stop or pause the
+//! server, and the cluster tests, run on 18.16 only (each says why).
 //!
 //! Isolation: each test creates its own topic (never deleted or reused:
 //! librdkafka 2.12 crashes when a topic a live client knows is recreated),
@@ -40,3 +46,28 @@ pub use clickhouse::*;
 pub use env::*;
 pub use kafka::*;
 pub use process::*;
+
+/// `on_both_servers!(test_fn, ...)`: for each `fn test_fn(svc: Services)`,
+/// a module `test_fn` with two tests, `v18_16` and `v26_9`, calling it with
+/// [`services_on`] each ClickHouse server (tests run as `test_fn::v26_9`).
+/// A test whose expectations differ by version branches on `svc.server`.
+#[macro_export]
+macro_rules! on_both_servers {
+    ($($name:ident),+ $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn v18_16() {
+                if let Some(svc) = $crate::support::services_on($crate::support::Server::V18) {
+                    super::$name(svc);
+                }
+            }
+
+            #[test]
+            fn v26_9() {
+                if let Some(svc) = $crate::support::services_on($crate::support::Server::V26) {
+                    super::$name(svc);
+                }
+            }
+        }
+    )+};
+}

@@ -7,8 +7,9 @@
 //! same for multi-column keys. `LowCardinality` (which 18.16 cannot hash as
 //! a constant) is checked on a real table filled with RowBinary rows.
 //!
-//! Needs `SPATE_TEST_CLICKHOUSE_URL` (e.g. `http://127.0.0.1:8123`) and
-//! panics without it: a parity test that silently passes proves nothing.
+//! Runs against both servers, `SPATE_TEST_CLICKHOUSE_URL` (18.16) and
+//! `SPATE_TEST_CLICKHOUSE_MODERN_URL` (26.9), and panics without either: a
+//! parity test that silently passes proves nothing.
 
 use bytes::Bytes;
 use spate_clickhouse::shard_hash::{combine, KeyHash};
@@ -23,14 +24,22 @@ const ROWS_PER_KEY: usize = 2000;
 /// (256 KiB).
 const MAX_QUERY_BYTES: usize = 150_000;
 
-fn url() -> String {
-    match std::env::var("SPATE_TEST_CLICKHOUSE_URL") {
+/// The servers to compare with: 18.16 and 26.9.
+fn urls() -> Vec<String> {
+    [
+        "SPATE_TEST_CLICKHOUSE_URL",
+        "SPATE_TEST_CLICKHOUSE_MODERN_URL",
+    ]
+    .iter()
+    .map(|var| match std::env::var(var) {
         Ok(u) if !u.is_empty() => u,
         _ => panic!(
-            "SPATE_TEST_CLICKHOUSE_URL is not set: this test compares shard hashes with a real \
-             ClickHouse server, e.g. SPATE_TEST_CLICKHOUSE_URL=http://127.0.0.1:8123"
+            "{var} is not set: this test compares shard hashes with real ClickHouse \
+                 servers (18.16 and 26.9), e.g. SPATE_TEST_CLICKHOUSE_URL=http://127.0.0.1:8123 \
+                 SPATE_TEST_CLICKHOUSE_MODERN_URL=http://127.0.0.1:8125 (see scripts/services.sh)"
         ),
-    }
+    })
+    .collect()
 }
 
 /// Retry `op` while the server answers with a retriable error (it may be
@@ -52,9 +61,12 @@ async fn retrying<T, F: Future<Output = Result<T, ClientError>>>(
     }
 }
 
-async fn connect() -> ChClient {
-    let url = url();
-    retrying("connect", || ChClient::connect(&url, None, None)).await
+async fn clients() -> Vec<ChClient> {
+    let mut out = Vec::new();
+    for url in urls() {
+        out.push(retrying("connect", || ChClient::connect(&url, None, None)).await);
+    }
+    out
 }
 
 /// xorshift64: deterministic, no dependencies.
@@ -373,11 +385,16 @@ async fn check_key(client: &ChClient, cols: &[Col], rows: usize, seed: u64) {
 
 #[tokio::test]
 async fn every_supported_type_matches_server() {
-    let client = connect().await;
+    for client in clients().await {
+        every_supported_type_matches_server_on(&client).await;
+    }
+}
+
+async fn every_supported_type_matches_server_on(client: &ChClient) {
     eprintln!("server version {}", client.version());
     for (i, c) in all_types().into_iter().enumerate() {
         check_key(
-            &client,
+            client,
             &[c],
             ROWS_PER_TYPE,
             0x9e37_79b9_7f4a_7c15 ^ i as u64,
@@ -388,7 +405,12 @@ async fn every_supported_type_matches_server() {
 
 #[tokio::test]
 async fn multi_column_keys_match_server() {
-    let client = connect().await;
+    for client in clients().await {
+        multi_column_keys_match_server_on(&client).await;
+    }
+}
+
+async fn multi_column_keys_match_server_on(client: &ChClient) {
     let by_type = |ty: &str| -> Col {
         all_types()
             .into_iter()
@@ -406,7 +428,7 @@ async fn multi_column_keys_match_server() {
     for (i, key) in keys.iter().enumerate() {
         let cols: Vec<Col> = key.iter().map(|ty| by_type(ty)).collect();
         check_key(
-            &client,
+            client,
             &cols,
             ROWS_PER_KEY,
             0x2545_f491_4f6c_dd1d ^ i as u64,
@@ -419,17 +441,25 @@ async fn multi_column_keys_match_server() {
 /// the key types come from `describe`, as in production.
 #[tokio::test]
 async fn low_cardinality_columns_match_server() {
-    let client = connect().await;
+    for client in clients().await {
+        low_cardinality_columns_match_server_on(&client).await;
+    }
+}
+
+async fn low_cardinality_columns_match_server_on(client: &ChClient) {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     let db = format!("spate_shard_hash_{}_{nanos}", std::process::id());
+    // Before 19.3 LowCardinality needs the experimental flag; current
+    // servers refuse LowCardinality(UInt64) unless asked (code 455).
     let flag = [("allow_experimental_low_cardinality_type", "1")];
+    let suspicious = [("allow_suspicious_low_cardinality_types", "1")];
     let settings: &[(&str, &str)] = if client.features().low_cardinality_needs_experimental_flag {
         &flag
     } else {
-        &[]
+        &suspicious
     };
     let create_db = format!("CREATE DATABASE {db}");
     retrying("create database", || client.execute(&create_db, &[])).await;

@@ -190,6 +190,11 @@ fn check_type(column: &str, ty: &ChType) -> Result<(), SchemaError> {
         ChType::Nullable(t) | ChType::Array(t) | ChType::LowCardinality(t) => check_type(column, t),
         ChType::Map(k, v) => check_type(column, k).and_then(|()| check_type(column, v)),
         ChType::Tuple(items) => items.iter().try_for_each(|(_, t)| check_type(column, t)),
+        ChType::Variant(items) => items.iter().try_for_each(|t| check_type(column, t)),
+        ChType::Json(spec) => spec
+            .typed
+            .iter()
+            .try_for_each(|(_, t)| check_type(column, t)),
         ChType::Enum8(items) if items.is_empty() => Err(bad("empty Enum8")),
         ChType::Enum16(items) if items.is_empty() => Err(bad("empty Enum16")),
         _ => Ok(()),

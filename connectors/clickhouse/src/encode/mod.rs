@@ -9,6 +9,8 @@
 //! - `json`: zero-copy scanner (validates, reports value spans);
 //! - `number`, `time`: exact text → integer/decimal/float/temporal parsing;
 //! - `value`: per-type RowBinary writers and zero values;
+//! - `dynamic`: the `JSON`, `Variant` and `Dynamic` types (allocates per
+//!   object; the other types do not);
 //! - `encoder`: the column plan, key lookup table, metadata columns, errors;
 //! - `native`: a batch of RowBinary rows as one `Native` block, for the
 //!   insert (cheaper for the server to read).
@@ -16,6 +18,7 @@
 //! Steady state makes no heap allocation per row: spans and scratch buffers
 //! live in the encoder and are reused (proved by `tests/alloc_free.rs`).
 
+mod dynamic;
 mod encoder;
 mod json;
 mod native;
@@ -28,3 +31,5 @@ pub use native::{NativeLayout, TransposeError};
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_modern;

@@ -33,7 +33,8 @@
 //! (Sending T with `low_cardinality_allow_in_native_format = 0` instead is
 //! not safe: 18.16 accepted such a block into a Memory table and then
 //! failed to read it, "Bad cast from ColumnString to ColumnLowCardinality".)
-//! Tables with a type outside this list (`Map`, `Nothing`,
+//! Tables with a type outside this list (`Map`, `Nothing`, `JSON`,
+//! `Variant`, `Dynamic`,
 //! `LowCardinality` below the top level) keep RowBinary, as do
 //! `RowBinaryWithDefaults` inserts.
 
@@ -80,11 +81,12 @@ fn shape(ty: &ChType, top: bool) -> Option<Shape> {
             Shape::Fixed(8)
         }
         ChType::UInt128 | ChType::Int128 | ChType::Uuid | ChType::IPv6 => Shape::Fixed(16),
+        ChType::UInt256 | ChType::Int256 => Shape::Fixed(32),
         ChType::Decimal { precision, .. } => Shape::Fixed(match precision {
             0..=9 => 4,
             10..=18 => 8,
             19..=38 => 16,
-            _ => return None,
+            _ => 32,
         }),
         ChType::FixedString(n) => Shape::Fixed(*n),
         ChType::String => Shape::Str,
@@ -110,7 +112,12 @@ fn shape(ty: &ChType, top: bool) -> Option<Shape> {
             },
             _ => return None,
         },
-        ChType::LowCardinality(_) | ChType::Map(..) | ChType::Nothing => return None,
+        ChType::LowCardinality(_)
+        | ChType::Map(..)
+        | ChType::Nothing
+        | ChType::Json(_)
+        | ChType::Variant(_)
+        | ChType::Dynamic(_) => return None,
     })
 }
 

@@ -10,10 +10,18 @@ pub(crate) fn parse_i128(s: &[u8]) -> Option<i128> {
     let (neg, digits) = split_sign(s);
     let int = int_part(digits)?;
     let mut v: i128 = 0;
+    // Negative numbers accumulate downwards: i128::MIN has no positive
+    // counterpart.
     for &c in int {
-        v = v.checked_mul(10)?.checked_add(i128::from(c - b'0'))?;
+        let d = i128::from(c - b'0');
+        v = v.checked_mul(10)?;
+        v = if neg {
+            v.checked_sub(d)?
+        } else {
+            v.checked_add(d)?
+        };
     }
-    Some(if neg { -v } else { v })
+    Some(v)
 }
 
 /// Like [`parse_i128`] for the `u128` range (no minus sign allowed except
@@ -125,6 +133,117 @@ pub(crate) enum DecimalError {
 /// the extra digits are zeros. More than `precision` digits in total is an
 /// overflow. Exponents (`1.5e3`) are supported.
 pub(crate) fn parse_decimal(s: &[u8], precision: u8, scale: u8) -> Result<i128, DecimalError> {
+    let (neg, v) = decimal_scaled::<i128>(s, precision, scale)?;
+    Ok(if neg { -v } else { v })
+}
+
+/// [`parse_decimal`] for `Decimal256` (precision 39..=76): the scaled
+/// integer as 32 little-endian two's-complement bytes.
+pub(crate) fn parse_decimal256(
+    s: &[u8],
+    precision: u8,
+    scale: u8,
+) -> Result<[u8; 32], DecimalError> {
+    let (neg, v) = decimal_scaled::<U256>(s, precision, scale)?;
+    // |v| < 10^76 < 2^255: the sign bit is free.
+    Ok(v.to_le_bytes(neg))
+}
+
+/// A magnitude being accumulated digit by digit.
+trait Acc: Sized {
+    fn zero() -> Self;
+    /// `self = self * 10 + d`; false on overflow.
+    fn push_digit(&mut self, d: u8) -> bool;
+    fn is_zero(&self) -> bool;
+}
+
+impl Acc for i128 {
+    fn zero() -> Self {
+        0
+    }
+    fn push_digit(&mut self, d: u8) -> bool {
+        match self
+            .checked_mul(10)
+            .and_then(|v| v.checked_add(i128::from(d)))
+        {
+            Some(v) => {
+                *self = v;
+                true
+            }
+            None => false,
+        }
+    }
+    fn is_zero(&self) -> bool {
+        *self == 0
+    }
+}
+
+/// An unsigned 256-bit magnitude, little-endian 64-bit limbs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct U256([u64; 4]);
+
+impl Acc for U256 {
+    fn zero() -> Self {
+        U256([0; 4])
+    }
+    fn push_digit(&mut self, d: u8) -> bool {
+        let mut carry = u128::from(d);
+        for limb in &mut self.0 {
+            let v = u128::from(*limb) * 10 + carry;
+            *limb = v as u64;
+            carry = v >> 64;
+        }
+        carry == 0
+    }
+    fn is_zero(&self) -> bool {
+        self.0 == [0; 4]
+    }
+}
+
+impl U256 {
+    /// 32 little-endian bytes of `self`, negated (two's complement) if `neg`.
+    fn to_le_bytes(self, neg: bool) -> [u8; 32] {
+        let mut limbs = self.0;
+        if neg {
+            let mut carry = true;
+            for l in &mut limbs {
+                let (v, c) = (!*l).overflowing_add(u64::from(carry));
+                *l = v;
+                carry = c;
+            }
+        }
+        let mut out = [0u8; 32];
+        for (chunk, l) in out.chunks_exact_mut(8).zip(limbs) {
+            chunk.copy_from_slice(&l.to_le_bytes());
+        }
+        out
+    }
+}
+
+/// An integer (syntax as [`parse_i128`]) as `Int256` (`signed`) or
+/// `UInt256`: 32 little-endian bytes, `None` on bad syntax or out of range.
+pub(crate) fn parse_int256(s: &[u8], signed: bool) -> Option<[u8; 32]> {
+    let (neg, digits) = split_sign(s);
+    let mut v = U256::zero();
+    for &c in int_part(digits)? {
+        if !v.push_digit(c - b'0') {
+            return None;
+        }
+    }
+    let top = v.0[3] >> 63 == 1;
+    let ok = match (signed, neg) {
+        (false, false) => true,
+        (false, true) => v.is_zero(),
+        (true, false) => !top,
+        // -2^255 is the one value with the top bit set.
+        (true, true) => !top || v.0 == [0, 0, 0, 1 << 63],
+    };
+    ok.then(|| v.to_le_bytes(neg && signed))
+}
+
+/// The sign and the magnitude of `s * 10^scale`, checked against
+/// `precision`.
+fn decimal_scaled<A: Acc>(s: &[u8], precision: u8, scale: u8) -> Result<(bool, A), DecimalError> {
     let (neg, rest) = split_sign(s);
     let (mantissa, exp) = match rest.iter().position(|c| *c == b'e' || *c == b'E') {
         Some(p) => {
@@ -165,28 +284,29 @@ pub(crate) fn parse_decimal(s: &[u8], precision: u8, scale: u8) -> Result<i128, 
     if digits().skip(keep as usize).any(|c| c != b'0') {
         return Err(DecimalError::TooManyFractionDigits);
     }
-    let mut v: i128 = 0;
+    let mut v = A::zero();
     let mut count: i64 = 0;
     for c in digits().take(keep as usize) {
-        v = v
-            .checked_mul(10)
-            .and_then(|v| v.checked_add(i128::from(c - b'0')))
-            .ok_or(DecimalError::Overflow)?;
+        if !v.push_digit(c - b'0') {
+            return Err(DecimalError::Overflow);
+        }
         count += 1;
     }
-    if shift > 0 && v != 0 {
+    if shift > 0 && !v.is_zero() {
         if count + shift > i64::from(precision) {
             return Err(DecimalError::Overflow);
         }
         for _ in 0..shift {
-            v = v.checked_mul(10).ok_or(DecimalError::Overflow)?;
+            if !v.push_digit(0) {
+                return Err(DecimalError::Overflow);
+            }
             count += 1;
         }
     }
-    if v != 0 && count > i64::from(precision) {
+    if !v.is_zero() && count > i64::from(precision) {
         return Err(DecimalError::Overflow);
     }
-    Ok(if neg { -v } else { v })
+    Ok((neg, v))
 }
 
 #[cfg(test)]
@@ -211,6 +331,14 @@ mod tests {
         );
         assert_eq!(parse_i128(b"170141183460469231731687303715884105728"), None);
         assert_eq!(
+            parse_i128(b"-170141183460469231731687303715884105728"),
+            Some(i128::MIN)
+        );
+        assert_eq!(
+            parse_i128(b"-170141183460469231731687303715884105729"),
+            None
+        );
+        assert_eq!(
             parse_u128(b"340282366920938463463374607431768211455"),
             Some(u128::MAX)
         );
@@ -230,6 +358,69 @@ mod tests {
         assert_eq!(parse_f64(b"abc", true), None);
         assert_eq!(parse_f32(b"0.1", false), Some(0.1f32));
         assert_eq!(parse_f32(b"1e39", false), None);
+    }
+
+    #[test]
+    fn int256_and_uint256() {
+        let le = |hex_be: &str| {
+            let mut b = [0u8; 32];
+            for (i, byte) in (0..64).step_by(2).enumerate() {
+                b[31 - i] = u8::from_str_radix(&hex_be[byte..byte + 2], 16).unwrap();
+            }
+            b
+        };
+        let mut one = [0u8; 32];
+        one[0] = 1;
+        assert_eq!(parse_int256(b"1", true), Some(one));
+        assert_eq!(parse_int256(b"-1", true), Some([0xff; 32]));
+        let max = "57896044618658097711785492504343953926634992332820282019728792003956564819967";
+        let min = "-57896044618658097711785492504343953926634992332820282019728792003956564819968";
+        assert_eq!(
+            parse_int256(max.as_bytes(), true),
+            Some(le(&format!("7f{}", "ff".repeat(31))))
+        );
+        assert_eq!(
+            parse_int256(min.as_bytes(), true),
+            Some(le(&format!("80{}", "00".repeat(31))))
+        );
+        assert_eq!(
+            parse_int256(
+                b"57896044618658097711785492504343953926634992332820282019728792003956564819968",
+                true
+            ),
+            None
+        );
+        let umax = "115792089237316195423570985008687907853269984665640564039457584007913129639935";
+        assert_eq!(parse_int256(umax.as_bytes(), false), Some([0xff; 32]));
+        assert_eq!(
+            parse_int256(
+                b"115792089237316195423570985008687907853269984665640564039457584007913129639936",
+                false
+            ),
+            None
+        );
+        assert_eq!(parse_int256(b"-1", false), None);
+        assert_eq!(parse_int256(b"1.5", true), None);
+    }
+
+    #[test]
+    fn decimal256() {
+        let mut b = [0u8; 32];
+        b[..2].copy_from_slice(&12345u16.to_le_bytes());
+        assert_eq!(parse_decimal256(b"123.45", 76, 2), Ok(b));
+        let neg = parse_decimal256(b"-0.01", 76, 2).unwrap();
+        assert_eq!(neg, [0xff; 32]);
+        let nines = "9".repeat(76);
+        assert!(parse_decimal256(nines.as_bytes(), 76, 0).is_ok());
+        let too_long = "1".repeat(77);
+        assert_eq!(
+            parse_decimal256(too_long.as_bytes(), 76, 0),
+            Err(DecimalError::Overflow)
+        );
+        assert_eq!(
+            parse_decimal256(b"1.234", 76, 2),
+            Err(DecimalError::TooManyFractionDigits)
+        );
     }
 
     #[test]

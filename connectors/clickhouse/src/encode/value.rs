@@ -4,8 +4,12 @@
 //! allocation on the success path: string unescaping goes through the
 //! caller's reusable scratch buffer.
 
+use super::dynamic::{write_dynamic, write_json, write_variant};
 use super::json::{for_each_item, for_each_member, unescape_into, Walk};
-use super::number::{parse_decimal, parse_f32, parse_f64, parse_i128, parse_u128, DecimalError};
+use super::number::{
+    parse_decimal, parse_decimal256, parse_f32, parse_f64, parse_i128, parse_int256, parse_u128,
+    DecimalError,
+};
 use super::time::{parse_date, parse_datetime, parse_epoch, Instant};
 use crate::types::ChType;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -62,6 +66,9 @@ pub(crate) fn write_value(
 ) -> Result<(), Fail> {
     match (ty, v.first()) {
         (ChType::LowCardinality(t), _) => write_value(t, v, out, scratch),
+        (ChType::Variant(items), _) => write_variant(items, v, out, scratch),
+        (ChType::Dynamic(_), _) => write_dynamic(v, out, scratch),
+        (ChType::Json(spec), _) => write_json(spec, v, out, scratch),
         (ChType::Nullable(t), Some(b'n')) => {
             let _ = t;
             out.push(1);
@@ -289,6 +296,12 @@ fn fixed(n: usize, bytes: &[u8], raw: &[u8], out: &mut Vec<u8>) -> Result<(), Fa
 }
 
 fn put_int_text(ty: &ChType, text: &[u8], raw: &[u8], out: &mut Vec<u8>) -> Result<(), Fail> {
+    if let t @ (ChType::Int256 | ChType::UInt256) = ty.strip_low_cardinality() {
+        let n = parse_int256(text, matches!(t, ChType::Int256))
+            .ok_or_else(|| fail(raw, format!("not an integer in {t} range")))?;
+        out.extend_from_slice(&n);
+        return Ok(());
+    }
     if matches!(ty.strip_low_cardinality(), ChType::UInt128) {
         let n = parse_u128(text).ok_or_else(|| fail(raw, "not an integer in UInt128 range"))?;
         out.extend_from_slice(&n.to_le_bytes());
@@ -326,6 +339,14 @@ pub(crate) fn put_int(ty: &ChType, n: i128, out: &mut Vec<u8>) -> Result<(), Str
             out.extend_from_slice(&i64::try_from(n).map_err(|_| range())?.to_le_bytes())
         }
         ChType::Int128 => out.extend_from_slice(&n.to_le_bytes()),
+        ChType::UInt256 | ChType::Int256 => {
+            if n < 0 && matches!(ty.strip_low_cardinality(), ChType::UInt256) {
+                return Err(range());
+            }
+            // Sign-extend to 256 bits.
+            out.extend_from_slice(&n.to_le_bytes());
+            out.resize(out.len() + 16, if n < 0 { 0xff } else { 0 });
+        }
         _ => return Err(format!("{ty} is not an integer type")),
     }
     Ok(())
@@ -355,7 +376,7 @@ fn put_decimal(
     raw: &[u8],
     out: &mut Vec<u8>,
 ) -> Result<(), Fail> {
-    let v = parse_decimal(text, precision, scale).map_err(|e| {
+    let why = |e| {
         fail(
             raw,
             match e {
@@ -366,7 +387,12 @@ fn put_decimal(
                 DecimalError::Overflow => format!("does not fit Decimal({precision}, {scale})"),
             },
         )
-    })?;
+    };
+    if precision > 38 {
+        out.extend_from_slice(&parse_decimal256(text, precision, scale).map_err(why)?);
+        return Ok(());
+    }
+    let v = parse_decimal(text, precision, scale).map_err(why)?;
     // `parse_decimal` bounds |v| by 10^precision, so the casts are exact.
     match precision {
         0..=9 => out.extend_from_slice(&(v as i32).to_le_bytes()),
@@ -501,6 +527,10 @@ pub(crate) fn write_zero(ty: &ChType, out: &mut Vec<u8>) {
         }
         ChType::UInt64 | ChType::Int64 | ChType::Float64 | ChType::DateTime64(..) => zeros(out, 8),
         ChType::UInt128 | ChType::Int128 | ChType::Uuid | ChType::IPv6 => zeros(out, 16),
+        ChType::UInt256 | ChType::Int256 => zeros(out, 32),
+        // No paths; the NULL discriminator; the type Nothing (NULL).
+        ChType::Json(_) | ChType::Dynamic(_) => out.push(0),
+        ChType::Variant(_) => out.push(255),
         ChType::Decimal { precision, .. } => zeros(out, decimal_width(*precision)),
         ChType::FixedString(n) => zeros(out, *n),
         ChType::String | ChType::Array(_) | ChType::Map(..) => out.push(0),
@@ -536,6 +566,7 @@ pub(crate) fn decimal_width(precision: u8) -> usize {
     match precision {
         0..=9 => 4,
         10..=18 => 8,
-        _ => 16,
+        19..=38 => 16,
+        _ => 32,
     }
 }
