@@ -617,8 +617,10 @@ fn async_insert_profile_does_not_change_acknowledgements() {
             }
         },
     );
-    running.sigterm();
-    let _ = running.wait(Duration::from_secs(60));
+    // A profile error is never retried: the run fails by itself, at once,
+    // instead of retrying forever with its health checks green.
+    let finished = running.wait(Duration::from_secs(30));
+    finished.assert_code(1);
     assert_eq!(
         ch.u64(&format!("SELECT count() FROM {table}")),
         ROWS as u64,

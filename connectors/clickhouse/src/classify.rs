@@ -84,6 +84,7 @@ const PERMISSION: &[u32] = &[
     193, // WRONG_PASSWORD
     307, // TOO_MANY_BYTES
     396, // TOO_MANY_ROWS_OR_BYTES
+    452, // SETTING_CONSTRAINT_VIOLATION (a profile forbids a setting spate sends)
     497, // ACCESS_DENIED
     516, // AUTHENTICATION_FAILED
 ];
@@ -281,6 +282,7 @@ mod tests {
             ("Code: 407. DB::Exception: Decimal math overflow: While processing toDecimal32(1e10, 2). (DECIMAL_OVERFLOW)", GiveUp),
             ("Code: 469. DB::Exception: Constraint `positive` for table analytics.events (00000000-0000-0000-0000-000000000000) is violated at row 1. Expression: (x > 0). Column values: x = -1. (VIOLATED_CONSTRAINT)", GiveUp),
             ("Code: 164. DB::Exception: writer: Cannot execute query in readonly mode. (READONLY)", GiveUp),
+            ("Code: 452. DB::Exception: Setting async_insert should not be changed. (SETTING_CONSTRAINT_VIOLATION) (version 26.9.1.1)", GiveUp),
             ("Code: 497. DB::Exception: writer: Not enough privileges. To execute this query, it's necessary to have the grant INSERT(a, b) ON analytics.events. (ACCESS_DENIED)", GiveUp),
             ("Code: 158. DB::Exception: Limit for rows (controlled by 'max_rows_to_read' setting) exceeded, max rows: 10.00, current rows: 8.19 thousand. (TOO_MANY_ROWS)", GiveUp),
             ("Code: 307. DB::Exception: Limit for rows or bytes to read exceeded, max bytes: 1.00 MiB, current bytes: 4.00 MiB. (TOO_MANY_BYTES)", GiveUp),
