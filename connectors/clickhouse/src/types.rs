@@ -289,52 +289,13 @@ impl Parser<'_> {
             "IPv6" => ChType::IPv6,
             "Nothing" => ChType::Nothing,
             "Date" => ChType::Date,
-            "FixedString" => {
-                self.expect(b'(', "expected `(`")?;
-                let n = self.number()?;
-                self.expect(b')', "expected `)`")?;
-                let n = usize::try_from(n).map_err(|_| self.err("bad FixedString length"))?;
-                if n == 0 {
-                    return Err(self.err("FixedString length must be positive"));
-                }
-                ChType::FixedString(n)
-            }
-            "DateTime" => {
-                let tz = if self.eat(b'(') {
-                    let tz = self.quoted(b'\'')?;
-                    self.expect(b')', "expected `)`")?;
-                    Some(tz)
-                } else {
-                    None
-                };
-                ChType::DateTime(tz)
-            }
-            "DateTime64" => {
-                self.expect(b'(', "expected `(`")?;
-                let p = self.number()?;
-                let p = u8::try_from(p).ok().filter(|p| *p <= 9);
-                let Some(p) = p else {
-                    return Err(self.err("DateTime64 precision must be 0..=9"));
-                };
-                let tz = if self.eat(b',') {
-                    Some(self.quoted(b'\'')?)
-                } else {
-                    None
-                };
-                self.expect(b')', "expected `)`")?;
-                ChType::DateTime64(p, tz)
-            }
+            "FixedString" => self.fixed_string()?,
+            "DateTime" => self.datetime()?,
+            "DateTime64" => self.datetime64()?,
             "Nullable" => ChType::Nullable(self.inner(depth)?),
             "Array" => ChType::Array(self.inner(depth)?),
             "LowCardinality" => ChType::LowCardinality(self.inner(depth)?),
-            "Map" => {
-                self.expect(b'(', "expected `(`")?;
-                let k = self.ty(depth + 1)?;
-                self.expect(b',', "expected `,`")?;
-                let v = self.ty(depth + 1)?;
-                self.expect(b')', "expected `)`")?;
-                ChType::Map(Box::new(k), Box::new(v))
-            }
+            "Map" => self.map(depth)?,
             "Tuple" => self.tuple(depth)?,
             "Variant" => self.variant(depth)?,
             "Dynamic" => ChType::Dynamic(self.dynamic_params()?),
@@ -349,20 +310,68 @@ impl Parser<'_> {
                 self.expect(b')', "expected `)`")?;
                 self.decimal(p, s)?
             }
-            "Decimal32" | "Decimal64" | "Decimal128" | "Decimal256" => {
-                self.expect(b'(', "expected `(`")?;
-                let s = self.number()?;
-                self.expect(b')', "expected `)`")?;
-                let p = match name.as_str() {
-                    "Decimal32" => 9,
-                    "Decimal64" => 18,
-                    "Decimal128" => 38,
-                    _ => 76,
-                };
-                self.decimal(p, s)?
-            }
+            "Decimal32" => self.decimal_of(9)?,
+            "Decimal64" => self.decimal_of(18)?,
+            "Decimal128" => self.decimal_of(38)?,
+            "Decimal256" => self.decimal_of(76)?,
             _ => return Err(TypeError::Unsupported(self.text.to_owned())),
         })
+    }
+
+    fn fixed_string(&mut self) -> Result<ChType, TypeError> {
+        self.expect(b'(', "expected `(`")?;
+        let n = self.number()?;
+        self.expect(b')', "expected `)`")?;
+        let n = usize::try_from(n).map_err(|_| self.err("bad FixedString length"))?;
+        if n == 0 {
+            return Err(self.err("FixedString length must be positive"));
+        }
+        Ok(ChType::FixedString(n))
+    }
+
+    /// `DateTime` or `DateTime('tz')`.
+    fn datetime(&mut self) -> Result<ChType, TypeError> {
+        let tz = if self.eat(b'(') {
+            let tz = self.quoted(b'\'')?;
+            self.expect(b')', "expected `)`")?;
+            Some(tz)
+        } else {
+            None
+        };
+        Ok(ChType::DateTime(tz))
+    }
+
+    /// `DateTime64(p)` or `DateTime64(p, 'tz')`.
+    fn datetime64(&mut self) -> Result<ChType, TypeError> {
+        self.expect(b'(', "expected `(`")?;
+        let p = self.number()?;
+        let Some(p) = u8::try_from(p).ok().filter(|p| *p <= 9) else {
+            return Err(self.err("DateTime64 precision must be 0..=9"));
+        };
+        let tz = if self.eat(b',') {
+            Some(self.quoted(b'\'')?)
+        } else {
+            None
+        };
+        self.expect(b')', "expected `)`")?;
+        Ok(ChType::DateTime64(p, tz))
+    }
+
+    fn map(&mut self, depth: usize) -> Result<ChType, TypeError> {
+        self.expect(b'(', "expected `(`")?;
+        let k = self.ty(depth + 1)?;
+        self.expect(b',', "expected `,`")?;
+        let v = self.ty(depth + 1)?;
+        self.expect(b')', "expected `)`")?;
+        Ok(ChType::Map(Box::new(k), Box::new(v)))
+    }
+
+    /// `DecimalN(s)`, whose precision `p` the name gives.
+    fn decimal_of(&mut self, p: i64) -> Result<ChType, TypeError> {
+        self.expect(b'(', "expected `(`")?;
+        let s = self.number()?;
+        self.expect(b')', "expected `)`")?;
+        self.decimal(p, s)
     }
 
     fn decimal(&self, p: i64, s: i64) -> Result<ChType, TypeError> {

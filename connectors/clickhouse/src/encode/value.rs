@@ -200,16 +200,7 @@ pub(crate) fn write_text(
             b"false" | b"0" => out.push(0),
             _ => return Err(fail(raw, "Bool accepts only true, false, 0 or 1")),
         },
-        ChType::Date => {
-            let d = match parse_date(text) {
-                Some(d) => i128::from(d),
-                None => parse_i128(text)
-                    .ok_or_else(|| fail(raw, "Date must be YYYY-MM-DD or a day number"))?,
-            };
-            let d = u16::try_from(d)
-                .map_err(|_| fail(raw, "Date out of range (1970-01-01..=2149-06-06)"))?;
-            out.extend_from_slice(&d.to_le_bytes());
-        }
+        ChType::Date => put_date_text(text, raw, out)?,
         ChType::DateTime(_) => {
             let t = parse_datetime(text, 0)
                 .or_else(|| parse_epoch(text, 0))
@@ -241,45 +232,65 @@ pub(crate) fn write_text(
             out.extend_from_slice(&lo.to_le_bytes());
         }
         ChType::Enum8(items) => {
-            let by_name = items.iter().find(|(n, _)| n.as_bytes() == text);
-            let by_value =
-                || parse_i128(text).and_then(|v| items.iter().find(|(_, x)| i128::from(*x) == v));
-            match by_name.or_else(by_value) {
-                Some((_, x)) => out.extend_from_slice(&x.to_le_bytes()),
-                None => return Err(fail(raw, format!("not a name of {ty}"))),
-            }
+            let x =
+                enum_item(items, text).ok_or_else(|| fail(raw, format!("not a name of {ty}")))?;
+            out.extend_from_slice(&x.to_le_bytes());
         }
         ChType::Enum16(items) => {
-            let by_name = items.iter().find(|(n, _)| n.as_bytes() == text);
-            let by_value =
-                || parse_i128(text).and_then(|v| items.iter().find(|(_, x)| i128::from(*x) == v));
-            match by_name.or_else(by_value) {
-                Some((_, x)) => out.extend_from_slice(&x.to_le_bytes()),
-                None => return Err(fail(raw, format!("not a name of {ty}"))),
-            }
+            let x =
+                enum_item(items, text).ok_or_else(|| fail(raw, format!("not a name of {ty}")))?;
+            out.extend_from_slice(&x.to_le_bytes());
         }
         ChType::Decimal { precision, scale } => put_decimal(*precision, *scale, text, raw, out)?,
-        ChType::IPv4 => {
-            let ip: Ipv4Addr = std::str::from_utf8(text)
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .ok_or_else(|| fail(raw, "not an IPv4 address"))?;
-            out.extend_from_slice(&u32::from(ip).to_le_bytes());
-        }
-        ChType::IPv6 => {
-            let s = std::str::from_utf8(text).map_err(|_| fail(raw, "not an IPv6 address"))?;
-            let ip = match s.parse::<Ipv6Addr>() {
-                Ok(ip) => ip,
-                Err(_) => s
-                    .parse::<Ipv4Addr>()
-                    .map(|v4| v4.to_ipv6_mapped())
-                    .map_err(|_| fail(raw, "not an IPv6 address"))?,
-            };
-            out.extend_from_slice(&ip.octets());
-        }
+        ChType::IPv4 => put_ipv4_text(text, raw, out)?,
+        ChType::IPv6 => put_ipv6_text(text, raw, out)?,
         t if t.is_integer() => put_int_text(t, text, raw, out)?,
         _ => return Err(fail(raw, format!("cannot convert a JSON string to {ty}"))),
     }
+    Ok(())
+}
+
+/// A date as `YYYY-MM-DD` or a day number.
+fn put_date_text(text: &[u8], raw: &[u8], out: &mut Vec<u8>) -> Result<(), Fail> {
+    let d = match parse_date(text) {
+        Some(d) => i128::from(d),
+        None => {
+            parse_i128(text).ok_or_else(|| fail(raw, "Date must be YYYY-MM-DD or a day number"))?
+        }
+    };
+    let d =
+        u16::try_from(d).map_err(|_| fail(raw, "Date out of range (1970-01-01..=2149-06-06)"))?;
+    out.extend_from_slice(&d.to_le_bytes());
+    Ok(())
+}
+
+/// An enum's value by name, or by number if `text` is one of its values.
+fn enum_item<T: Copy + Into<i128>>(items: &[(String, T)], text: &[u8]) -> Option<T> {
+    let by_name = items.iter().find(|(n, _)| n.as_bytes() == text);
+    let by_value = || parse_i128(text).and_then(|v| items.iter().find(|(_, x)| (*x).into() == v));
+    by_name.or_else(by_value).map(|(_, x)| *x)
+}
+
+fn put_ipv4_text(text: &[u8], raw: &[u8], out: &mut Vec<u8>) -> Result<(), Fail> {
+    let ip: Ipv4Addr = std::str::from_utf8(text)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| fail(raw, "not an IPv4 address"))?;
+    out.extend_from_slice(&u32::from(ip).to_le_bytes());
+    Ok(())
+}
+
+/// An IPv6 address, or an IPv4 one stored IPv4-mapped.
+fn put_ipv6_text(text: &[u8], raw: &[u8], out: &mut Vec<u8>) -> Result<(), Fail> {
+    let s = std::str::from_utf8(text).map_err(|_| fail(raw, "not an IPv6 address"))?;
+    let ip = match s.parse::<Ipv6Addr>() {
+        Ok(ip) => ip,
+        Err(_) => s
+            .parse::<Ipv4Addr>()
+            .map(|v4| v4.to_ipv6_mapped())
+            .map_err(|_| fail(raw, "not an IPv6 address"))?,
+    };
+    out.extend_from_slice(&ip.octets());
     Ok(())
 }
 
