@@ -104,6 +104,11 @@ impl KafkaSourceConfig {
             .map(|(_, v)| v.as_str())
     }
 
+    /// True if the user set any of these librdkafka properties.
+    fn has_any(&self, keys: &[&str]) -> bool {
+        keys.iter().any(|k| self.property(k).is_some())
+    }
+
     /// The librdkafka configuration: spate's defaults, then the user's.
     #[must_use]
     pub fn client_config(&self) -> ClientConfig {
@@ -141,6 +146,17 @@ impl KafkaSourceConfig {
             .set("client.id", "spate")
             // High watermarks for the lag metrics come from the statistics.
             .set("statistics.interval.ms", "2000");
+        // The bundled OpenSSL is static, with no system certificate
+        // directory compiled in: unless the user names a CA, find the
+        // system's root certificates (ClickHouse Cloud, Confluent Cloud,
+        // MSK and Aiven all present public-CA certificates). The same for
+        // OAUTHBEARER/OIDC token endpoints over HTTPS.
+        if !self.has_any(&["ssl.ca.location", "ssl.ca.pem", "ssl.ca.certificate.stores"]) {
+            c.set("ssl.ca.location", "probe");
+        }
+        if !self.has_any(&["https.ca.location", "https.ca.pem"]) {
+            c.set("https.ca.location", "probe");
+        }
         for (k, v) in &self.properties {
             c.set(k, v);
         }
@@ -184,6 +200,21 @@ mod tests {
             c.client_config().get("fetch.queue.backoff.ms"),
             Some("1000")
         );
+    }
+
+    #[test]
+    fn system_root_certificates_unless_the_user_names_a_ca() {
+        let c = cfg();
+        assert_eq!(c.client_config().get("ssl.ca.location"), Some("probe"));
+        assert_eq!(c.client_config().get("https.ca.location"), Some("probe"));
+        let mut own = cfg();
+        own.properties
+            .push(("ssl.ca.pem".into(), "-----BEGIN CERTIFICATE-----".into()));
+        own.properties
+            .push(("https.ca.location".into(), "/etc/idp-ca.pem".into()));
+        let cc = own.client_config();
+        assert_eq!(cc.get("ssl.ca.location"), None);
+        assert_eq!(cc.get("https.ca.location"), Some("/etc/idp-ca.pem"));
     }
 
     #[test]
