@@ -129,6 +129,76 @@ kb_probe() {
     kafka_answers "$KAFKA_HOST" "${KB_PORT[$1]}" ${KB_TLS[$1]:+"$TLS_DIR/ca.crt"}
 }
 
+# kafka_scram_ok HOST PORT CA MECHANISM USER PASSWORD: a SCRAM login
+# (SaslHandshake v1, SaslAuthenticate v0, RFC 5802 with the server's signature
+# checked) succeeds; over TLS when CA is not empty. Standard library only.
+kafka_scram_ok() {
+    python3 - "$@" <<'EOF' >/dev/null 2>&1
+import base64, hashlib, hmac, os, socket, ssl, struct, sys
+host, port, ca, mech, user, password = sys.argv[1:7]
+h = {"SCRAM-SHA-256": hashlib.sha256, "SCRAM-SHA-512": hashlib.sha512}[mech]
+s = socket.create_connection((host, int(port)), timeout=5)
+if ca:
+    s = ssl.create_default_context(cafile=ca).wrap_socket(s, server_hostname=host)
+s.settimeout(5)
+def rd(n):
+    b = b""
+    while len(b) < n:
+        c = s.recv(n - len(b))
+        if not c:
+            raise EOFError("closed")
+        b += c
+    return b
+def call(api, ver, corr, body):
+    cid = b"spate-services"
+    req = struct.pack(">hhih", api, ver, corr, len(cid)) + cid + body
+    s.sendall(struct.pack(">i", len(req)) + req)
+    (n,) = struct.unpack(">i", rd(4))
+    resp = rd(n)
+    assert struct.unpack(">i", resp[:4])[0] == corr
+    return resp[4:]
+def authenticate(corr, data):
+    r = call(36, 0, corr, struct.pack(">i", len(data)) + data)
+    (err, mlen) = struct.unpack(">hh", r[:4])
+    if err != 0:
+        sys.exit(2)
+    off = 4 + max(mlen, 0)
+    (blen,) = struct.unpack(">i", r[off:off + 4])
+    return r[off + 4:off + 4 + blen].decode()
+m = mech.encode()
+r = call(17, 1, 1, struct.pack(">h", len(m)) + m)
+if struct.unpack(">h", r[:2])[0] != 0:
+    sys.exit(3)
+nonce = base64.b64encode(os.urandom(18)).decode()
+bare = f"n={user},r={nonce}"
+first = authenticate(2, ("n,," + bare).encode())
+f = dict(kv.split("=", 1) for kv in first.split(","))
+assert f["r"].startswith(nonce)
+salted = hashlib.pbkdf2_hmac(h().name, password.encode(), base64.b64decode(f["s"]), int(f["i"]))
+client_key = hmac.new(salted, b"Client Key", h).digest()
+without_proof = f"c=biws,r={f['r']}"
+auth_msg = f"{bare},{first},{without_proof}".encode()
+sig = hmac.new(h(client_key).digest(), auth_msg, h).digest()
+proof = base64.b64encode(bytes(a ^ b for a, b in zip(client_key, sig))).decode()
+final = authenticate(3, f"{without_proof},p={proof}".encode())
+server_sig = hmac.new(hmac.new(salted, b"Server Key", h).digest(), auth_msg, h).digest()
+sys.exit(0 if final == "v=" + base64.b64encode(server_sig).decode() else 4)
+EOF
+}
+
+# kb_logins NAME: for a SCRAM broker, both mechanisms log in with the test user
+# and a wrong password is refused; fails (with a message) otherwise.
+kb_logins() {
+    local name=$1 ca="" m
+    [[ -n ${KB_TLS[$name]} ]] && ca="$TLS_DIR/ca.crt"
+    for m in SCRAM-SHA-256 SCRAM-SHA-512; do
+        kafka_scram_ok "$KAFKA_HOST" "${KB_PORT[$name]}" "$ca" "$m" "$SCRAM_USER" "$SCRAM_PASSWORD" ||
+            { log "nisshi $name: $m login as $SCRAM_USER failed"; return 1; }
+        ! kafka_scram_ok "$KAFKA_HOST" "${KB_PORT[$name]}" "$ca" "$m" "$SCRAM_USER" "not-$SCRAM_PASSWORD" ||
+            { log "nisshi $name: $m accepted a wrong password"; return 1; }
+    done
+}
+
 # kb_spawn NAME [setup]: start broker NAME in the background; `setup` starts it
 # plaintext without --authentication on the same storage (to create its users:
 # the user CLI speaks plaintext).
@@ -192,7 +262,11 @@ kb_start() {
     [[ -n ${KB_AUTH[$name]} ]] && kb_users "$name"
     kb_spawn "$name"
     kb_wait "$name"
-    log "Kafka $name: nisshi pid $(<"$pidf") on $KAFKA_HOST:${KB_PORT[$name]}"
+    if [[ -n ${KB_AUTH[$name]} ]] && ! kb_logins "$name"; then
+        show_logs "$NISSHI_DIR/$name.log"
+        die "nisshi $name: SCRAM logins do not work (remove $NISSHI_DIR/$name.users to create the user again)"
+    fi
+    log "Kafka $name: nisshi pid $(<"$pidf") on $KAFKA_HOST:${KB_PORT[$name]}${KB_AUTH[$name]:+ (SCRAM logins checked)}"
 }
 
 kafka_up() {

@@ -91,7 +91,7 @@ pid_of() {
     [[ -s $file ]] || return 0
     pid=$(<"$file")
     pid_alive "$pid" || return 0
-    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$match" || return 0
+    tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -q -- "$match" || return 0
     echo "$pid"
 }
 
