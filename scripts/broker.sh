@@ -20,6 +20,9 @@
 # SCRAM_PASSWORD under both mechanisms (created through the broker itself,
 # started once without --authentication on the same file).
 #
+# SPATE_KAFKA_STORAGE=memory runs the suite's broker on memory:// instead (for
+# comparing speed, or to see the broker restart test fail).
+#
 # Expects from services.sh: SVC, KAFKA_HOST, KAFKA_PORT and lib.sh.
 
 NISSHI_VERSION=0.8.1
@@ -212,6 +215,9 @@ kb_spawn() {
         [[ -n ${KB_TLS[$name]} ]] && args+=(--cert "$TLS_DIR/server.crt" --key "$TLS_DIR/server.key")
         [[ -n ${KB_AUTH[$name]} ]] && args+=(--authentication)
     fi
+    local storage="sqlite://$name.db"
+    # memory: nothing survives a restart (the broker restart test then fails)
+    [[ $name == plain && ${SPATE_KAFKA_STORAGE:-sqlite} == memory ]] && storage=memory://nisshi/
     mkdir -p "$NISSHI_DIR"
     # setsid: own session, so Ctrl-C in the terminal that ran `make test` doesn't reach it.
     # --group-initial-rebalance-delay 0s: a fresh group is assigned at once
@@ -220,7 +226,7 @@ kb_spawn() {
         --cluster-id spate-test \
         --listener-url "$url" \
         --advertised-listener-url "$url" \
-        --storage-engine "sqlite://$name.db" \
+        --storage-engine "$storage" \
         --group-initial-rebalance-delay 0s \
         "${args[@]}" \
         </dev/null >>"$NISSHI_DIR/$name.log" 2>&1) &

@@ -61,6 +61,7 @@
 #   SPATE_CH_CLUSTER_INTERSERVER_PORT=9010   ports of nodes a and b (each on its address)
 #   SPATE_SERVICES_TIMEOUT=60        seconds to wait for each service to answer
 #   SPATE_CACHE_DIR=/var/cache/spate where the nisshi build is cached (per machine)
+#   SPATE_KAFKA_STORAGE=sqlite       or memory: the suite broker keeps nothing over a restart
 #   SPATE_BUILD_DIR=<repo>/build     where bin/, services/ and services.env go
 #
 # Only processes named in our PID files are ever signalled.
