@@ -1,5 +1,5 @@
 # spate: build, local services, tests, demo. `make help` lists the targets.
-# Services (Kafka via tansu, ClickHouse 18.16) are managed by scripts/services.sh;
+# Services (Kafka via nisshi, ClickHouse 18.16) are managed by scripts/services.sh;
 # their addresses are in build/services.env after `make services`.
 
 SHELL := /bin/bash
@@ -21,7 +21,7 @@ help: ## list the targets
 build: ## cargo build --release
 	$(CARGO) build --release
 
-services: ## start Kafka (tansu) and ClickHouse, installing them if missing
+services: ## start Kafka (nisshi) and ClickHouse, installing them if missing
 	$(SERVICES) up
 
 services-down: ## stop the services started by `make services`

@@ -54,11 +54,11 @@ fi
 [[ -x $SPATE ]] || { echo "missing $SPATE" >&2; exit 1; }
 
 say "fresh topic $DEMO_TOPIC ($DEMO_PARTITIONS partitions) on $SPATE_TEST_BROKERS"
-# Deleting the topic also drops the group's committed offsets for it (tansu),
+# Deleting the topic also drops the group's committed offsets for it (nisshi),
 # so every demo run starts from offset 0.
-TANSU="$BUILD/bin/tansu"
-"$TANSU" topic delete --broker "tcp://$SPATE_TEST_BROKERS" "$DEMO_TOPIC" >/dev/null 2>&1 || true
-"$TANSU" topic create --broker "tcp://$SPATE_TEST_BROKERS" --partitions "$DEMO_PARTITIONS" "$DEMO_TOPIC"
+KAFKA_CLI="$SPATE_TEST_KAFKA_BIN"
+"$KAFKA_CLI" topic delete --broker "tcp://$SPATE_TEST_BROKERS" "$DEMO_TOPIC" >/dev/null 2>&1 || true
+"$KAFKA_CLI" topic create --broker "tcp://$SPATE_TEST_BROKERS" --partitions "$DEMO_PARTITIONS" "$DEMO_TOPIC"
 
 say "fresh table $TABLE on $SPATE_TEST_CLICKHOUSE_URL"
 chq "CREATE DATABASE IF NOT EXISTS spate_demo"

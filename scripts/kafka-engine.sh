@@ -61,43 +61,16 @@ MODE="${KAFKA_ENGINE_LIBRDKAFKA:-built}"
 CH_CONFIG=/etc/clickhouse-server/config.xml
 URL="http://$HOST:$HTTP_PORT"
 
-log() { printf '[kafka-engine] %s\n' "$*" >&2; }
-die() { printf '[kafka-engine] error: %s\n' "$*" >&2; exit 1; }
+LOG_TAG=kafka-engine
+# shellcheck source=scripts/lib.sh
+source "$ROOT/scripts/lib.sh"
 
 case $MODE in built | system) ;; *) die "KAFKA_ENGINE_LIBRDKAFKA must be built or system, not '$MODE'" ;; esac
-
-ch_server_bin() {
-    command -v clickhouse-server 2>/dev/null || { [[ -x /usr/sbin/clickhouse-server ]] && echo /usr/sbin/clickhouse-server; } || true
-}
-
-ch_answers() {
-    python3 - "$1" <<'EOF' >/dev/null 2>&1
-import sys, urllib.request
-with urllib.request.urlopen(sys.argv[1] + "/?query=SELECT%201", timeout=2) as r:
-    sys.exit(0 if r.read().strip() == b"1" else 1)
-EOF
-}
-
-port_in_use() {
-    python3 - "$1" "$2" <<'EOF' >/dev/null 2>&1
-import socket, sys
-s = socket.socket()
-s.settimeout(1)
-sys.exit(0 if s.connect_ex((sys.argv[1], int(sys.argv[2]))) == 0 else 1)
-EOF
-}
 
 # our_pid: the PID in PID_FILE if that process is alive, not a zombie, and is a
 # clickhouse-server with our data dir on its command line; else nothing.
 our_pid() {
-    local pid
-    [[ -s $PID_FILE ]] || return 0
-    pid=$(<"$PID_FILE")
-    [[ $pid =~ ^[0-9]+$ ]] || return 0
-    kill -0 "$pid" 2>/dev/null || return 0
-    [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) != Z ]] || return 0
-    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "--path=$DIR/" || return 0
-    echo "$pid"
+    pid_of "$PID_FILE" "--path=$DIR/"
 }
 
 # ------------------------------------------------------------- librdkafka ----
@@ -234,17 +207,13 @@ print_env() {
 }
 
 cmd_up() {
-    command -v python3 >/dev/null 2>&1 || die "python3 is required"
+    need_python
     local bin pid
     bin=$(ch_server_bin)
     [[ -n $bin && -f $CH_CONFIG ]] || die "clickhouse-server not installed: run scripts/services.sh up (or make services) first"
     pid=$(our_pid)
     if [[ -n $pid ]]; then
-        local deadline=$((SECONDS + TIMEOUT))
-        until ch_answers "$URL"; do
-            ((SECONDS < deadline)) || die "running server pid $pid does not answer on $URL"
-            sleep 0.2
-        done
+        wait_until "running clickhouse-server pid $pid" "$PID_FILE" "--path=$DIR/" "$DIR/log/err.log" -- ch_answers "$URL"
         log "reusing pid $pid on $URL"
         print_env "$pid"
         return 0
@@ -275,22 +244,8 @@ cmd_up() {
         --logger.errorlog="$DIR/log/err.log" \
         </dev/null >"$DIR/log/stdout.log" 2>&1) &
     echo $! >"$PID_FILE"
-    local deadline=$((SECONDS + TIMEOUT))
-    while :; do
-        pid=$(<"$PID_FILE")
-        if ! kill -0 "$pid" 2>/dev/null || [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) == Z ]]; then
-            tail -n 30 "$DIR/log/stdout.log" "$DIR/log/err.log" >&2 2>/dev/null || true
-            rm -f "$PID_FILE"
-            die "clickhouse-server exited during start-up (logs above)"
-        fi
-        ch_answers "$URL" && break
-        if ((SECONDS >= deadline)); then
-            tail -n 30 "$DIR/log/stdout.log" "$DIR/log/err.log" >&2 2>/dev/null || true
-            die "clickhouse-server did not answer on $URL within ${TIMEOUT}s (logs above)"
-        fi
-        sleep 0.2
-    done
-    [[ -n $(our_pid) ]] || die "something else answers on $URL"
+    wait_until clickhouse-server "$PID_FILE" "--path=$DIR/" "$DIR/log/stdout.log" "$DIR/log/err.log" -- ch_answers "$URL"
+    pid=$(<"$PID_FILE")
     if [[ $MODE == built ]] && ! grep -q -- "$LIB" "/proc/$pid/maps"; then
         die "pid $pid did not load $LIB (check ldd $bin)"
     fi
@@ -299,29 +254,7 @@ cmd_up() {
 }
 
 cmd_down() {
-    local pid i
-    pid=$(our_pid)
-    if [[ -z $pid ]]; then
-        rm -f "$PID_FILE"
-        log "not running"
-        return 0
-    fi
-    kill -CONT "$pid" 2>/dev/null || true
-    kill -TERM "$pid" 2>/dev/null || true
-    for ((i = 0; i < 300; i++)); do
-        [[ -n $(our_pid) ]] || break
-        sleep 0.1
-    done
-    if [[ -n $(our_pid) ]]; then
-        log "pid $pid did not exit within 30 s, sending SIGKILL"
-        kill -KILL "$pid" 2>/dev/null || true
-        for ((i = 0; i < 50; i++)); do
-            [[ -n $(our_pid) ]] || break
-            sleep 0.1
-        done
-    fi
-    rm -f "$PID_FILE"
-    log "stopped (pid $pid)"
+    stop_pid "$PID_FILE" "--path=$DIR/" clickhouse-server
 }
 
 cmd_status() {

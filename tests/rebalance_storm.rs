@@ -23,31 +23,22 @@
 //!   abandoned at shutdown), which are zero when every drain completes in
 //!   time.
 //!
-//! What the local broker (tansu 0.6) does, measured, and what shapes the
-//! storm:
-//! - A member that leaves in the middle of a rebalance wedges the group for
-//!   good: tansu never expires a member that leaves during its own join, and
-//!   a SIGTERM that came between the two rounds of a cooperative rebalance
-//!   (right after the member had revoked a partition for a newcomer) left
-//!   the newcomer without partitions for good. So every stop, SIGTERM or
-//!   kill, mid-storm or final, waits (bounded) for a settled group: every
-//!   member owns partitions, none twice, all 8 between them, unchanged for a
-//!   second.
-//! - A dynamic member killed in a settled group is expired after about
-//!   `session.timeout.ms` (6 s here; measured ~8 s); the survivors rejoin in
-//!   a new generation and own its partitions ~10-12 s after the kill. The
-//!   storm waits for that (at most `KILL_TAKEOVER`) before it starts the
-//!   replacement member, so no join races the expiry and the killed
-//!   member's partitions go to the survivors only, after the replay was
-//!   sampled.
-//! - tansu does not tell existing members that a rebalance started, so a
-//!   join waits for the rebalance timeout (`max.poll.interval.ms`, 10 s
-//!   here).
+//! What a conforming broker guarantees, and what is asserted here (the
+//! local broker, nisshi, does it; tansu 0.6 did not, see the README):
+//! - A member killed with `kill -9` is expired after `session.timeout.ms`,
+//!   and the survivors own all its partitions within `session.timeout.ms`
+//!   plus [`TAKEOVER_MARGIN`] of the kill (asserted). Only then does the
+//!   replacement join, so the killed member's partitions go to the survivors
+//!   only, after its replay was sampled.
+//! - A member may leave at any moment: the SIGTERM stops, mid-storm and
+//!   final, come at whatever point of a rebalance the group is in (no wait
+//!   for a settled group), and each fresh member joins right away.
+//! - A kill comes in a settled group (every member owns partitions, none
+//!   twice, all 8 between them, unchanged for a second): not for the broker,
+//!   but so that the killed member's partitions, and with them its replay,
+//!   are known exactly.
 //!
-//! Not here: static membership (`group.instance.id`): tansu wedges the group
-//! when a static member expires or a new static member joins. Nor a stop or
-//! kill of a member in the middle of a rebalance, nor a join racing the
-//! expiry of a killed member.
+//! Not here: static membership (`group.instance.id`).
 
 #![allow(unknown_lints, clippy::manual_is_multiple_of)]
 
@@ -68,9 +59,13 @@ const CHURN_EVERY: Duration = Duration::from_secs(6);
 const CYCLES: usize = 6;
 /// Cycles whose stop is SIGKILL; both come while the producer runs.
 const KILL_CYCLES: &[usize] = &[1, 3];
-/// How long the survivors may take to own a killed member's partitions
-/// (measured: 10-12 s).
-const KILL_TAKEOVER: Duration = Duration::from_secs(45);
+/// How long past `session.timeout.ms` the survivors may take to own a killed
+/// member's partitions: the expiry check's granularity, the survivors'
+/// next heartbeat, the rejoin and the cooperative assignment's second round.
+/// Measured with nisshi 0.8.1 on 2 cores loaded by other builds (the log line
+/// "survivors own every partition"): 9.1 s after the kill, and once more
+/// than 12 s, so 6 s of margin was too tight there.
+const TAKEOVER_MARGIN: Duration = Duration::from_secs(14);
 
 /// Produce N messages round-robin over the partitions, spread over
 /// `PRODUCE_FOR`, so the storm happens while data flows.
@@ -198,11 +193,6 @@ fn member_args(svc: &Services, topic: &str, group: &str, table: &str) -> Vec<Str
             "2s",
             "--log-format",
             "json",
-            // tansu does not tell existing members that a rebalance started,
-            // so a join waits for the rebalance timeout, which librdkafka
-            // takes from max.poll.interval.ms (300 s by default).
-            "-X",
-            "max.poll.interval.ms=10000",
             "--insert-timeout",
             "5s",
         ]
@@ -293,10 +283,10 @@ fn rebalance_storm_loses_nothing_and_bounds_duplicates() {
     let mut clean_stops = 0;
     for (cycle, next_label) in (0..CYCLES).zip(3..) {
         std::thread::sleep(CHURN_EVERY);
-        // Stop only in a settled group (see the top of this file), and then
-        // the member that has run longest.
-        wait_settled(&members, &format!("a settled group before cycle {cycle}"));
+        // Stop the member that has run longest; a kill only in a settled
+        // group (see the top of this file).
         if KILL_CYCLES.contains(&cycle) {
+            wait_settled(&members, &format!("a settled group before cycle {cycle}"));
             let victim = members.remove(0);
             let owned = owned_partitions(&victim.stderr_so_far());
             let during_produce = !produced.load(Ordering::Acquire);
@@ -373,11 +363,15 @@ fn rebalance_storm_loses_nothing_and_bounds_duplicates() {
                 },
                 replay.rows
             );
-            // The survivors take the dead member's partitions over once
-            // tansu expires it; only then the replacement joins.
+            // The survivors take the dead member's partitions over once the
+            // broker expires it (session.timeout.ms), within the margin;
+            // only then the replacement joins.
+            let takeover = session_timeout() + TAKEOVER_MARGIN;
             wait_for(
-                "the survivors to own every partition after the kill",
-                KILL_TAKEOVER,
+                &format!(
+                    "the survivors to own every partition within session.timeout.ms + {TAKEOVER_MARGIN:?} of the kill"
+                ),
+                takeover.saturating_sub(killed_at.elapsed()),
                 Duration::from_millis(200),
                 || {
                     let owned: BTreeSet<i32> = members
@@ -423,9 +417,8 @@ fn rebalance_storm_loses_nothing_and_bounds_duplicates() {
     );
     producer.join().expect("producer thread");
     assert!(produced.load(Ordering::Acquire));
-    // Stop the rest one by one, each in a settled group (see above).
+    // Stop the rest one by one, whatever rebalance the previous stop started.
     while !members.is_empty() {
-        wait_settled(&members, "a settled group before a final stop");
         let m = members.remove(0);
         m.sigterm();
         let fin = m.wait(Duration::from_secs(60));

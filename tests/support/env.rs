@@ -8,7 +8,9 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The librdkafka session timeout every spate run and every test consumer
-/// uses: tansu only completes a group join after `session.timeout.ms / 2`.
+/// uses: short (librdkafka's default is 45 s), so that the broker expires a
+/// member killed with `kill -9` within seconds and the tests that kill one
+/// (the rebalance storm) stay short.
 pub const SESSION_TIMEOUT_MS: &str = "6000";
 
 /// Which of the two ClickHouse servers under test.
@@ -43,6 +45,15 @@ impl Server {
             Server::V26 => "26.9",
         }
     }
+}
+
+/// [`SESSION_TIMEOUT_MS`] as a duration.
+pub fn session_timeout() -> Duration {
+    Duration::from_millis(
+        SESSION_TIMEOUT_MS
+            .parse()
+            .expect("SESSION_TIMEOUT_MS is a number"),
+    )
 }
 
 /// Addresses of the services under test.

@@ -1,5 +1,6 @@
-//! Kafka helpers: create a topic, produce quickly with delivery reports,
-//! read a group's committed offsets.
+//! Kafka helpers: create a topic, produce quickly (or paced over a while, in
+//! a thread) with delivery reports, read a group's committed offsets and the
+//! partitions' end offsets.
 
 use super::env::{block_on, wait_for, SESSION_TIMEOUT_MS};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -10,7 +11,8 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{DeliveryResult, Message as _};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Create `topic` with `partitions` partitions and wait until the broker's
@@ -252,4 +254,121 @@ pub fn committed(brokers: &str, group: &str, topic: &str, partitions: i32) -> Ve
             }
         })
         .collect()
+}
+
+/// The end offset (high watermark) of each partition `0..partitions`, from
+/// ListOffsets(latest); retried until the broker answers, bounded.
+pub fn end_offsets(brokers: &str, topic: &str, partitions: i32) -> Vec<i64> {
+    let consumer = metadata_client(brokers);
+    (0..partitions)
+        .map(|p| {
+            wait_for(
+                "the end offset of a partition",
+                Duration::from_secs(30),
+                Duration::from_millis(200),
+                || {
+                    consumer
+                        .fetch_watermarks(topic, p, Duration::from_secs(5))
+                        .map(|(_, high)| high)
+                        .map_err(|e| format!("partition {p}: {e}"))
+                },
+            )
+        })
+        .collect()
+}
+
+/// What a [`produce_paced`] thread delivered.
+#[derive(Debug, Default)]
+pub struct Delivered {
+    /// Indexes of the messages the broker acknowledged.
+    pub acked: Vec<usize>,
+    /// `(index, error)` of the messages that failed for good.
+    pub errors: Vec<(usize, String)>,
+}
+
+/// A producer thread started by [`produce_paced`].
+pub struct Paced {
+    handle: std::thread::JoinHandle<Delivered>,
+    done: Arc<AtomicBool>,
+}
+
+impl Paced {
+    /// `true` once every message was handed to the broker and the flush
+    /// returned.
+    pub fn is_done(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+    }
+
+    /// Wait for the thread; its delivery reports.
+    pub fn join(self) -> Delivered {
+        self.handle.join().expect("producer thread panicked")
+    }
+}
+
+/// Produce `count` messages built by `make(index)` to `topic` in a thread,
+/// message `i` due at `i / count` of `over`, so that data keeps arriving
+/// while a test does something to the services. Delivery failures are
+/// recorded (librdkafka retries for `message.timeout.ms`, 120 s, so a broker
+/// restart shorter than that loses nothing).
+pub fn produce_paced(
+    brokers: &str,
+    topic: &str,
+    count: usize,
+    over: Duration,
+    make: impl Fn(usize) -> Msg + Send + 'static,
+) -> Paced {
+    let done = Arc::new(AtomicBool::new(false));
+    let (brokers, topic, flag) = (brokers.to_owned(), topic.to_owned(), done.clone());
+    let handle = std::thread::spawn(move || {
+        let producer: BaseProducer<Recorder> = ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .set("linger.ms", "5")
+            .set("queue.buffering.max.messages", "1000000")
+            .set("message.timeout.ms", "120000")
+            .create_with_context(Recorder {
+                log: Mutex::new(DeliveryLog::default()),
+            })
+            .expect("producer");
+        let started = Instant::now();
+        for i in 0..count {
+            let due = started + over.mul_f64(i as f64 / count as f64);
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                producer.poll(wait);
+            }
+            let m = make(i);
+            let mut rec = BaseRecord::with_opaque_to(&topic, i)
+                .payload(&m.payload)
+                .partition(m.partition);
+            if let Some(k) = &m.key {
+                rec = rec.key(k);
+            }
+            if let Some(ts) = m.timestamp_ms {
+                rec = rec.timestamp(ts);
+            }
+            loop {
+                match producer.send(rec) {
+                    Ok(()) => break,
+                    Err((_, r)) => {
+                        rec = r;
+                        producer.poll(Duration::from_millis(5));
+                    }
+                }
+            }
+        }
+        // message.timeout.ms bounds every message, so this flush ends.
+        let flushed = producer.flush(Duration::from_secs(150));
+        let log = std::mem::take(&mut *producer.context().log.lock().expect("log"));
+        flag.store(true, Ordering::Release);
+        eprintln!(
+            "[support] paced: {count} messages to {topic} in {:.1?}: {} acknowledged, {} failed, flush {flushed:?}",
+            started.elapsed(),
+            log.ok.len(),
+            log.errors.len()
+        );
+        Delivered {
+            acked: log.ok.iter().map(|&(i, _, _)| i).collect(),
+            errors: log.errors,
+        }
+    });
+    Paced { handle, done }
 }
