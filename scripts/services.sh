@@ -28,7 +28,7 @@
 #   down       stop what `up` started (by PID file), SIGKILL after a deadline
 #   status     show each; exit 0 only if all run and answer
 #   env        print build/services.env (eval "$(scripts/services.sh env)")
-#   kafka-kill   SIGKILL the suite's broker (a crash)       } for tests that take
+#   kafka-kill   SIGKILL the durable broker (a crash)      } for tests that take
 #   kafka-stop   stop it (SIGTERM)                         } the broker away;
 #   kafka-start  start it again, same storage and port     } messages, offsets kept
 #   ch-stop    stop ClickHouse only (data kept)            } for tests that take
@@ -43,7 +43,7 @@
 #   clean      down, then delete build/services/ (ClickHouse data included)
 #
 # Files (absolute paths are written to build/services.env as well):
-#   build/services/nisshi-{plain,tls,scram,scram_tls}.pid   PIDs of the brokers
+#   build/services/nisshi-{plain,durable,tls,scram,scram_tls}.pid   PIDs of the brokers
 #   build/services/nisshi/NAME.{db,log}   a broker's sqlite storage and its log
 #   build/services/tls/{ca,server}.{crt,key}   the TLS brokers' CA and certificate
 #   build/services/clickhouse.pid   PID of clickhouse-server; a test may send it
@@ -63,7 +63,8 @@
 #   SPATE_CH_CLUSTER_INTERSERVER_PORT=9010   ports of nodes a and b (each on its address)
 #   SPATE_SERVICES_TIMEOUT=60        seconds to wait for each service to answer
 #   SPATE_CACHE_DIR=/var/cache/spate where the nisshi build is cached (per machine)
-#   SPATE_KAFKA_STORAGE=sqlite       or memory: the suite broker keeps nothing over a restart
+#   SPATE_KAFKA_STORAGE=memory       or sqlite: the suite broker's storage (see broker.sh)
+#   SPATE_KAFKA_DURABLE_STORAGE=sqlite  or memory: the durable broker forgets (restart test fails)
 #   SPATE_BUILD_DIR=<repo>/build     where bin/, services/ and services.env go
 #
 # Only processes named in our PID files are ever signalled.
@@ -371,8 +372,8 @@ case "${1:-}" in
     status) cmd_status ;;
     env) cmd_env ;;
     kafka-kill) kafka_kill ;;
-    kafka-stop) stop_pid "$KAFKA_PID" "$(kb_match plain)" "Kafka plain (nisshi)" ;;
-    kafka-start) need_python; install_nisshi; mkdir -p "$SVC"; kb_start plain ;;
+    kafka-stop) stop_pid "$KAFKA_DURABLE_PID" "$(kb_match durable)" "Kafka durable (nisshi)" ;;
+    kafka-start) need_python; install_nisshi; mkdir -p "$SVC"; kb_start durable ;;
     ch-stop) ch_stop main ;;
     ch-start) ch_start_cmd main ;;
     ch-pause) ch_signal main STOP ;;

@@ -42,9 +42,24 @@ fn run() -> Result<(), String> {
     let (Some(brokers), Some(topic)) = (args.next(), args.next()) else {
         return Err("usage: consume_ceiling BROKERS TOPIC [-X key=value ...]".into());
     };
+    let consumer = consumer(&brokers, args)?;
+    let partitions = assign_all(&consumer, &topic)?;
+    let tally = consume_to_eof(&consumer, partitions)?;
+    let first = tally.first.ok_or("the topic is empty")?;
+    let (messages, bytes) = (tally.messages, tally.bytes);
+    let secs = tally.last.duration_since(first).as_secs_f64();
+    let steady = window_rate(&tally.marks, messages).unwrap_or(messages as f64 / secs.max(1e-9));
+    println!(
+        "{{\"messages\":{messages},\"bytes\":{bytes},\"secs\":{secs:.4},\"rows_per_s\":{steady:.0}}}"
+    );
+    Ok(())
+}
+
+/// A consumer with spate's fetch-relevant defaults and the `-X` overrides.
+fn consumer(brokers: &str, mut args: impl Iterator<Item = String>) -> Result<BaseConsumer, String> {
     let mut config = ClientConfig::new();
     config
-        .set("bootstrap.servers", &brokers)
+        .set("bootstrap.servers", brokers)
         .set("group.id", "spate-consume-ceiling")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
@@ -59,9 +74,13 @@ fn run() -> Result<(), String> {
             .ok_or_else(|| format!("-X {kv}: not key=value"))?;
         config.set(k, v);
     }
-    let consumer: BaseConsumer = config.create().map_err(|e| e.to_string())?;
+    config.create().map_err(|e| e.to_string())
+}
+
+/// Assign every partition of `topic` from the beginning; their number.
+fn assign_all(consumer: &BaseConsumer, topic: &str) -> Result<usize, String> {
     let md = consumer
-        .fetch_metadata(Some(&topic), Duration::from_secs(10))
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
         .map_err(|e| format!("metadata of {topic}: {e}"))?;
     let partitions: Vec<i32> = md
         .topics()
@@ -73,37 +92,53 @@ fn run() -> Result<(), String> {
     }
     let mut tpl = TopicPartitionList::new();
     for &p in &partitions {
-        tpl.add_partition_offset(&topic, p, Offset::Beginning)
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
             .map_err(|e| e.to_string())?;
     }
     consumer.assign(&tpl).map_err(|e| e.to_string())?;
+    Ok(partitions.len())
+}
 
+/// What was consumed, and when.
+struct Tally {
+    messages: u64,
+    bytes: u64,
+    /// Arrival time of every 1024th message, for the 10%..90% window.
+    marks: Vec<(u64, Instant)>,
+    first: Option<Instant>,
+    last: Instant,
+}
+
+/// Poll until every one of `partitions` reached EOF (with nothing after).
+fn consume_to_eof(consumer: &BaseConsumer, partitions: usize) -> Result<Tally, String> {
     let mut at_eof: HashSet<i32> = HashSet::new();
-    let mut messages: u64 = 0;
-    let mut bytes: u64 = 0;
-    // Arrival time of every 1/1000th message, for the 10%..90% window.
-    let mut marks: Vec<(u64, Instant)> = Vec::with_capacity(4096);
-    let mut first: Option<Instant> = None;
-    let mut last = Instant::now();
+    let mut t = Tally {
+        messages: 0,
+        bytes: 0,
+        marks: Vec::with_capacity(4096),
+        first: None,
+        last: Instant::now(),
+    };
     let mut idle_since = Instant::now();
-    while at_eof.len() < partitions.len() {
+    while at_eof.len() < partitions {
         match consumer.poll(Duration::from_millis(100)) {
             None => {
                 if idle_since.elapsed() > IDLE_LIMIT {
+                    let n = t.messages;
                     return Err(format!(
-                        "no message or EOF for {IDLE_LIMIT:?} after {messages} messages"
+                        "no message or EOF for {IDLE_LIMIT:?} after {n} messages"
                     ));
                 }
             }
             Some(Ok(m)) => {
                 idle_since = Instant::now();
-                last = idle_since;
-                first.get_or_insert(last);
+                t.last = idle_since;
+                t.first.get_or_insert(t.last);
                 at_eof.remove(&m.partition());
-                messages += 1;
-                bytes += m.payload_len() as u64;
-                if messages.is_multiple_of(1024) {
-                    marks.push((messages, last));
+                t.messages += 1;
+                t.bytes += m.payload_len() as u64;
+                if t.messages.is_multiple_of(1024) {
+                    t.marks.push((t.messages, t.last));
                 }
             }
             Some(Err(KafkaError::PartitionEOF(p))) => {
@@ -113,13 +148,7 @@ fn run() -> Result<(), String> {
             Some(Err(e)) => return Err(format!("consume: {e}")),
         }
     }
-    let first = first.ok_or("the topic is empty")?;
-    let secs = last.duration_since(first).as_secs_f64();
-    let steady = window_rate(&marks, messages).unwrap_or(messages as f64 / secs.max(1e-9));
-    println!(
-        "{{\"messages\":{messages},\"bytes\":{bytes},\"secs\":{secs:.4},\"rows_per_s\":{steady:.0}}}"
-    );
-    Ok(())
+    Ok(t)
 }
 
 /// Messages per second between the marks at 10% and 90% of `total`.
