@@ -1,5 +1,5 @@
 # spate: build, local services, tests, demo. `make help` lists the targets.
-# Services (Kafka via nisshi, ClickHouse 18.16) are managed by scripts/services.sh;
+# Services (Kafka via nisshi, ClickHouse 18.16 and 26.9) are managed by scripts/services.sh;
 # their addresses are in build/services.env after `make services`.
 
 SHELL := /bin/bash
