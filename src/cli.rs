@@ -6,6 +6,7 @@ use crate::units::{parse_bytes, parse_duration, parse_property};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// spate: Kafka to ClickHouse, at-least-once, committed only up to what
@@ -141,6 +142,42 @@ pub struct RunArgs {
     /// ClickHouse password.
     #[arg(long, env = "SPATE_PASSWORD", hide_env_values = true)]
     pub password: Option<String>,
+    /// File holding the ClickHouse password (its first line; the
+    /// trailing newline is dropped): keeps it out of `ps` and the
+    /// environment. Instead of --password.
+    #[arg(
+        long,
+        env = "SPATE_PASSWORD_FILE",
+        value_name = "FILE",
+        conflicts_with = "password"
+    )]
+    pub password_file: Option<PathBuf>,
+    /// PEM file of CA certificates trusted for https:// URLs, in addition
+    /// to the system's root certificates (a private CA). Verification of
+    /// the server's certificate cannot be turned off.
+    #[arg(long, env = "SPATE_CLICKHOUSE_CA", value_name = "FILE")]
+    pub clickhouse_ca: Option<PathBuf>,
+    /// Client certificate (PEM, the chain) for mutual TLS with ClickHouse;
+    /// needs --clickhouse-key.
+    #[arg(
+        long,
+        env = "SPATE_CLICKHOUSE_CERT",
+        value_name = "FILE",
+        requires = "clickhouse_key"
+    )]
+    pub clickhouse_cert: Option<PathBuf>,
+    /// Private key (PEM) of --clickhouse-cert.
+    #[arg(
+        long,
+        env = "SPATE_CLICKHOUSE_KEY",
+        value_name = "FILE",
+        requires = "clickhouse_cert"
+    )]
+    pub clickhouse_key: Option<PathBuf>,
+    /// File holding the Kafka SASL password (its first line), set as
+    /// librdkafka's sasl.password: instead of -X sasl.password=...
+    #[arg(long, env = "SPATE_KAFKA_PASSWORD_FILE", value_name = "FILE")]
+    pub kafka_password_file: Option<PathBuf>,
     /// Bounded run: stop each partition at its end (partition EOF), flush,
     /// commit, and exit 0 once everything is acknowledged.
     #[arg(long, env = "SPATE_UNTIL_END")]

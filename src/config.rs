@@ -32,6 +32,10 @@
 //! Pipelines share the process: one consumer group, the drivers and the
 //! memory budget. Each maps its topics to its table with its own batching
 //! and shards. Unknown keys are errors naming the key and its line.
+//!
+//! A string value may reference environment variables, `"${KAFKA_PASSWORD}"`
+//! (`$${` for a literal `${`), so a file without secrets can be committed;
+//! an unset variable is an error naming it (see `crate::secret`).
 
 use crate::exit::Exit;
 use clap::{ArgAction, CommandFactory};
@@ -49,6 +53,10 @@ const PIPELINE_KEYS: &[&str] = &[
     "shard_key",
     "user",
     "password",
+    "password_file",
+    "clickhouse_ca",
+    "clickhouse_cert",
+    "clickhouse_key",
     "strict",
     "batch_rows",
     "batch_bytes",
@@ -270,6 +278,18 @@ impl File<'_> {
         ))
     }
 
+    /// `value` with its `${VAR}` references replaced; an unset variable
+    /// is an error naming the key, its line and the variable.
+    fn interpolate(
+        &self,
+        table: &Table,
+        key: &str,
+        item: &Item,
+        value: &str,
+    ) -> Result<String, Exit> {
+        crate::secret::interpolate(value).map_err(|e| self.error(table, key, item, &e.to_string()))
+    }
+
     /// Every key must be a setting allowed at this level.
     fn check_keys(&self, table: &Table, in_pipeline: bool) -> Result<(), Exit> {
         for (key, item) in table.iter() {
@@ -371,9 +391,10 @@ impl File<'_> {
             ));
         };
         for (k, v) in t.iter() {
-            let Some(v) = scalar(v) else {
+            let Some(value) = scalar(v) else {
                 return Err(self.error(t, k, v, "must be a string, number or boolean"));
             };
+            let v = self.interpolate(t, k, v, &value)?;
             argv.push("-X".into());
             argv.push(format!("{k}={v}"));
         }
@@ -409,6 +430,7 @@ impl File<'_> {
                 .ok_or_else(|| self.error(table, key, item, "must be a string, number or list"))?],
         };
         for v in values {
+            let v = self.interpolate(table, key, item, &v)?;
             argv.push(format!("{}={v}", arg.flag()));
         }
         Ok(())
@@ -453,6 +475,36 @@ mod tests {
             .chain(extra)
             .map(|s| s.to_string())
             .collect()
+    }
+
+    #[test]
+    fn values_reference_environment_variables() {
+        std::env::set_var("SPATE_TEST_CFG_KAFKA_PW", "from-env-pw");
+        let f = file(
+            r#"
+brokers = "k:9092"
+group = "g"
+password = "${SPATE_TEST_CFG_KAFKA_PW}"
+[kafka]
+"sasl.password" = "${SPATE_TEST_CFG_KAFKA_PW}"
+"#,
+        );
+        let out = expand(argv(&["--config", &f.0])).unwrap();
+        let a = &out[0].argv;
+        assert!(a.contains(&"--password=from-env-pw".to_string()), "{a:?}");
+        assert!(
+            a.contains(&"sasl.password=from-env-pw".to_string()),
+            "{a:?}"
+        );
+        let f =
+            file("brokers = \"k\"\n[kafka]\n\"sasl.password\" = \"${SPATE_TEST_CFG_UNSET_VAR}\"\n");
+        let e = expand(argv(&["--config", &f.0])).unwrap_err();
+        assert_eq!(e.code(), 2);
+        assert!(
+            e.message().contains("key `sasl.password` (line 3) references ${SPATE_TEST_CFG_UNSET_VAR}, which is not set"),
+            "{}",
+            e.message()
+        );
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod exit;
 mod gen;
 mod print_config;
 mod run;
+mod secret;
 mod settings;
 mod stats;
 mod units;
@@ -31,7 +32,7 @@ fn init_logging(level: &str, format: LogFormat) {
         .unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(secret::RedactingStderr)
         .with_thread_names(true);
     match format {
         LogFormat::Text => builder.init(),
@@ -41,11 +42,13 @@ fn init_logging(level: &str, format: LogFormat) {
 
 fn main() {
     bound_allocator_retention();
+    secret::install_panic_hook();
     let argv: Vec<String> = std::env::args_os()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
     if let Err(exit) = dispatch(argv) {
-        eprintln!("spate: error: {}", exit.message().replace('\n', " "));
+        let line = exit.message().replace('\n', " ");
+        eprintln!("spate: error: {}", secret::redact(&line));
         std::process::exit(exit.code());
     }
 }

@@ -25,7 +25,7 @@ fn list(items: &[String]) -> String {
 
 fn masked(key: &str, value: &str) -> String {
     let k = key.to_ascii_lowercase();
-    if ["password", "secret", "jaas", "token", "key.pem"]
+    if crate::secret::SECRET_KEY_WORDS
         .iter()
         .any(|w| k.contains(w))
     {
@@ -33,6 +33,11 @@ fn masked(key: &str, value: &str) -> String {
     } else {
         quoted(value)
     }
+}
+
+/// A file's path (the path of a secret's file is not a secret).
+fn path(p: &Option<std::path::PathBuf>) -> Option<String> {
+    p.as_ref().map(|p| p.display().to_string())
 }
 
 fn opt(v: Option<String>) -> String {
@@ -90,6 +95,7 @@ fn process_settings(out: &mut String, a: &RunArgs) {
             quoted(&format!("{:?}", a.log_format).to_lowercase()),
         ),
         ("log_level", quoted(&a.log_level)),
+        ("kafka_password_file", opt(path(&a.kafka_password_file))),
     ];
     for (k, v) in process {
         let _ = writeln!(out, "{k} = {v}");
@@ -131,6 +137,10 @@ fn pipeline_settings(out: &mut String, name: &str, p: &RunArgs) {
                 .as_ref()
                 .map_or_else(|| "(unset)".into(), |v| masked("password", v)),
         ),
+        ("password_file", opt(path(&p.password_file))),
+        ("clickhouse_ca", opt(path(&p.clickhouse_ca))),
+        ("clickhouse_cert", opt(path(&p.clickhouse_cert))),
+        ("clickhouse_key", opt(path(&p.clickhouse_key))),
         ("strict", p.strict.to_string()),
         ("batch_rows", p.batch_rows.to_string()),
         ("batch_bytes", p.batch_bytes.to_string()),

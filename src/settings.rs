@@ -9,7 +9,7 @@
 use crate::cli::{Compression, InsertFormat, RunArgs};
 use crate::exit::Exit;
 use spate_clickhouse::{
-    ChClientOptions, RetryPolicy, SinkSpec, TableRef, Topology, TopologySource,
+    ChClientOptions, RetryPolicy, Secret, SinkSpec, TableRef, TlsFiles, Topology, TopologySource,
 };
 use spate_kafka::KafkaSourceConfig;
 use std::collections::HashMap;
@@ -21,6 +21,8 @@ pub(crate) struct Validated {
     pub table: TableRef,
     pub kafka: KafkaSourceConfig,
     pub topology: TopologySource,
+    /// The ClickHouse password, from --password or --password-file.
+    pub password: Option<Secret>,
 }
 
 /// Validate every pipeline of one process (`spate run`): each one's
@@ -45,7 +47,12 @@ pub(crate) fn validate_pipelines(pipelines: &[(String, RunArgs)]) -> Result<Vec<
 /// Validate one pipeline's flags (`spate run` and `spate check`).
 pub(crate) fn validate(args: &RunArgs) -> Result<Validated, Exit> {
     let table = TableRef::parse(&args.table).map_err(|e| Exit::usage(e.to_string()))?;
-    let kafka = kafka_config(args)?;
+    let password = secrets(args)?;
+    let mut kafka = kafka_config(args)?;
+    if let Some(path) = &args.kafka_password_file {
+        let pw = crate::secret::read_file("--kafka-password-file", path)?;
+        kafka.properties.push(("sasl.password".into(), pw));
+    }
     kafka.validate().map_err(|e| Exit::usage(e.to_string()))?;
     if args.batch_rows == 0 {
         return Err(Exit::usage("--batch-rows must be at least 1"));
@@ -71,7 +78,27 @@ pub(crate) fn validate(args: &RunArgs) -> Result<Validated, Exit> {
         table,
         kafka,
         topology: topology_source(args)?,
+        password,
     })
+}
+
+/// The ClickHouse password (from the flag or its file), every secret of
+/// the flags registered for redaction from all output.
+fn secrets(args: &RunArgs) -> Result<Option<Secret>, Exit> {
+    for (k, v) in &args.properties {
+        if crate::secret::is_secret_key(k) {
+            crate::secret::register(v);
+        }
+    }
+    let password = match (&args.password, &args.password_file) {
+        (Some(p), _) => Some(p.clone()),
+        (None, Some(path)) => Some(crate::secret::read_file("--password-file", path)?),
+        (None, None) => None,
+    };
+    if let Some(p) = &password {
+        crate::secret::register(p);
+    }
+    Ok(password.map(Secret::new))
 }
 
 /// One pipeline's sink settings, from its flags: what `run` starts the
@@ -81,7 +108,12 @@ pub(crate) fn sink_spec(a: &RunArgs, v: &Validated) -> SinkSpec {
         topology: v.topology.clone(),
         shard_key: a.shard_key.clone(),
         user: a.user.clone(),
-        password: a.password.clone(),
+        password: v.password.clone(),
+        tls: TlsFiles {
+            ca: a.clickhouse_ca.clone(),
+            cert: a.clickhouse_cert.clone(),
+            key: a.clickhouse_key.clone(),
+        },
         table: v.table.clone(),
         strict: a.strict,
         client: ChClientOptions {

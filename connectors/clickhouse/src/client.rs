@@ -6,11 +6,15 @@
 //! readiness probe calls [`ChClient::ping`]. Every call is bounded by a
 //! timeout from [`ChClientOptions`].
 //!
+//! Every client of a sink speaks through one [`Transport`] (the shared
+//! connection pool and its TLS settings, see [`crate::transport`]).
+//!
 //! Validation of the `clickhouse` crate is off: spate's schema is only known
 //! at run time and servers as old as 18.16 must work.
 
 use crate::classify::{classify, code_remedy, parse_code, ErrorClass, Remedy};
 use crate::schema::{Column, DefaultKind, ServerFeatures, VersionError};
+use crate::transport::{describe_tls, Transport};
 use crate::types::{parse_type, TypeError};
 use bytes::Bytes;
 use std::fmt::Write as _;
@@ -54,6 +58,15 @@ pub enum ClientError {
         /// ClickHouse error code, if the server sent one.
         code: Option<u32>,
         /// Details.
+        message: String,
+    },
+    /// The TLS handshake failed or the TLS settings are unusable: the
+    /// certificates or the URL need fixing, so it is not retried.
+    #[error("{what}: {message}")]
+    Tls {
+        /// What spate was doing.
+        what: &'static str,
+        /// The TLS failure and what to do about it.
         message: String,
     },
     /// `SELECT version()` returned something unparsable.
@@ -148,14 +161,37 @@ fn map_error(e: &clickhouse::error::Error) -> (ErrorClass, Option<u32>, String) 
                 body.clone(),
             )
         }
-        E::Network(_) | E::TimedOut | E::Other(_) | E::Custom(_) => {
-            (ErrorClass::Retriable, None, message)
-        }
+        E::Network(source) => match describe_tls(source.as_ref()) {
+            Some(tls) => (ErrorClass::Retriable, None, tls),
+            None => (ErrorClass::Retriable, None, chain(e)),
+        },
+        E::TimedOut | E::Other(_) | E::Custom(_) => (ErrorClass::Retriable, None, message),
         _ => (ErrorClass::Fatal, parse_code(&message), message),
     }
 }
 
+/// `e` and its causes, `: `-joined, each said once (hyper's own line is
+/// only "client error (Connect)").
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        next = cause.source();
+    }
+    line
+}
+
 fn request_error(what: &'static str, e: &clickhouse::error::Error) -> ClientError {
+    if let clickhouse::error::Error::Network(source) = e {
+        if let Some(message) = describe_tls(source.as_ref()) {
+            return ClientError::Tls { what, message };
+        }
+    }
     let (class, code, message) = map_error(e);
     ClientError::Request {
         what,
@@ -221,14 +257,33 @@ impl ChClient {
         Self::connect_with(url, user, password, ChClientOptions::default()).await
     }
 
-    /// Connect with explicit timeouts; runs `SELECT version()`.
+    /// Connect with explicit timeouts over a transport of its own (the
+    /// system's root certificates, no client certificate); runs `SELECT
+    /// version()`.
     pub async fn connect_with(
         url: &str,
         user: Option<&str>,
         password: Option<&str>,
         opts: ChClientOptions,
     ) -> Result<ChClient, ClientError> {
-        let mut inner = clickhouse::Client::default()
+        let transport = Transport::system().map_err(|e| ClientError::Tls {
+            what: "TLS settings",
+            message: e.to_string(),
+        })?;
+        Self::connect_via(&transport, url, user, password, opts).await
+    }
+
+    /// Connect over `transport` (shared pool, TLS settings) with explicit
+    /// timeouts; runs `SELECT version()`.
+    pub async fn connect_via(
+        transport: &Transport,
+        url: &str,
+        user: Option<&str>,
+        password: Option<&str>,
+        opts: ChClientOptions,
+    ) -> Result<ChClient, ClientError> {
+        let mut inner = transport
+            .client()
             .with_url(url)
             .with_validation(false)
             .with_compression(if opts.lz4 {

@@ -11,7 +11,10 @@
 //! - [`metrics`]: the connector's per-replica series ([`ChMetrics`]), on
 //!   the core's registry;
 //! - [`client`]: [`ChClient`], connect / describe / insert / ping over HTTP
-//!   via the `clickhouse` crate.
+//!   via the `clickhouse` crate;
+//! - [`transport`]: [`Transport`], the connection pool and TLS (rustls,
+//!   system roots + `--clickhouse-ca`, client certificates) every client
+//!   of a sink shares; [`Secret`], a password that never prints.
 //!
 //! Threads: a lane (chain) thread owns one `RowEncoder` per table and calls
 //! `encode` per message into a batch buffer; insert workers (tokio tasks)
@@ -28,6 +31,7 @@ pub mod metrics;
 pub mod schema;
 pub mod shard_hash;
 pub mod sink;
+pub mod transport;
 pub mod types;
 
 pub use classify::{classify, code_remedy, parse_code, remedy, ErrorClass, Remedy};
@@ -38,4 +42,5 @@ pub use schema::{Column, DefaultKind, ServerFeatures, VersionError};
 pub use sink::{discover, Discovery, ReplicaAnswer, ReplicaSchema};
 pub use sink::{ChRowEncoder, EncoderFactory, PreparedSink, ShardSpec, Topology, TopologySource};
 pub use sink::{RetryPolicy, SinkError, SinkPool, SinkSpec, TableRef};
+pub use transport::{Secret, TlsError, TlsFiles, Transport};
 pub use types::{parse_type, ChType, TypeError};

@@ -3,6 +3,10 @@
 //! prepare` (`spate run`) and `spate check` both call it, so they find the
 //! same servers and judge them by the same rule ([`check_answers`]).
 //!
+//! One [`Transport`] (connection pool and TLS settings, built from
+//! `spec.tls`) serves the `--cluster` node and every replica, and the
+//! clients it returns keep it for inserts and the readiness probe.
+//!
 //! Runs on the caller's tokio runtime at start: one request to the
 //! `--cluster` node for `system.clusters`, then every replica at once
 //! (`SELECT version()` and `system.columns`).
@@ -12,6 +16,7 @@ use super::spec::{SinkSpec, TableRef};
 use super::topology::{Topology, TopologySource};
 use crate::client::{ChClient, ClientError};
 use crate::schema::Column;
+use crate::transport::Transport;
 
 /// What one replica said at start.
 #[derive(Clone, Debug, PartialEq)]
@@ -59,13 +64,14 @@ pub async fn discover(spec: &SinkSpec) -> Result<Discovery, SinkError> {
 pub(crate) async fn discover_clients(
     spec: &SinkSpec,
 ) -> Result<(Discovery, Vec<Option<ChClient>>), SinkError> {
-    let topology = resolve(spec).await?;
+    let transport = Transport::new(&spec.tls).map_err(|e| SinkError::Config(e.to_string()))?;
+    let topology = resolve(spec, &transport).await?;
     let mut set = tokio::task::JoinSet::new();
     for (s, shard) in topology.shards.iter().enumerate() {
         for (r, url) in shard.replicas.iter().enumerate() {
-            let (spec, url) = (spec.clone(), url.clone());
+            let (spec, url, transport) = (spec.clone(), url.clone(), transport.clone());
             set.spawn(async move {
-                let got = describe(&spec, &url).await;
+                let got = describe(&spec, &transport, &url).await;
                 (s, r, url, got)
             });
         }
@@ -97,29 +103,39 @@ pub(crate) async fn discover_clients(
 
 /// The shards and replicas, as the user gave them or as the cluster node
 /// lists them.
-async fn resolve(spec: &SinkSpec) -> Result<Topology, SinkError> {
+async fn resolve(spec: &SinkSpec, transport: &Transport) -> Result<Topology, SinkError> {
     match &spec.topology {
         TopologySource::Single(url) => Ok(Topology::single(url)),
         TopologySource::Shards(t) => Ok(t.clone()),
         TopologySource::Cluster { url, name } => {
-            let seed = connect(spec, url)
-                .await
-                .map_err(|source| SinkError::Connect {
-                    url: url.clone(),
-                    source,
-                })?;
+            let seed =
+                connect(spec, transport, url)
+                    .await
+                    .map_err(|source| SinkError::Connect {
+                        url: url.clone(),
+                        source,
+                    })?;
             Topology::from_cluster(&seed, url, name).await
         }
     }
 }
 
-async fn connect(spec: &SinkSpec, url: &str) -> Result<ChClient, ClientError> {
-    let (user, password) = (spec.user.as_deref(), spec.password.as_deref());
-    ChClient::connect_with(url, user, password, spec.client).await
+async fn connect(
+    spec: &SinkSpec,
+    transport: &Transport,
+    url: &str,
+) -> Result<ChClient, ClientError> {
+    let user = spec.user.as_deref();
+    let password = spec.password.as_ref().map(|p| p.expose());
+    ChClient::connect_via(transport, url, user, password, spec.client).await
 }
 
-async fn describe(spec: &SinkSpec, url: &str) -> Result<(ChClient, ReplicaSchema), ClientError> {
-    let client = connect(spec, url).await?;
+async fn describe(
+    spec: &SinkSpec,
+    transport: &Transport,
+    url: &str,
+) -> Result<(ChClient, ReplicaSchema), ClientError> {
+    let client = connect(spec, transport, url).await?;
     let columns = client.describe(&spec.table.db, &spec.table.table).await?;
     let version = client.version().to_owned();
     Ok((client, ReplicaSchema { version, columns }))

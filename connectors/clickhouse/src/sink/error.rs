@@ -40,7 +40,9 @@ impl SinkError {
             SinkError::Config(_) | SinkError::Schema { .. } => true,
             SinkError::Connect { source, .. } => matches!(
                 source,
-                ClientError::UnknownTable { .. } | ClientError::ColumnType { .. }
+                ClientError::UnknownTable { .. }
+                    | ClientError::ColumnType { .. }
+                    | ClientError::Tls { .. }
             ),
         }
     }

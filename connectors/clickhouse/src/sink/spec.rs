@@ -6,6 +6,7 @@ use super::error::SinkError;
 use super::retry::RetryPolicy;
 use super::topology::TopologySource;
 use crate::client::ChClientOptions;
+use crate::transport::{Secret, TlsFiles};
 use std::fmt;
 
 /// `[db.]table`.
@@ -48,8 +49,11 @@ pub struct SinkSpec {
     pub topology: TopologySource,
     /// User, if not `default`.
     pub user: Option<String>,
-    /// Password.
-    pub password: Option<String>,
+    /// Password (prints as `***`).
+    pub password: Option<Secret>,
+    /// CA, client certificate and key for `https://` URLs; the same for
+    /// every shard, replica and the `--cluster` node.
+    pub tls: TlsFiles,
     /// Target table (the local table on every shard).
     pub table: TableRef,
     /// Reject unknown JSON keys.

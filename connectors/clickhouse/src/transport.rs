@@ -1,0 +1,307 @@
+//! [`Transport`]: the one HTTP(S) connection pool every [`crate::ChClient`]
+//! of a sink shares, and the TLS it speaks for `https://` URLs.
+//!
+//! Built once at start on the caller's thread ([`Transport::new`], from
+//! the [`TlsFiles`] the user named); insert workers, discovery, the
+//! readiness probe and `spate check` then share it through cloned clients
+//! (tokio tasks on the I/O runtime). TLS is rustls with the `ring`
+//! provider: the server's certificate is verified against the system's
+//! root certificates (`rustls-native-certs`: `/etc/ssl/certs`, or
+//! `SSL_CERT_FILE`/`SSL_CERT_DIR`) plus the `--clickhouse-ca` file, and a
+//! client certificate is presented when `--clickhouse-cert` and
+//! `--clickhouse-key` are given. There is no way to turn verification off.
+//!
+//! [`describe_tls`] turns a failed request's error chain into one line
+//! naming the TLS failure (unknown CA, a server asking for a client
+//! certificate, ...), so a start-up failure says what to fix.
+
+use hyper_rustls::HttpsConnectorBuilder;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client as HyperClient;
+use hyper_util::rt::TokioExecutor;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::{AlertDescription, CertificateError, ClientConfig, RootCertStore};
+use std::error::Error as StdError;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// TCP keepalive on pooled connections (the clickhouse crate's default).
+const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
+/// Idle pooled connections are closed before the server's 3 s keep-alive
+/// timeout closes them under a request (the clickhouse crate's default).
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The TLS files the user named. Paths, not secrets: the key file's
+/// contents are read here and never printed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// PEM file of CA certificates trusted in addition to the system's.
+    pub ca: Option<PathBuf>,
+    /// PEM file of the client certificate chain (mutual TLS).
+    pub cert: Option<PathBuf>,
+    /// PEM file of the client certificate's private key.
+    pub key: Option<PathBuf>,
+}
+
+/// Why the TLS settings could not be built (a configuration error).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TlsError {
+    /// A file could not be read or holds no usable PEM item.
+    #[error("{flag} {}: {message}", path.display())]
+    File {
+        /// The flag that named the file.
+        flag: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// Only one of `--clickhouse-cert` and `--clickhouse-key` was given.
+    #[error("--clickhouse-cert and --clickhouse-key go together (mutual TLS needs both)")]
+    HalfClientIdentity,
+    /// rustls refused the settings (e.g. a key that does not match).
+    #[error("TLS settings: {0}")]
+    Rustls(#[from] rustls::Error),
+}
+
+/// The HTTP(S) client shared by every `ChClient` of a sink: a
+/// `clickhouse::Client` prototype holding the connection pool. Cheap to
+/// clone; clones share the pool.
+#[derive(Clone, Debug)]
+pub struct Transport {
+    base: clickhouse::Client,
+}
+
+impl Transport {
+    /// A transport for `http://` and `https://` URLs with the given TLS
+    /// files. Reads the files (and the system's roots) now, so a bad file
+    /// fails at start.
+    pub fn new(files: &TlsFiles) -> Result<Self, TlsError> {
+        let config = client_config(files)?;
+        let mut http = HttpConnector::new();
+        http.set_keepalive(Some(TCP_KEEPALIVE));
+        http.enforce_http(false);
+        let https = HttpsConnectorBuilder::new()
+            .with_tls_config(config)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        let hyper = HyperClient::builder(TokioExecutor::new())
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+            .build(https);
+        Ok(Self {
+            base: clickhouse::Client::with_http_client(hyper),
+        })
+    }
+
+    /// A transport with the system's roots only and no client certificate.
+    pub fn system() -> Result<Self, TlsError> {
+        Self::new(&TlsFiles::default())
+    }
+
+    /// A fresh client configuration over the shared pool.
+    pub(crate) fn client(&self) -> clickhouse::Client {
+        self.base.clone()
+    }
+}
+
+/// rustls' client settings: system roots plus the CA file, and the client
+/// identity when both halves are given.
+fn client_config(files: &TlsFiles) -> Result<ClientConfig, TlsError> {
+    let mut roots = RootCertStore::empty();
+    // Unreadable entries of the system store are skipped, as every TLS
+    // client does; a missing store only matters for `https://` URLs, where
+    // the handshake then fails with "unknown issuer".
+    let native = rustls_native_certs::load_native_certs();
+    roots.add_parsable_certificates(native.certs);
+    if let Some(ca) = &files.ca {
+        let certs = read_certs("--clickhouse-ca", ca)?;
+        for cert in certs {
+            roots
+                .add(cert)
+                .map_err(|e| file_error("--clickhouse-ca", ca, e))?;
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots);
+    Ok(match (&files.cert, &files.key) {
+        (None, None) => builder.with_no_client_auth(),
+        (Some(cert), Some(key)) => {
+            let chain = read_certs("--clickhouse-cert", cert)?;
+            let key = PrivateKeyDer::from_pem_file(key)
+                .map_err(|e| file_error("--clickhouse-key", key, format!("no private key: {e}")))?;
+            builder.with_client_auth_cert(chain, key)?
+        }
+        _ => return Err(TlsError::HalfClientIdentity),
+    })
+}
+
+fn read_certs(flag: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| file_error(flag, path, e))?;
+    if certs.is_empty() {
+        return Err(file_error(flag, path, "no PEM certificate in the file"));
+    }
+    Ok(certs)
+}
+
+fn file_error(flag: &'static str, path: &Path, e: impl std::fmt::Display) -> TlsError {
+    TlsError::File {
+        flag,
+        path: path.to_owned(),
+        message: e.to_string(),
+    }
+}
+
+/// A secret (a password): its `Debug` and `Display` print `***`, so no
+/// log line, error or `{:?}` of a settings struct can show it. Read it
+/// with [`Secret::expose`] where it is sent, and nowhere else.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wrap a secret.
+    #[must_use]
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The secret's text, for the request that sends it.
+    #[must_use]
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("***")
+    }
+}
+
+impl std::fmt::Display for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("***")
+    }
+}
+
+/// If a TLS failure is somewhere in `err`'s chain, one line saying what
+/// failed and what to do about it.
+pub(crate) fn describe_tls(err: &(dyn StdError + 'static)) -> Option<String> {
+    let mut next = Some(err);
+    while let Some(e) = next {
+        if let Some(tls) = as_rustls(e) {
+            return Some(explain(tls));
+        }
+        next = e.source();
+    }
+    None
+}
+
+/// The rustls error behind `e`, looking inside `io::Error` too (whose
+/// `source()` skips the error it wraps).
+fn as_rustls<'a>(e: &'a (dyn StdError + 'static)) -> Option<&'a rustls::Error> {
+    if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+        return Some(tls);
+    }
+    e.downcast_ref::<std::io::Error>()
+        .and_then(|io| io.get_ref())
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+}
+
+fn explain(e: &rustls::Error) -> String {
+    use rustls::Error as E;
+    let hint = match e {
+        E::InvalidCertificate(CertificateError::UnknownIssuer) => {
+            "the server's certificate is not signed by a trusted CA: name its CA with --clickhouse-ca"
+        }
+        E::InvalidCertificate(
+            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+        ) => "the server's certificate does not name the host of the URL",
+        E::InvalidCertificate(
+            CertificateError::Expired | CertificateError::ExpiredContext { .. },
+        ) => "the server's certificate has expired",
+        E::AlertReceived(
+            AlertDescription::CertificateRequired
+            | AlertDescription::HandshakeFailure
+            | AlertDescription::BadCertificate
+            | AlertDescription::UnknownCA
+            | AlertDescription::AccessDenied,
+        ) => "the server refused the handshake: it may require a client certificate (--clickhouse-cert and --clickhouse-key) or not trust the one given",
+        E::InvalidMessage(_) => "the server did not answer with TLS: is this an HTTPS port?",
+        _ => "",
+    };
+    if hint.is_empty() {
+        format!("TLS error: {e}")
+    } else {
+        format!("TLS error: {e} ({hint})")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn half_an_identity_and_missing_files_are_config_errors() {
+        let files = TlsFiles {
+            cert: Some("/nonexistent/cert.pem".into()),
+            ..TlsFiles::default()
+        };
+        assert!(matches!(
+            Transport::new(&files),
+            Err(TlsError::HalfClientIdentity)
+        ));
+        let files = TlsFiles {
+            ca: Some("/nonexistent/ca.pem".into()),
+            ..TlsFiles::default()
+        };
+        let e = Transport::new(&files).unwrap_err().to_string();
+        assert!(
+            e.starts_with("--clickhouse-ca /nonexistent/ca.pem: "),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_file_without_certificates_is_refused() {
+        let path = std::env::temp_dir().join(format!("spate-tls-empty-{}.pem", std::process::id()));
+        std::fs::write(&path, "not a certificate\n").unwrap();
+        let files = TlsFiles {
+            ca: Some(path.clone()),
+            ..TlsFiles::default()
+        };
+        let e = Transport::new(&files).unwrap_err().to_string();
+        std::fs::remove_file(&path).unwrap();
+        assert!(e.contains("no PEM certificate"), "{e}");
+    }
+
+    #[test]
+    fn secrets_never_print() {
+        let s = Secret::new("hunter2");
+        assert_eq!(format!("{s} {s:?} {:?}", Some(&s)), "*** *** Some(***)");
+        assert_eq!(s.expose(), "hunter2");
+    }
+
+    #[test]
+    fn tls_errors_are_found_inside_io_errors() {
+        let inner = rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer);
+        let io = std::io::Error::new(std::io::ErrorKind::InvalidData, inner);
+        let line = describe_tls(&io).unwrap();
+        assert!(
+            line.contains("UnknownIssuer") && line.contains("--clickhouse-ca"),
+            "{line}"
+        );
+        let alert = rustls::Error::AlertReceived(AlertDescription::CertificateRequired);
+        let line = describe_tls(&alert).unwrap();
+        assert!(line.contains("--clickhouse-cert"), "{line}");
+        let plain = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        assert_eq!(describe_tls(&plain), None);
+    }
+}
