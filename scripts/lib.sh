@@ -184,3 +184,54 @@ as_root() {
 ch_server_bin() {
     command -v clickhouse-server 2>/dev/null || { [[ -x /usr/sbin/clickhouse-server ]] && echo /usr/sbin/clickhouse-server; } || true
 }
+
+# ------------------------------------------------------------------ TLS ----
+# tls_make_certs DIR: a test CA and, signed by it, a server certificate for
+# 127.0.0.1/localhost and a client certificate (CN spate-client, clientAuth),
+# plus an unrelated CA (other-ca.crt) for wrong-CA tests, made with openssl
+# once and reused while valid for another day:
+#   DIR/ca.{crt,key} DIR/server.{crt,key} DIR/client.{crt,key} DIR/other-ca.crt
+tls_make_certs() {
+    local dir=$1 f
+    local ok=1
+    for f in ca.crt server.crt server.key client.crt client.key other-ca.crt; do
+        [[ -s $dir/$f ]] || ok=0
+    done
+    ((ok)) && openssl x509 -checkend 86400 -noout -in "$dir/server.crt" >/dev/null 2>&1 &&
+        openssl x509 -checkend 86400 -noout -in "$dir/client.crt" >/dev/null 2>&1 && return 0
+    command -v openssl >/dev/null 2>&1 || die "openssl is needed for the TLS test servers: apt-get install -y openssl"
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    local o=$dir/openssl.log
+    {
+        openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=spate test CA" \
+            -keyout "$dir/ca.key" -out "$dir/ca.crt" &&
+            openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=spate unrelated CA" \
+                -keyout "$dir/other-ca.key" -out "$dir/other-ca.crt" &&
+            openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" \
+                -keyout "$dir/server.key" -out "$dir/server.csr" &&
+            printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >"$dir/server.ext" &&
+            openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" \
+                -CAcreateserial -days 3650 -extfile "$dir/server.ext" -out "$dir/server.crt" &&
+            openssl req -newkey rsa:2048 -nodes -subj "/CN=spate-client" \
+                -keyout "$dir/client.key" -out "$dir/client.csr" &&
+            printf 'extendedKeyUsage=clientAuth\n' >"$dir/client.ext" &&
+            openssl x509 -req -in "$dir/client.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" \
+                -CAcreateserial -days 3650 -extfile "$dir/client.ext" -out "$dir/client.crt"
+    } >"$o" 2>&1 || { cat "$o" >&2; die "openssl could not make the test certificates in $dir"; }
+    chmod 600 "$dir"/*.key
+    log "TLS: CA $dir/ca.crt, server certificate for 127.0.0.1/localhost, client certificate"
+}
+
+# ch_answers_tls URL CA [CERT KEY]: ClickHouse answers `SELECT 1` over HTTPS,
+# its certificate verified against CA, presenting CERT/KEY when given.
+ch_answers_tls() {
+    python3 - "$@" <<'PY' >/dev/null 2>&1
+import ssl, sys, urllib.request
+ctx = ssl.create_default_context(cafile=sys.argv[2])
+if len(sys.argv) > 4:
+    ctx.load_cert_chain(sys.argv[3], sys.argv[4])
+with urllib.request.urlopen(sys.argv[1] + "/?query=SELECT%201", timeout=2, context=ctx) as r:
+    sys.exit(0 if r.read().strip() == b"1" else 1)
+PY
+}

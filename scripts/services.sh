@@ -20,6 +20,9 @@
 #                 spate_replicas    one shard, replicas a and b, internal_replication true
 #   ClickHouse 26.9: scripts/clickhouse-modern.sh (chdb-core wheel, 127.0.0.1:8125),
 #               started/stopped by up/down/status/clean too, its env appended.
+#   ClickHouse over HTTPS: scripts/clickhouse-https.sh (18.16 requiring client
+#               certificates on 127.0.0.1:8443, stunnel HTTPS without them on
+#               8444; test CA and certificates made with openssl), the same way.
 #
 # Usage: scripts/services.sh <command> [NODE]
 #   up         install what is missing, start the Kafka brokers, ClickHouse and
@@ -76,6 +79,7 @@ SVC="$BUILD/services"
 ENV_FILE="$BUILD/services.env"
 SELF="$ROOT/scripts/services.sh"
 MODERN="$ROOT/scripts/clickhouse-modern.sh"  # the 26.9 server
+HTTPS="$ROOT/scripts/clickhouse-https.sh"    # 18.16 over HTTPS (+ stunnel)
 
 KAFKA_HOST=127.0.0.1
 KAFKA_PORT="${SPATE_KAFKA_PORT:-9092}"
@@ -288,6 +292,7 @@ export SPATE_CH_CLUSTER_TCP_PORT=$CH_CLUSTER_TCP_PORT
 export SPATE_CH_CLUSTER_INTERSERVER_PORT=$CH_CLUSTER_INTERSERVER_PORT
 EOF
     "$MODERN" env >>"$ENV_FILE.tmp"
+    "$HTTPS" env >>"$ENV_FILE.tmp"
     mv "$ENV_FILE.tmp" "$ENV_FILE"
 }
 
@@ -303,6 +308,7 @@ cmd_up() {
     for n in "${CH_NODES[@]}"; do ch_spawn "$n"; done
     for n in "${CH_NODES[@]}"; do ch_wait "$n"; done
     "$MODERN" up
+    "$HTTPS" up
     write_env
     log "ready in $((SECONDS - t0)) s; env in $ENV_FILE:"
     grep '^export SPATE_TEST_' "$ENV_FILE" | sed 's/^export /  /' >&2
@@ -316,6 +322,7 @@ cmd_down() {
     ch_stop main &
     for n in "${CH_NODES[@]}"; do ch_stop "$n" & done
     "$MODERN" down &
+    "$HTTPS" down &
     wait
 }
 
@@ -344,6 +351,7 @@ cmd_status() {
     ch_status main clickhouse || ok=1
     for n in "${CH_NODES[@]}"; do ch_status "$n" "clickhouse-$n" || ok=1; done
     "$MODERN" status || ok=1
+    "$HTTPS" status || ok=1
     return $ok
 }
 

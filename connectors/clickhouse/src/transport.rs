@@ -196,23 +196,37 @@ impl std::fmt::Display for Secret {
 pub(crate) fn describe_tls(err: &(dyn StdError + 'static)) -> Option<String> {
     let mut next = Some(err);
     while let Some(e) = next {
-        if let Some(tls) = as_rustls(e) {
-            return Some(explain(tls));
+        if let Some(line) = describe_one(e) {
+            return Some(line);
         }
         next = e.source();
     }
     None
 }
 
-/// The rustls error behind `e`, looking inside `io::Error` too (whose
-/// `source()` skips the error it wraps).
-fn as_rustls<'a>(e: &'a (dyn StdError + 'static)) -> Option<&'a rustls::Error> {
-    if let Some(tls) = e.downcast_ref::<rustls::Error>() {
-        return Some(tls);
+/// `e` itself, or the errors inside its `io::Error` wrappers, whose
+/// `source()` skips the error they wrap (hyper-rustls wraps tokio-rustls'
+/// `io::Error`, which wraps rustls' error, in another `io::Error`).
+fn describe_one(mut e: &(dyn StdError + 'static)) -> Option<String> {
+    loop {
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return Some(explain(tls));
+        }
+        if is_handshake_eof(e) {
+            return Some(
+                "TLS error: the server closed the connection during the handshake (it may require a client certificate: --clickhouse-cert and --clickhouse-key, or not trust the one given)".into(),
+            );
+        }
+        e = e.downcast_ref::<std::io::Error>()?.get_ref()?;
     }
-    e.downcast_ref::<std::io::Error>()
-        .and_then(|io| io.get_ref())
-        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+}
+
+/// tokio-rustls' error when the server hangs up mid-handshake, as
+/// ClickHouse (OpenSSL) does when a required client certificate is missing.
+fn is_handshake_eof(e: &(dyn StdError + 'static)) -> bool {
+    e.downcast_ref::<std::io::Error>().is_some_and(|io| {
+        io.kind() == std::io::ErrorKind::UnexpectedEof && io.to_string() == "tls handshake eof"
+    })
 }
 
 fn explain(e: &rustls::Error) -> String {
@@ -294,6 +308,9 @@ mod tests {
         let inner = rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer);
         let io = std::io::Error::new(std::io::ErrorKind::InvalidData, inner);
         let line = describe_tls(&io).unwrap();
+        // As hyper-rustls returns it: wrapped once more.
+        let twice = std::io::Error::other(io);
+        assert!(describe_tls(&twice).unwrap().contains("UnknownIssuer"));
         assert!(
             line.contains("UnknownIssuer") && line.contains("--clickhouse-ca"),
             "{line}"
@@ -301,6 +318,8 @@ mod tests {
         let alert = rustls::Error::AlertReceived(AlertDescription::CertificateRequired);
         let line = describe_tls(&alert).unwrap();
         assert!(line.contains("--clickhouse-cert"), "{line}");
+        let eof = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "tls handshake eof");
+        assert!(describe_tls(&eof).unwrap().contains("client certificate"));
         let plain = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
         assert_eq!(describe_tls(&plain), None);
     }

@@ -43,6 +43,12 @@ impl SinkError {
                 ClientError::UnknownTable { .. }
                     | ClientError::ColumnType { .. }
                     | ClientError::Tls { .. }
+                    // UNKNOWN_USER, WRONG_PASSWORD, REQUIRED_PASSWORD,
+                    // AUTHENTICATION_FAILED: the credentials need fixing.
+                    | ClientError::Request {
+                        code: Some(192 | 193 | 194 | 516),
+                        ..
+                    }
             ),
         }
     }
