@@ -49,6 +49,9 @@ pub enum ConfigError {
         /// Session timeout.
         session_ms: u128,
     },
+    /// A broker connection failed in a way retrying does not fix.
+    #[error("{0}")]
+    Connect(crate::connect::ConnectFailure),
     /// rdkafka refused the configuration.
     #[error("kafka client configuration rejected: {0}")]
     Client(String),

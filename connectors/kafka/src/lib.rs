@@ -10,6 +10,9 @@
 //!
 //! - [`config`]: typed settings and the librdkafka properties spate sets
 //!   (each with the reason), user pass-through applied last.
+//! - [`connect`]: broker connection failures in one line (endpoint and
+//!   step: TCP, TLS handshake, certificate verification, SASL), and the
+//!   startup probe that fails on those that cannot clear.
 //! - [`context`]: the consumer context's state shared by the callbacks and
 //!   the source, and the revocation rendezvous.
 //! - [`rebalance`]: the callbacks (split queues before assigning, explicit
@@ -22,6 +25,7 @@
 //! - [`source`]: the controller-side `Source` implementation.
 
 pub mod config;
+pub mod connect;
 mod context;
 mod lane;
 mod rebalance;
