@@ -382,6 +382,14 @@ mod tests {
             Step::TlsHandshake,
         ),
         (
+            // stunnel with verify = 2, and no client certificate.
+            Some(C::SSL),
+            "ssl://127.0.0.1:22180/bootstrap: Receive failed: error:0A00045C:SSL routines::tlsv13 alert certificate required: SSL alert number 116 (after 3ms in state UP)",
+            "127.0.0.1:22180",
+            "ssl",
+            Step::TlsHandshake,
+        ),
+        (
             // The "FAIL" log line of a plaintext client at a TLS listener.
             None,
             "[thrd:127.0.0.1:22093/bootstrap]: 127.0.0.1:22093/bootstrap: Disconnected: connection closed by peer: receive 0 after POLLIN (after 1ms in state APIVERSION_QUERY)",
