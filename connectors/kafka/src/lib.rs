@@ -19,6 +19,8 @@
 //!   resume, revocation signalled to the controller, which answers through
 //!   the runtime's `Revoker`; commit before giving partitions up).
 //! - [`lane`]: the driver-side lane.
+//! - [`fetch_error`]: which fetch errors cannot clear (table-tested), and
+//!   when a transient one has persisted long enough to fail the lane.
 //! - [`rendezvous`]: a question asked from inside a blocking call and
 //!   answered by the calling thread (how a revocation reaches the
 //!   controller).
@@ -27,6 +29,7 @@
 pub mod config;
 pub mod connect;
 mod context;
+mod fetch_error;
 mod lane;
 mod rebalance;
 mod rendezvous;

@@ -35,6 +35,7 @@
 use crate::config::{ConfigError, KafkaSourceConfig};
 use crate::connect::{self, ConnectFailure, Probe};
 use crate::context::{commit_list, lock, record_max, RevokeRequest, SpateContext, SplitPartition};
+use crate::fetch_error::{disposition, Disposition};
 use crate::lane::{KafkaLane, LaneEnd};
 use crate::rendezvous::call_serving;
 use crossbeam_channel::{unbounded, Receiver, Sender};
@@ -186,8 +187,21 @@ impl KafkaSource {
                 )));
             }
             Polled::Error(e) => {
-                let unknown = e.rdkafka_error_code()
-                    == Some(rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition);
+                use rdkafka::types::RDKafkaErrorCode as C;
+                let code = e.rdkafka_error_code();
+                // Broker authentication failures count only if they
+                // persist (the failure log below); other errors that
+                // cannot clear (an ACL refusing the group or a topic,
+                // librdkafka's fatal error) stop the pipeline now.
+                if let Some(code) = code.filter(|c| !matches!(c, C::Authentication | C::SSL)) {
+                    if let Disposition::Permanent(why) = disposition(code) {
+                        return Err(SourceError::Fatal(format!(
+                            "consumer of {}: {e}: {why}",
+                            self.topics.join(", ")
+                        )));
+                    }
+                }
+                let unknown = code == Some(C::UnknownTopicOrPartition);
                 if unknown && self.until_end && lock(&ctx.shared).by_id.is_empty() {
                     self.unknown_since.get_or_insert_with(Instant::now);
                 }
