@@ -35,6 +35,6 @@ mod rebalance;
 mod rendezvous;
 mod source;
 
-pub use config::{ConfigError, KafkaSourceConfig};
+pub use config::{ConfigError, KafkaSourceConfig, DEFAULTS, REFUSED};
 pub use lane::KafkaLane;
 pub use source::KafkaSource;
