@@ -16,6 +16,13 @@
 #   tls        SSL              SPATE_KAFKA_TLS_PORT (9093)        no client auth
 #   scram      SASL_PLAINTEXT   SPATE_KAFKA_SCRAM_PORT (9094)      SCRAM-SHA-256/512
 #   scram_tls  SASL_SSL         SPATE_KAFKA_SCRAM_TLS_PORT (9095)  SCRAM over TLS
+#   mtls       PLAINTEXT        SPATE_KAFKA_MTLS_BACKEND_PORT (9098), behind stunnel
+# Mutual TLS: nisshi cannot require client certificates, so stunnel4 (Debian's
+# package) listens on SPATE_KAFKA_MTLS_PORT (9097) with the server certificate,
+# requires a client certificate signed by the CA (`verify = 2`, CAfile) and
+# forwards to the mtls broker, which advertises the terminator's address, so
+# clients keep coming back through it. The client certificate is
+# build/services/tls/client.{crt,key} (CN "spate test client").
 # The TLS ones serve build/services/tls/server.{crt,key}, signed by the CA
 # build/services/tls/ca.crt (made with openssl at the first start), for
 # 127.0.0.1 and localhost. The SCRAM ones know the user SCRAM_USER with
@@ -45,13 +52,17 @@ KAFKA_TLS_PORT="${SPATE_KAFKA_TLS_PORT:-9093}"
 KAFKA_SCRAM_PORT="${SPATE_KAFKA_SCRAM_PORT:-9094}"
 KAFKA_SCRAM_TLS_PORT="${SPATE_KAFKA_SCRAM_TLS_PORT:-9095}"
 KAFKA_DURABLE_PORT="${SPATE_KAFKA_DURABLE_PORT:-9096}"
+KAFKA_MTLS_PORT="${SPATE_KAFKA_MTLS_PORT:-9097}"
+KAFKA_MTLS_BACKEND_PORT="${SPATE_KAFKA_MTLS_BACKEND_PORT:-9098}"
 SCRAM_USER=spate
 SCRAM_PASSWORD=spate-secret
 
-KAFKA_BROKERS=(plain durable tls scram scram_tls)
-declare -A KB_PORT=([plain]=$KAFKA_PORT [durable]=$KAFKA_DURABLE_PORT [tls]=$KAFKA_TLS_PORT [scram]=$KAFKA_SCRAM_PORT [scram_tls]=$KAFKA_SCRAM_TLS_PORT)
-declare -A KB_TLS=([plain]="" [durable]="" [tls]=1 [scram]="" [scram_tls]=1)
-declare -A KB_AUTH=([plain]="" [durable]="" [tls]="" [scram]=1 [scram_tls]=1)
+KAFKA_BROKERS=(plain durable tls scram scram_tls mtls)
+declare -A KB_PORT=([plain]=$KAFKA_PORT [durable]=$KAFKA_DURABLE_PORT [tls]=$KAFKA_TLS_PORT [scram]=$KAFKA_SCRAM_PORT [scram_tls]=$KAFKA_SCRAM_TLS_PORT [mtls]=$KAFKA_MTLS_BACKEND_PORT)
+declare -A KB_TLS=([plain]="" [durable]="" [tls]=1 [scram]="" [scram_tls]=1 [mtls]="")
+declare -A KB_AUTH=([plain]="" [durable]="" [tls]="" [scram]=1 [scram_tls]=1 [mtls]="")
+# What a broker advertises when clients reach it through something else.
+declare -A KB_ADVERTISE=([mtls]="tcp://$KAFKA_HOST:$KAFKA_MTLS_PORT")
 KAFKA_PID="$SVC/nisshi-plain.pid"
 KAFKA_DURABLE_PID="$SVC/nisshi-durable.pid"
 
@@ -220,7 +231,8 @@ kb_spawn() {
     url=$(kb_url "$name")
     port_in_use "$KAFKA_HOST" "${KB_PORT[$name]}" &&
         die "port ${KB_PORT[$name]} is taken by a process this script did not start; stop it or set" \
-            "SPATE_KAFKA_PORT / SPATE_KAFKA_DURABLE_PORT / SPATE_KAFKA_TLS_PORT / SPATE_KAFKA_SCRAM_PORT / SPATE_KAFKA_SCRAM_TLS_PORT"
+            "SPATE_KAFKA_PORT / SPATE_KAFKA_DURABLE_PORT / SPATE_KAFKA_TLS_PORT / SPATE_KAFKA_SCRAM_PORT / SPATE_KAFKA_SCRAM_TLS_PORT /" \
+            "SPATE_KAFKA_MTLS_BACKEND_PORT"
     if [[ ${2:-} != setup ]]; then
         [[ -n ${KB_TLS[$name]} ]] && args+=(--cert "$TLS_DIR/server.crt" --key "$TLS_DIR/server.key")
         [[ -n ${KB_AUTH[$name]} ]] && args+=(--authentication)
@@ -236,7 +248,7 @@ kb_spawn() {
     (cd "$NISSHI_DIR" && exec setsid "$NISSHI_BIN" broker \
         --cluster-id spate-test \
         --listener-url "$url" \
-        --advertised-listener-url "$url" \
+        --advertised-listener-url "${KB_ADVERTISE[$name]:-$url}" \
         --storage-engine "$storage" \
         --group-initial-rebalance-delay 0s \
         "${args[@]}" \
@@ -290,6 +302,7 @@ kafka_up() {
     install_nisshi
     local n
     for n in "${KAFKA_BROKERS[@]}"; do kb_start "$n"; done
+    mtls_start
 }
 
 kafka_down() {
@@ -297,6 +310,7 @@ kafka_down() {
     for n in "${KAFKA_BROKERS[@]}"; do
         stop_pid "$(kb_pid "$n")" "$(kb_match "$n")" "Kafka $n (nisshi)" &
     done
+    mtls_stop &
     wait
 }
 
@@ -319,6 +333,7 @@ kafka_status() {
             printf '%-16sdown\n' "$label"; ok=1
         fi
     done
+    mtls_status || ok=1
     return $ok
 }
 
@@ -339,6 +354,11 @@ export SPATE_TEST_KAFKA_CA=$TLS_DIR/ca.crt
 export SPATE_TEST_KAFKA_SCRAM_USER=$SCRAM_USER
 export SPATE_TEST_KAFKA_SCRAM_PASSWORD=$SCRAM_PASSWORD
 export SPATE_TEST_KAFKA_SCRAM_MECHANISMS=SCRAM-SHA-256,SCRAM-SHA-512
+# mutual TLS: stunnel (verify = 2) in front of a plain broker; the client certificate it accepts
+export SPATE_TEST_KAFKA_MTLS_BROKERS=$KAFKA_HOST:$KAFKA_MTLS_PORT
+export SPATE_TEST_KAFKA_MTLS_CA=$TLS_DIR/ca.crt
+export SPATE_TEST_KAFKA_MTLS_CLIENT_CERT=$TLS_DIR/client.crt
+export SPATE_TEST_KAFKA_MTLS_CLIENT_KEY=$TLS_DIR/client.key
 EOF
 }
 
@@ -350,6 +370,97 @@ export SPATE_KAFKA_TLS_PORT=$KAFKA_TLS_PORT
 export SPATE_KAFKA_SCRAM_PORT=$KAFKA_SCRAM_PORT
 export SPATE_KAFKA_SCRAM_TLS_PORT=$KAFKA_SCRAM_TLS_PORT
 export SPATE_KAFKA_DURABLE_PORT=$KAFKA_DURABLE_PORT
+export SPATE_KAFKA_MTLS_PORT=$KAFKA_MTLS_PORT
+export SPATE_KAFKA_MTLS_BACKEND_PORT=$KAFKA_MTLS_BACKEND_PORT
 export SPATE_CACHE_DIR=$CACHE_DIR
 EOF
+}
+
+# ---------------------------------------------------- mutual TLS (stunnel) ----
+MTLS_CONF="$SVC/stunnel-mtls.conf"
+MTLS_PID="$SVC/stunnel-mtls.pid"
+MTLS_LOG="$SVC/stunnel-mtls.log"
+
+# tls_client_files: a client certificate signed by the test CA, made once.
+tls_client_files() {
+    [[ -s $TLS_DIR/client.crt && -s $TLS_DIR/client.key ]] &&
+        openssl verify -CAfile "$TLS_DIR/ca.crt" "$TLS_DIR/client.crt" >/dev/null 2>&1 && return 0
+    local o=$TLS_DIR/openssl-client.log
+    {
+        openssl req -newkey rsa:2048 -nodes -subj "/CN=spate test client" \
+            -keyout "$TLS_DIR/client.key" -out "$TLS_DIR/client.csr" &&
+            printf 'extendedKeyUsage=clientAuth\n' >"$TLS_DIR/client.ext" &&
+            openssl x509 -req -in "$TLS_DIR/client.csr" -CA "$TLS_DIR/ca.crt" -CAkey "$TLS_DIR/ca.key" \
+                -CAcreateserial -days 3650 -extfile "$TLS_DIR/client.ext" -out "$TLS_DIR/client.crt"
+    } >"$o" 2>&1 || { cat "$o" >&2; die "openssl could not make the test client certificate"; }
+    log "TLS: client certificate $TLS_DIR/client.crt"
+}
+
+stunnel_bin() { command -v stunnel4 || command -v stunnel; }
+
+# mtls_answers: ApiVersions through the terminator with the client certificate.
+mtls_answers() {
+    python3 - "$KAFKA_HOST" "$KAFKA_MTLS_PORT" "$TLS_DIR" <<'EOF' >/dev/null 2>&1
+import socket, ssl, struct, sys
+host, port, d = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+ctx = ssl.create_default_context(cafile=d + "/ca.crt")
+ctx.load_cert_chain(d + "/client.crt", d + "/client.key")
+s = ctx.wrap_socket(socket.create_connection((host, port), timeout=2), server_hostname=host)
+s.settimeout(2)
+cid = b"spate-services"
+body = struct.pack(">hhih", 18, 0, 4242, len(cid)) + cid
+s.sendall(struct.pack(">i", len(body)) + body)
+n = struct.unpack(">i", s.recv(4))[0]
+sys.exit(0 if n > 4 else 1)
+EOF
+}
+
+mtls_start() {
+    local bin
+    bin=$(stunnel_bin) || die "stunnel4 is needed for the mutual-TLS test broker: apt-get install -y stunnel4"
+    if [[ -n $(pid_of "$MTLS_PID" "$MTLS_CONF") ]]; then
+        wait_until "stunnel (Kafka mutual TLS)" "$MTLS_PID" "$MTLS_CONF" "$MTLS_LOG" -- mtls_answers
+        log "Kafka mtls: reusing stunnel pid $(<"$MTLS_PID") on $KAFKA_HOST:$KAFKA_MTLS_PORT"
+        return 0
+    fi
+    port_in_use "$KAFKA_HOST" "$KAFKA_MTLS_PORT" &&
+        die "port $KAFKA_MTLS_PORT is taken by a process this script did not start; stop it or set SPATE_KAFKA_MTLS_PORT"
+    tls_files
+    tls_client_files
+    cat >"$MTLS_CONF" <<EOF
+; written by scripts/broker.sh: mutual TLS in front of nisshi mtls
+foreground = yes
+pid =
+output = $MTLS_LOG
+debug = notice
+[kafka-mtls]
+accept = $KAFKA_HOST:$KAFKA_MTLS_PORT
+connect = $KAFKA_HOST:$KAFKA_MTLS_BACKEND_PORT
+cert = $TLS_DIR/server.crt
+key = $TLS_DIR/server.key
+CAfile = $TLS_DIR/ca.crt
+verify = 2
+EOF
+    (exec setsid "$bin" "$MTLS_CONF" </dev/null >>"$MTLS_LOG" 2>&1) &
+    echo $! >"$MTLS_PID"
+    wait_until "stunnel (Kafka mutual TLS)" "$MTLS_PID" "$MTLS_CONF" "$MTLS_LOG" -- mtls_answers
+    log "Kafka mtls: stunnel pid $(<"$MTLS_PID") on $KAFKA_HOST:$KAFKA_MTLS_PORT (verify = 2) -> nisshi mtls on $KAFKA_MTLS_BACKEND_PORT"
+}
+
+mtls_stop() {
+    stop_pid "$MTLS_PID" "$MTLS_CONF" "stunnel (Kafka mutual TLS)"
+}
+
+mtls_status() {
+    local pid
+    pid=$(pid_of "$MTLS_PID" "$MTLS_CONF")
+    if [[ -n $pid ]] && mtls_answers; then
+        printf '%-16sup       pid %s  %s (stunnel, client certificate required)\n' kafka-mtls-tls "$pid" "$KAFKA_HOST:$KAFKA_MTLS_PORT"
+    elif [[ -n $pid ]]; then
+        printf '%-16sno-reply pid %s  %s\n' kafka-mtls-tls "$pid" "$KAFKA_HOST:$KAFKA_MTLS_PORT"
+        return 1
+    else
+        printf '%-16sdown\n' kafka-mtls-tls
+        return 1
+    fi
 }

@@ -6,7 +6,8 @@
 #               per machine into ${SPATE_CACHE_DIR:-/var/cache/spate}/nisshi-0.8.1/
 #               (scripts/broker.sh), sqlite storage under build/services/nisshi/.
 #               The suite's broker (PLAINTEXT) plus three for the security tests:
-#               SSL, SASL_PLAINTEXT and SASL_SSL with SCRAM-SHA-256/512.
+#               SSL, SASL_PLAINTEXT and SASL_SSL with SCRAM-SHA-256/512, and
+#               mutual TLS through stunnel4 (verify = 2) in front of a plain one.
 #   ClickHouse: Debian bookworm's clickhouse-server 18.16 (apt), started by hand
 #               with its data under build/services/clickhouse/.
 #   Cluster:    two more servers of the same binary, nodes `a` (127.0.0.2) and `b`
@@ -46,9 +47,11 @@
 #   clean      down, then delete build/services/ (ClickHouse data included)
 #
 # Files (absolute paths are written to build/services.env as well):
-#   build/services/nisshi-{plain,durable,tls,scram,scram_tls}.pid   PIDs of the brokers
+#   build/services/nisshi-{plain,durable,tls,scram,scram_tls,mtls}.pid   PIDs of the brokers
 #   build/services/nisshi/NAME.{db,log}   a broker's sqlite storage and its log
-#   build/services/tls/{ca,server}.{crt,key}   the TLS brokers' CA and certificate
+#   build/services/tls/{ca,server,client}.{crt,key}   the TLS brokers' CA and
+#                                   certificate, and the mutual-TLS client's
+#   build/services/stunnel-mtls.{conf,pid,log}   the mutual-TLS terminator
 #   build/services/clickhouse.pid   PID of clickhouse-server; a test may send it
 #                                   SIGSTOP/SIGCONT itself, or call ch-stop/ch-start
 #   build/services/clickhouse-{a,b}.pid   PIDs of the cluster nodes
@@ -61,6 +64,7 @@
 # Environment (defaults):
 #   SPATE_KAFKA_PORT=9092  SPATE_CH_HTTP_PORT=8123  SPATE_CH_TCP_PORT=9000
 #   SPATE_KAFKA_TLS_PORT=9093  SPATE_KAFKA_SCRAM_PORT=9094  SPATE_KAFKA_SCRAM_TLS_PORT=9095
+#   SPATE_KAFKA_MTLS_PORT=9097 (stunnel)  SPATE_KAFKA_MTLS_BACKEND_PORT=9098 (its broker)
 #   SPATE_CH_INTERSERVER_PORT=9009   (distinct per server when several run on one host)
 #   SPATE_CH_CLUSTER_HTTP_PORT=8124  SPATE_CH_CLUSTER_TCP_PORT=9001
 #   SPATE_CH_CLUSTER_INTERSERVER_PORT=9010   ports of nodes a and b (each on its address)

@@ -23,13 +23,13 @@ pub struct Cli {
 pub enum Command {
     /// Consume topics with a consumer group and insert every message as a
     /// row of a ClickHouse table.
-    #[command(args_override_self = true)]
+    #[command(args_override_self = true, after_long_help = crate::kafka_help::after_long_help())]
     Run(RunArgs),
     /// Check a configuration without writing anything: connect to the
     /// brokers and every ClickHouse replica, read the table's schema, and
     /// decode a sample of messages per topic (nothing is committed). Exits
     /// non-zero when `run` would fail.
-    #[command(args_override_self = true)]
+    #[command(args_override_self = true, after_long_help = crate::kafka_help::after_long_help())]
     Check(CheckArgs),
     /// Produce generated demo events (JSON) into a topic.
     Gen(GenArgs),

@@ -14,6 +14,7 @@ mod config;
 mod events;
 mod exit;
 mod gen;
+mod kafka_help;
 mod print_config;
 mod run;
 mod secret;

@@ -10,6 +10,10 @@
 //! - An unknown table: exit 2, naming it.
 //! - After a `run` stopped at a bad message, the sample starts at the
 //!   group's committed offset, i.e. at that message.
+//! - A broker the flags cannot reach gets one line, in the report and on
+//!   stderr, naming its endpoint and the step: certificate verification for
+//!   a wrong CA and SASL for a wrong password (exit 2), TCP for a closed
+//!   port (exit 1); with the right settings each broker is said to answer.
 
 mod support;
 
@@ -251,5 +255,126 @@ fn check_samples_from_the_committed_offsets(svc: Services) {
         "{last}"
     );
     assert_unchanged(&svc, &ch, (&group, &topic), &[Some(10)], (&table, 10));
+    ch.drop_database_of(&table);
+}
+
+/// `spate check` against a broker the flags cannot reach: the exit code,
+/// and exactly one line in the report and on stderr for the broker, naming
+/// its endpoint and each of `wants`, whatever librdkafka retried meanwhile.
+/// Kafka-side only: on 18.16.
+fn check_fails_on_the_broker(endpoint: &KafkaEndpoint, label: &str, code: i32, wants: &[&str]) {
+    let Some(svc) = services_on(Server::V18) else {
+        return;
+    };
+    let _lock = ch_shared_lock();
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let table = ch.fresh_offsets_table(&format!("cli_check_{}", label.replace('-', "_")));
+    let (topic, group) = (unique("t_check_broker"), unique("g_check_broker"));
+    let mut args = check_args(&svc, &topic, &group, &table, 10);
+    args[2] = endpoint.brokers.clone();
+    args.extend(endpoint.x_args());
+    let started = std::time::Instant::now();
+    let fin = run(label, &args, TIMEOUT);
+    let stdout = stdout_of(&fin);
+    eprintln!(
+        "[cli_check] {label} after {:.1?}:\n{stdout}",
+        started.elapsed()
+    );
+    fin.assert_code(code);
+    let broker = format!("Kafka broker {}", endpoint.brokers);
+    let fails: Vec<&str> = stdout.lines().filter(|l| l.contains("FAIL:")).collect();
+    assert_eq!(fails.len(), 1, "{label}: one FAIL line: {fails:?}");
+    let on_stderr: Vec<&str> = fin
+        .stderr
+        .lines()
+        .filter(|l| l.contains(&endpoint.brokers))
+        .collect();
+    assert_eq!(
+        on_stderr.len(),
+        1,
+        "{label}: one stderr line about the broker: {on_stderr:?}"
+    );
+    for line in [fails[0], on_stderr[0]] {
+        assert!(line.contains(&broker), "{label}: names {broker}: {line}");
+        for want in wants {
+            assert!(line.contains(want), "{label}: says {want:?}: {line}");
+        }
+    }
+    assert!(
+        on_stderr[0].starts_with("spate: error: "),
+        "{}",
+        on_stderr[0]
+    );
+    ch.drop_database_of(&table);
+}
+
+#[test]
+fn check_names_the_broker_and_the_certificate_step_for_a_wrong_ca() {
+    let Some(k) = secure_kafka() else { return };
+    // The server's own certificate is no CA of it.
+    let wrong = std::env::var("SPATE_TEST_KAFKA_CA")
+        .map(|ca| ca.replace("ca.crt", "server.crt"))
+        .unwrap_or_default();
+    check_fails_on_the_broker(
+        &k.tls(&wrong),
+        "check-wrong-ca",
+        2,
+        &["TLS certificate verification failed", "ssl.ca.location"],
+    );
+}
+
+#[test]
+fn check_names_the_broker_and_sasl_for_a_wrong_password() {
+    let Some(k) = secure_kafka() else { return };
+    check_fails_on_the_broker(
+        &k.scram_tls("SCRAM-SHA-256", "not-the-password"),
+        "check-wrong-password",
+        2,
+        &["(sasl_ssl)", "SASL authentication failed"],
+    );
+}
+
+#[test]
+fn check_names_the_broker_and_tcp_for_a_closed_port() {
+    if secure_kafka().is_none() {
+        return;
+    }
+    // A port nothing listens on: bound once by us, then closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    check_fails_on_the_broker(
+        &KafkaEndpoint::plain(&format!("127.0.0.1:{port}")),
+        "check-closed-port",
+        1,
+        &["TCP connection failed", "Connection refused"],
+    );
+}
+
+#[test]
+fn check_passes_over_sasl_ssl_and_says_each_broker_answers() {
+    let Some(k) = secure_kafka() else { return };
+    let Some(svc) = services_on(Server::V18) else {
+        return;
+    };
+    let _lock = ch_shared_lock();
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let endpoint = k.scram_tls("SCRAM-SHA-512", &k.password);
+    let table = ch.fresh_offsets_table("cli_check_sasl_ssl");
+    let (topic, group) = (unique("t_check_sasl_ssl"), unique("g_check_sasl_ssl"));
+    create_topic_at(&endpoint, &topic, PARTITIONS);
+    produce_at(&endpoint, &topic, PARTITIONS, 20, good);
+    let mut args = check_args(&svc, &topic, &group, &table, 10);
+    args[2] = endpoint.brokers.clone();
+    args.extend(endpoint.x_args());
+    let fin = run("check-sasl-ssl", &args, TIMEOUT);
+    let stdout = stdout_of(&fin);
+    eprintln!("[cli_check] report:\n{stdout}");
+    fin.assert_code(0);
+    assert!(
+        stdout.contains(&format!("OK: broker {} answers", endpoint.brokers)),
+        "{stdout}"
+    );
     ch.drop_database_of(&table);
 }

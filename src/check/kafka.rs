@@ -5,6 +5,14 @@
 //! partitions by [`Spread`], each sampled message tried column by column
 //! into a [`TopicTally`].
 //!
+//! Brokers first: each bootstrap broker, then each broker the metadata
+//! names, gets a client of its own that asks it for metadata
+//! ([`connect::probe`]); a broker that fails gets one line naming its
+//! endpoint and the step that failed (TCP, TLS handshake, certificate
+//! verification, SASL) instead of librdkafka's repeated log lines. A TLS
+//! or SASL failure is the configuration's fault (exit 2), a broker that
+//! cannot be reached a service's (exit 1).
+//!
 //! Everything runs on the calling thread (blocking librdkafka calls, each
 //! bounded by [`REQUEST_TIMEOUT`] or by the sampling deadline); problems
 //! go to the [`Verdict`], the lines of the report to stdout.
@@ -14,13 +22,16 @@ use super::report::TopicTally;
 use super::schema::Schema;
 use super::spread::Spread;
 use super::verdict::Verdict;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message as _;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use spate_core::record::Message;
+use spate_kafka::connect::{self, Diagnosed, FailureLog, Probe};
 use spate_kafka::KafkaSourceConfig;
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// One poll of the sampling consumer, so the deadline is checked often.
@@ -33,13 +44,40 @@ pub(super) struct Kafka {
     pub topics: Vec<Topic>,
 }
 
-/// Logs librdkafka's errors, except the partition ends `check` waits for.
-struct Quiet;
+/// Logs librdkafka's errors, except the partition ends `check` waits for,
+/// and records broker connection failures (which the report states once
+/// per broker, so they are only logged at debug level).
+#[derive(Default)]
+struct Quiet {
+    failures: Mutex<FailureLog>,
+}
 
 impl ClientContext for Quiet {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        if fac == "FAIL" {
+            let mut log = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+            if log.record(None, log_message, Instant::now()).is_some() {
+                tracing::debug!(target: "librdkafka", fac, "{log_message}");
+                return;
+            }
+        }
+        match level {
+            RDKafkaLogLevel::Debug => tracing::debug!(target: "librdkafka", fac, "{log_message}"),
+            RDKafkaLogLevel::Info | RDKafkaLogLevel::Notice => {
+                tracing::info!(target: "librdkafka", fac, "{log_message}")
+            }
+            _ => tracing::warn!(target: "librdkafka", fac, "{log_message}"),
+        }
+    }
+
     fn error(&self, error: KafkaError, reason: &str) {
-        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::PartitionEOF) {
-            tracing::debug!(target: "librdkafka", "{reason}");
+        let code = error.rdkafka_error_code();
+        let mut log = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        if code == Some(RDKafkaErrorCode::PartitionEOF)
+            || code == Some(RDKafkaErrorCode::AllBrokersDown)
+            || log.record(code, reason, Instant::now()).is_some()
+        {
+            tracing::debug!(target: "librdkafka", error = %error, "{reason}");
         } else {
             tracing::warn!(target: "librdkafka", error = %error, "{reason}");
         }
@@ -47,6 +85,103 @@ impl ClientContext for Quiet {
 }
 
 impl ConsumerContext for Quiet {}
+
+impl Diagnosed for Quiet {
+    fn failure_log(&self) -> &Mutex<FailureLog> {
+        &self.failures
+    }
+}
+
+/// The librdkafka configuration of `check`'s clients: `run`'s, then
+/// check's own settings, set after the user's -X properties: check
+/// commits nothing (not even with auto-commit asked for) and creates no
+/// topic, and it stops reading a partition at its end.
+fn check_config(kafka: &KafkaSourceConfig) -> ClientConfig {
+    let mut config = kafka.client_config();
+    config
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("allow.auto.create.topics", "false")
+        .set("enable.partition.eof", "true");
+    config
+}
+
+/// Ask one broker (`address`, alone in `bootstrap.servers`) for metadata;
+/// prints its line. Returns the brokers it named, or `None` after
+/// recording why it failed.
+fn probe_broker(
+    config: &ClientConfig,
+    address: &str,
+    verdict: &mut Verdict,
+) -> Option<Vec<(i32, String)>> {
+    let mut config = config.clone();
+    config.set("bootstrap.servers", address);
+    let consumer: BaseConsumer<Quiet> = match config.create_with_context(Quiet::default()) {
+        Ok(c) => c,
+        Err(e) => {
+            verdict.config(format!("kafka client configuration rejected: {e}"));
+            return None;
+        }
+    };
+    match connect::probe(&consumer, REQUEST_TIMEOUT, |_| true) {
+        Probe::Answered(brokers) => {
+            println!("  OK: broker {address} answers");
+            Some(brokers)
+        }
+        Probe::Failed(f) if f.step.is_configuration() => {
+            verdict.config(f.to_string());
+            None
+        }
+        Probe::Failed(f) => {
+            verdict.failed(f.to_string());
+            None
+        }
+        Probe::NoAnswer(last, _) => {
+            verdict.failed(format!(
+                "Kafka broker {address}: no answer within {}s: {last}",
+                REQUEST_TIMEOUT.as_secs()
+            ));
+            None
+        }
+    }
+}
+
+/// Probe each bootstrap broker, then each other broker the metadata
+/// names; `false` if none answered.
+fn probe_brokers(kafka: &KafkaSourceConfig, verdict: &mut Verdict) -> bool {
+    let config = check_config(kafka);
+    let bootstrap: Vec<&str> = kafka
+        .brokers
+        .split(',')
+        .map(str::trim)
+        .filter(|b| !b.is_empty())
+        .collect();
+    let mut named = None;
+    for address in &bootstrap {
+        if let Some(brokers) = probe_broker(&config, address, verdict) {
+            named.get_or_insert(brokers);
+        }
+    }
+    let Some(named) = named else {
+        return false;
+    };
+    let list: Vec<String> = named
+        .iter()
+        .map(|(id, a)| format!("{a} (id {id})"))
+        .collect();
+    println!(
+        "  OK: the cluster has {} broker(s): {}",
+        named.len(),
+        list.join(", ")
+    );
+    for (_, address) in named
+        .iter()
+        .filter(|(_, a)| !bootstrap.contains(&a.as_str()))
+    {
+        probe_broker(&config, address, verdict);
+    }
+    true
+}
 
 pub(super) struct Topic {
     name: String,
@@ -58,24 +193,19 @@ impl Kafka {
     /// brokers do not answer.
     pub fn connect(kafka: &KafkaSourceConfig, verdict: &mut Verdict) -> Option<Self> {
         println!("Kafka brokers {}:", kafka.brokers);
-        let mut config = kafka.client_config();
-        // Set after the user's -X properties: check commits nothing (not
-        // even with auto-commit asked for) and creates no topic, and it
-        // stops reading a partition at its end.
-        config
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .set("allow.auto.create.topics", "false")
-            .set("enable.partition.eof", "true");
-        let consumer: BaseConsumer<Quiet> = match config.create_with_context(Quiet) {
-            Ok(c) => c,
-            Err(e) => {
-                verdict.config(format!("kafka client configuration rejected: {e}"));
-                return None;
-            }
-        };
+        if !probe_brokers(kafka, verdict) {
+            return None;
+        }
+        let consumer: BaseConsumer<Quiet> =
+            match check_config(kafka).create_with_context(Quiet::default()) {
+                Ok(c) => c,
+                Err(e) => {
+                    verdict.config(format!("kafka client configuration rejected: {e}"));
+                    return None;
+                }
+            };
         let mut topics = Vec::new();
-        for (i, name) in kafka.topics.iter().enumerate() {
+        for name in &kafka.topics {
             let md = match consumer.fetch_metadata(Some(name), REQUEST_TIMEOUT) {
                 Ok(md) => md,
                 Err(e) => {
@@ -83,14 +213,6 @@ impl Kafka {
                     return None;
                 }
             };
-            if i == 0 {
-                let brokers: Vec<String> = md
-                    .brokers()
-                    .iter()
-                    .map(|b| format!("{}:{}", b.host(), b.port()))
-                    .collect();
-                println!("  OK: {} broker(s): {}", brokers.len(), brokers.join(", "));
-            }
             let found = md.topics().iter().find(|t| t.name() == name.as_str());
             match found.map(|t| (t.error().map(RDKafkaErrorCode::from), t.partitions())) {
                 Some((None, parts)) if !parts.is_empty() => topics.push(Topic {

@@ -15,13 +15,54 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// A broker and the client properties that reach it (TLS, SASL).
+#[derive(Clone, Debug)]
+pub struct KafkaEndpoint {
+    /// `host:port[,…]`.
+    pub brokers: String,
+    /// librdkafka properties every client of this broker sets (also
+    /// spate's `-X`).
+    pub properties: Vec<(String, String)>,
+}
+
+impl KafkaEndpoint {
+    /// A PLAINTEXT broker.
+    pub fn plain(brokers: &str) -> Self {
+        Self {
+            brokers: brokers.to_owned(),
+            properties: Vec::new(),
+        }
+    }
+
+    /// A client configuration for it.
+    pub fn config(&self) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &self.brokers);
+        for (k, v) in &self.properties {
+            c.set(k, v);
+        }
+        c
+    }
+
+    /// The properties as spate's `-X KEY=VALUE` arguments.
+    pub fn x_args(&self) -> Vec<String> {
+        self.properties
+            .iter()
+            .flat_map(|(k, v)| ["-X".to_owned(), format!("{k}={v}")])
+            .collect()
+    }
+}
+
 /// Create `topic` with `partitions` partitions and wait until the broker's
 /// metadata shows all of them.
 pub fn create_topic(brokers: &str, topic: &str, partitions: i32) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()
-        .expect("admin client");
+    create_topic_at(&KafkaEndpoint::plain(brokers), topic, partitions);
+}
+
+/// [`create_topic`] on a broker that may need TLS or SASL.
+pub fn create_topic_at(endpoint: &KafkaEndpoint, topic: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> =
+        endpoint.config().create().expect("admin client");
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(20)));
     let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
     let res = block_on(admin.create_topics([&new], &opts)).expect("CreateTopics request");
@@ -30,7 +71,11 @@ pub fn create_topic(brokers: &str, topic: &str, partitions: i32) {
             panic!("CreateTopics {name}: {code:?}");
         }
     }
-    let consumer = metadata_client(brokers);
+    let consumer: BaseConsumer = endpoint
+        .config()
+        .set("allow.auto.create.topics", "false")
+        .create()
+        .expect("metadata client");
     wait_for(
         "the new topic in the metadata",
         Duration::from_secs(30),
@@ -134,11 +179,28 @@ pub fn produce(
     topic: &str,
     partitions: i32,
     count: usize,
+    make: impl FnMut(usize) -> Msg,
+) -> Produced {
+    produce_at(
+        &KafkaEndpoint::plain(brokers),
+        topic,
+        partitions,
+        count,
+        make,
+    )
+}
+
+/// [`produce`] to a broker that may need TLS or SASL.
+pub fn produce_at(
+    endpoint: &KafkaEndpoint,
+    topic: &str,
+    partitions: i32,
+    count: usize,
     mut make: impl FnMut(usize) -> Msg,
 ) -> Produced {
     let started = Instant::now();
-    let producer: BaseProducer<Recorder> = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
+    let producer: BaseProducer<Recorder> = endpoint
+        .config()
         .set("linger.ms", "5")
         .set("batch.num.messages", "10000")
         .set("queue.buffering.max.messages", "1000000")
@@ -222,8 +284,18 @@ pub fn produce(
 /// The group's committed offset per partition `0..partitions` (`None`: no
 /// commit). Reads with a group-less BaseConsumer that never subscribes.
 pub fn committed(brokers: &str, group: &str, topic: &str, partitions: i32) -> Vec<Option<i64>> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
+    committed_at(&KafkaEndpoint::plain(brokers), group, topic, partitions)
+}
+
+/// [`committed`] on a broker that may need TLS or SASL.
+pub fn committed_at(
+    endpoint: &KafkaEndpoint,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> Vec<Option<i64>> {
+    let consumer: BaseConsumer = endpoint
+        .config()
         .set("group.id", group)
         .set("session.timeout.ms", SESSION_TIMEOUT_MS)
         .set("enable.auto.commit", "false")

@@ -27,8 +27,8 @@
 
 //! Layout: `admin` (admin server and /proc probes of a running spate), `env` (service addresses, unique names, the ClickHouse lock,
 //! the shared runtime, `wait_for`), `clickhouse` (`Ch`), `kafka` (topics,
-//! producing, committed offsets), `process` (running the binary) and
-//! `checks` (assertions shared by several tests), `tls` (the HTTPS ClickHouse).
+//! producing, committed offsets), `process` (running the binary), `secure`
+//! (the TLS/SASL/mutual-TLS brokers), `tls` (the HTTPS ClickHouse) and `checks` (assertions shared by several tests).
 
 #![allow(dead_code, unused_imports)] // each test binary uses a different subset
 #![allow(unknown_lints, clippy::manual_is_multiple_of)] // MSRV 1.85
@@ -39,6 +39,7 @@ mod clickhouse;
 mod env;
 mod kafka;
 mod process;
+mod secure;
 mod tls;
 
 pub use admin::*;
@@ -47,6 +48,7 @@ pub use clickhouse::*;
 pub use env::*;
 pub use kafka::*;
 pub use process::*;
+pub use secure::*;
 pub use tls::*;
 
 /// `on_both_servers!(test_fn, ...)`: for each `fn test_fn(svc: Services)`,

@@ -1,4 +1,10 @@
 //! Kafka source settings and the librdkafka properties derived from them.
+//!
+//! spate sets some librdkafka properties itself ([`DEFAULTS`], each with
+//! the reason at the place it is set); a user's `-X` value is applied after
+//! them and wins. A few cannot be changed without breaking what spate
+//! guarantees or how it works ([`REFUSED`]): `validate` refuses them with
+//! the flag to use instead. Both lists are what `spate run --help` shows.
 
 use rdkafka::ClientConfig;
 use std::time::Duration;
@@ -24,6 +30,41 @@ pub struct KafkaSourceConfig {
     pub prefetch_kbytes: usize,
 }
 
+/// librdkafka properties spate sets, with the value, unless the user's
+/// `-X` says otherwise (named in `spate run --help`).
+pub const DEFAULTS: &[(&str, &str)] = &[
+    ("auto.offset.reset", "earliest"),
+    ("partition.assignment.strategy", "cooperative-sticky"),
+    (
+        "queued.max.messages.kbytes",
+        "a share of --max-buffered-bytes",
+    ),
+    ("fetch.queue.backoff.ms", "50"),
+    ("client.id", "spate"),
+    ("statistics.interval.ms", "2000 (the lag metrics)"),
+    (
+        "ssl.ca.location",
+        "probe, unless ssl.ca.pem or ssl.ca.certificate.stores is set",
+    ),
+    ("https.ca.location", "probe, unless https.ca.pem is set"),
+];
+
+/// librdkafka properties a user may not set, and why (named in `spate run
+/// --help`): each is spate's own flag, or spate's offset handling.
+pub const REFUSED: &[(&str, &str)] = &[
+    ("bootstrap.servers", "set by --brokers"),
+    ("group.id", "set by --group"),
+    ("enable.partition.eof", "set by --until-end"),
+    (
+        "enable.auto.commit",
+        "always false: spate commits only what ClickHouse acknowledged",
+    ),
+    (
+        "enable.auto.offset.store",
+        "always false: spate commits only what ClickHouse acknowledged",
+    ),
+];
+
 /// Invalid Kafka settings.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -41,6 +82,14 @@ pub enum ConfigError {
         /// Why.
         reason: String,
     },
+    /// A property spate sets itself, or must keep, was given.
+    #[error("librdkafka property {key} cannot be set with -X or [kafka]: {why}")]
+    Refused {
+        /// Property name.
+        key: String,
+        /// Why, and what to use instead.
+        why: &'static str,
+    },
     /// The revoke budget does not fit in the session timeout.
     #[error("--revoke-timeout ({revoke_ms} ms) must be below session.timeout.ms ({session_ms} ms), or the group evicts this member while it drains")]
     RevokeTimeout {
@@ -49,6 +98,9 @@ pub enum ConfigError {
         /// Session timeout.
         session_ms: u128,
     },
+    /// A broker connection failed in a way retrying does not fix.
+    #[error("{0}")]
+    Connect(crate::connect::ConnectFailure),
     /// rdkafka refused the configuration.
     #[error("kafka client configuration rejected: {0}")]
     Client(String),
@@ -65,6 +117,17 @@ impl KafkaSourceConfig {
         }
         if self.group.trim().is_empty() {
             return Err(ConfigError::Empty("--group"));
+        }
+        for (key, value) in &self.properties {
+            let refused = REFUSED.iter().find(|(k, _)| k == key);
+            // `false` restates what spate sets: harmless.
+            let restated = key.starts_with("enable.auto.") && value.eq_ignore_ascii_case("false");
+            if let (Some((_, why)), false) = (refused, restated) {
+                return Err(ConfigError::Refused {
+                    key: key.clone(),
+                    why,
+                });
+            }
         }
         let session_ms = self.session_timeout_ms()?;
         if self.revoke_timeout.as_millis() >= u128::from(session_ms) {
@@ -229,6 +292,42 @@ mod tests {
         ));
         c.revoke_timeout = Duration::from_secs(2);
         assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn properties_spate_owns_are_refused_naming_the_flag() {
+        for (key, value, flag) in [
+            ("bootstrap.servers", "h:1", "--brokers"),
+            ("group.id", "g2", "--group"),
+            ("enable.partition.eof", "true", "--until-end"),
+            ("enable.auto.commit", "true", "acknowledged"),
+            ("enable.auto.offset.store", "true", "acknowledged"),
+        ] {
+            let mut c = cfg();
+            c.properties.push((key.into(), value.into()));
+            let e = c.validate().expect_err(key).to_string();
+            assert!(e.contains(key) && e.contains(flag), "{e}");
+        }
+        let mut c = cfg();
+        c.properties
+            .push(("enable.auto.commit".into(), "false".into()));
+        c.properties
+            .push(("auto.offset.reset".into(), "latest".into()));
+        assert!(
+            c.validate().is_ok(),
+            "restating false, overriding a default"
+        );
+    }
+
+    #[test]
+    fn every_default_listed_is_one_spate_sets() {
+        let cc = cfg().client_config();
+        for (key, _) in DEFAULTS.iter().chain(REFUSED) {
+            if !matches!(*key, "enable.partition.eof") {
+                assert!(cc.get(key).is_some(), "{key} is not set by spate");
+            }
+        }
+        assert_eq!(cc.get("enable.partition.eof"), Some("false"));
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! mutexes that are never held across a blocking call; lanes on driver
 //! threads keep the consumer alive but do not touch this state.
 
+use crate::connect::{record_error, Diagnosed, FailureLog};
 use crate::rendezvous::Request;
 use crossbeam_channel::Sender;
 use rdkafka::consumer::base_consumer::PartitionQueue;
@@ -78,6 +79,8 @@ pub(crate) struct SpateContext {
     /// statistics (the fetch responses' high watermark, which tansu reports
     /// correctly, unlike ListOffsets).
     pub(crate) high_watermarks: Mutex<HashMap<PartitionId, i64>>,
+    /// Broker connection failures the callbacks saw.
+    pub(crate) failures: Mutex<FailureLog>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -94,6 +97,7 @@ impl SpateContext {
             closing: AtomicBool::new(false),
             next_lane: AtomicU64::new(0),
             high_watermarks: Mutex::new(HashMap::new()),
+            failures: Mutex::new(FailureLog::default()),
         }
     }
 
@@ -171,6 +175,11 @@ pub(crate) fn commit_list(
 impl ClientContext for SpateContext {
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
         use rdkafka::config::RDKafkaLogLevel as L;
+        if fac == "FAIL" {
+            // Broker failures below the error level (a connection closed
+            // at the first request) come only as log lines.
+            lock(&self.failures).record(None, log_message, std::time::Instant::now());
+        }
         match level {
             L::Emerg | L::Alert | L::Critical | L::Error => {
                 tracing::error!(target: "librdkafka", fac, "{log_message}")
@@ -200,7 +209,14 @@ impl ClientContext for SpateContext {
             tracing::debug!(target: "librdkafka", "{reason}");
             return;
         }
+        record_error(&self.failures, &error, reason);
         tracing::warn!(target: "librdkafka", error = %error, "{reason}");
+    }
+}
+
+impl Diagnosed for SpateContext {
+    fn failure_log(&self) -> &Mutex<FailureLog> {
+        &self.failures
     }
 }
 

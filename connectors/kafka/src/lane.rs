@@ -7,20 +7,24 @@
 //! released, never delivered: a refusal stops the pipeline, and nothing at or
 //! past the refused offset is committed). With
 //! `--until-end`, the first partition EOF ends the lane and tells the
-//! source, which reports `CommitReady`.
+//! source, which reports `CommitReady`. An error on the queue instead of a
+//! message fails the lane when it cannot clear, or when it keeps coming
+//! with no message in between (see [`fetch_error`](crate::fetch_error)),
+//! in one line naming the topic, the partition and the offset.
 
 use crate::context::SpateContext;
+use crate::fetch_error::{disposition, Disposition, FetchErrors, FETCH_ERROR_PERSIST};
 use crossbeam_channel::Sender;
 use rdkafka::bindings as rdsys;
 use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
-use rdkafka::error::KafkaError;
-use rdkafka::types::RDKafkaRespErr;
+use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use spate_core::error::SourceError;
 use spate_core::record::{Message, PartitionId};
 use spate_core::source::{Deliver, Lane, LaneError, LaneId, LanePoll};
 use std::ffi::CString;
 use std::ptr::NonNull;
+use std::time::Instant;
 
 /// A lane reached the end of its partition.
 #[derive(Clone, Copy, Debug)]
@@ -44,6 +48,8 @@ pub struct KafkaLane {
     ended_tx: Sender<LaneEnd>,
     next_offset: Option<i64>,
     ended: bool,
+    /// Transient fetch errors since the last message.
+    fetch_errors: FetchErrors,
 }
 
 impl KafkaLane {
@@ -66,6 +72,7 @@ impl KafkaLane {
             ended_tx,
             next_offset: None,
             ended: false,
+            fetch_errors: FetchErrors::default(),
         })
     }
 }
@@ -102,14 +109,9 @@ impl Lane for KafkaLane {
                         }
                         continue;
                     }
-                    let e = KafkaError::MessageConsumption(m.err.into());
-                    if is_fatal(&e) {
-                        return Err(LaneError::Source(SourceError::Fatal(format!(
-                            "{}: {e}",
-                            self.partition
-                        ))));
+                    if let Some(failed) = fetch_error(&self.partition, &mut self.fetch_errors, &m) {
+                        return Err(LaneError::Source(SourceError::Fatal(failed)));
                     }
-                    tracing::warn!(partition = %self.partition, error = %e, "fetch error; librdkafka retries");
                     continue;
                 }
                 let msg = Message {
@@ -121,6 +123,7 @@ impl Lane for KafkaLane {
                     payload: m.payload(),
                 };
                 deliver(&msg)?;
+                self.fetch_errors.on_message();
                 self.next_offset = Some(m.offset + 1);
                 n += 1;
             }
@@ -145,6 +148,48 @@ impl KafkaLane {
             LanePoll::Delivered(delivered)
         } else {
             LanePoll::Ended
+        }
+    }
+}
+
+/// An error message on the queue: `Some(why the lane fails)` if it
+/// cannot clear or has persisted, else a warning (librdkafka retries).
+fn fetch_error(
+    partition: &PartitionId,
+    errors: &mut FetchErrors,
+    m: &RawMessage<'_>,
+) -> Option<String> {
+    let code = RDKafkaErrorCode::from(m.err);
+    // An error message's payload is librdkafka's explanation.
+    let text = m
+        .payload()
+        .map(|p| String::from_utf8_lossy(p).trim().to_string())
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| code.to_string());
+    let mut at = format!(
+        "topic {} partition {}",
+        partition.topic, partition.partition
+    );
+    if m.offset >= 0 {
+        at.push_str(&format!(" offset {}", m.offset));
+    }
+    match disposition(code) {
+        Disposition::Permanent(why) => {
+            Some(format!("{at}: fetch failed: {text} ({code:?}): {why}"))
+        }
+        Disposition::Transient => {
+            match errors.on_error(Instant::now(), FETCH_ERROR_PERSIST) {
+                Some(lasted) => Some(format!(
+                    "{at}: fetch failed for {}s ({} errors) with no message read in between; last: {text} ({code:?})",
+                    lasted.as_secs(),
+                    errors.count()
+                )),
+                None => {
+                    tracing::warn!(topic = %partition.topic, partition = partition.partition,
+                        offset = m.offset, error = %text, code = ?code, "fetch error; librdkafka retries");
+                    None
+                }
+            }
         }
     }
 }
@@ -289,12 +334,4 @@ fn bytes<'a>(ptr: *mut std::ffi::c_void, len: usize) -> Option<&'a [u8]> {
         // the message lives (the caller's lifetime 'a is the batch's).
         Some(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) })
     }
-}
-
-fn is_fatal(e: &KafkaError) -> bool {
-    use rdkafka::types::RDKafkaErrorCode as C;
-    matches!(
-        e.rdkafka_error_code(),
-        Some(C::TopicAuthorizationFailed | C::GroupAuthorizationFailed | C::Fatal)
-    )
 }

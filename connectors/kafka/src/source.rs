@@ -14,6 +14,15 @@
 //! sends no commit callbacks back, so an asynchronous commit counts as
 //! committed once sent, until refused.
 //!
+//! Start: before it subscribes, the source asks the brokers for metadata
+//! ([`connect::probe`]): a TLS, certificate or SASL failure that no broker
+//! answer outweighs fails `new` with one line naming the broker and the
+//! step ([`ConfigError::Connect`]); brokers that do not answer at all (an
+//! outage) only get a warning after [`STARTUP_PROBE`], since librdkafka
+//! keeps trying. Later, such a failure that keeps coming for
+//! [`CONNECT_FAILURE_PERSIST`] (a password rotated under a running
+//! pipeline) fails the pipeline instead of being retried forever.
+//!
 //! Polling (`poll_events`, on the controller thread): the consumer poll,
 //! and so every rdkafka callback, runs on a scoped `spate-kafka-poll`
 //! thread, while the controller thread waits for it and serves the
@@ -24,7 +33,9 @@
 //! commit, unassign) without lending the revoker to the callback.
 
 use crate::config::{ConfigError, KafkaSourceConfig};
+use crate::connect::{self, ConnectFailure, Probe};
 use crate::context::{commit_list, lock, record_max, RevokeRequest, SpateContext, SplitPartition};
+use crate::fetch_error::{disposition, Disposition};
 use crate::lane::{KafkaLane, LaneEnd};
 use crate::rendezvous::call_serving;
 use crossbeam_channel::{unbounded, Receiver, Sender};
@@ -59,6 +70,16 @@ pub struct KafkaSource {
 /// How long a bounded run waits for subscribed topics to exist before it
 /// fails (a just-created topic can take a moment to appear in metadata).
 const UNKNOWN_TOPIC_GRACE: Duration = Duration::from_secs(10);
+
+/// How long the startup probe waits for a broker to answer before it
+/// leaves the brokers to librdkafka's retries (or, if a TLS or SASL
+/// failure was seen meanwhile, fails).
+pub const STARTUP_PROBE: Duration = Duration::from_secs(20);
+
+/// How long a TLS, certificate or SASL failure of a broker must keep
+/// coming, while running, before the pipeline fails on it (librdkafka
+/// repeats an identical failure every 30 s at most).
+pub const CONNECT_FAILURE_PERSIST: Duration = Duration::from_secs(60);
 
 /// How much longer than the revoke budget the rebalance callback waits for
 /// the controller's answer: the revoker bounds itself by the budget, this
@@ -102,6 +123,7 @@ impl KafkaSource {
             .client_config()
             .create_with_context(context)
             .map_err(|e| ConfigError::Client(e.to_string()))?;
+        startup_probe(&consumer, &config.brokers)?;
         let consumer = Arc::new(consumer);
         let _ = consumer.context().me.set(Arc::downgrade(&consumer));
         let topics: Vec<&str> = config.topics.iter().map(String::as_str).collect();
@@ -165,13 +187,33 @@ impl KafkaSource {
                 )));
             }
             Polled::Error(e) => {
-                let unknown = e.rdkafka_error_code()
-                    == Some(rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition);
+                use rdkafka::types::RDKafkaErrorCode as C;
+                let code = e.rdkafka_error_code();
+                // Broker authentication failures count only if they
+                // persist (the failure log below); other errors that
+                // cannot clear (an ACL refusing the group or a topic,
+                // librdkafka's fatal error) stop the pipeline now.
+                if let Some(code) = code.filter(|c| !matches!(c, C::Authentication | C::SSL)) {
+                    if let Disposition::Permanent(why) = disposition(code) {
+                        return Err(SourceError::Fatal(format!(
+                            "consumer of {}: {e}: {why}",
+                            self.topics.join(", ")
+                        )));
+                    }
+                }
+                let unknown = code == Some(C::UnknownTopicOrPartition);
                 if unknown && self.until_end && lock(&ctx.shared).by_id.is_empty() {
                     self.unknown_since.get_or_insert_with(Instant::now);
                 }
                 tracing::warn!(error = %e, "consumer error");
             }
+        }
+        let persisting = lock(&ctx.failures).persisting(Instant::now(), CONNECT_FAILURE_PERSIST);
+        if let Some(f) = persisting {
+            return Err(SourceError::Fatal(format!(
+                "{f} (failing for {}s or more)",
+                CONNECT_FAILURE_PERSIST.as_secs()
+            )));
         }
         // librdkafka reports a missing topic once; keep the clock running.
         if let Some(since) = self.unknown_since {
@@ -344,6 +386,30 @@ impl KafkaSource {
             })
             .map(|(lane, _)| *lane)
             .collect()
+    }
+}
+
+/// Fail on a broker connection failure that cannot clear by itself (a
+/// wrong CA, a wrong password, TLS against a plain listener), unless a
+/// broker answers; warn once if none answers within [`STARTUP_PROBE`].
+fn startup_probe(consumer: &BaseConsumer<SpateContext>, brokers: &str) -> Result<(), ConfigError> {
+    match connect::probe(consumer, STARTUP_PROBE, ConnectFailure::is_definite) {
+        Probe::Answered(_) => Ok(()),
+        Probe::Failed(f) => Err(ConfigError::Connect(f)),
+        Probe::NoAnswer(last, seen) => {
+            if let Some(f) = seen.iter().find(|f| f.step.is_configuration()) {
+                return Err(ConfigError::Connect(f.clone()));
+            }
+            let seen: Vec<String> = seen.iter().map(ToString::to_string).collect();
+            tracing::warn!(
+                brokers,
+                error = %last,
+                failures = %seen.join(" | "),
+                "no Kafka broker answered within {}s; librdkafka keeps trying",
+                STARTUP_PROBE.as_secs()
+            );
+            Ok(())
+        }
     }
 }
 
