@@ -167,10 +167,11 @@ impl<E: RowEncode> Chain for EncodeChain<E> {
     fn add_lane(
         &mut self,
         lane: LaneId,
-        _partition: &PartitionId,
+        partition: &PartitionId,
         gate: Option<PendingGate>,
     ) -> usize {
-        self.writer.add_lane(lane, gate)
+        self.writer
+            .add_partition_lane(lane, partition.clone(), gate)
     }
 
     fn push(&mut self, slot: usize, msg: &Message<'_>) -> Result<(), ChainError> {

@@ -13,16 +13,22 @@
 //! pieces) are fixed then, and every piece carries both in its
 //! [`AckRange`]. Later rows of the lane open the next segment.
 //!
+//! Spans: a lane registered with its partition
+//! ([`add_partition_lane`](ShardWriter::add_partition_lane)) gives every
+//! chunk holding its rows a [`ChunkSpan`] (partition, first and last offset,
+//! rows), from which a sink derives a deduplication token; a chunk with a
+//! piece of a lane registered without one carries no spans at all.
+//!
 //! Time: a chunk's age deadline is read from the writer's injected
 //! [`Clock`] (the runtime's clock; a [`ManualClock`](crate::clock::ManualClock)
 //! in tests), and [`tick`](ShardWriter::tick) is given the driver's reading
 //! of the same clock.
 
-use super::{Chunk, ShardQueues};
+use super::{Chunk, ChunkSpan, ShardQueues};
 use crate::checkpoint::{AckRange, PendingGate};
 use crate::clock::{self, SharedClock};
 use crate::error::ChainError;
-use crate::record::Offset;
+use crate::record::{Offset, PartitionId};
 use crate::source::LaneId;
 use std::time::{Duration, Instant};
 
@@ -58,6 +64,9 @@ struct Piece {
     lane: LaneId,
     seq: u64,
     start: Offset,
+    /// Last offset of this lane's rows in the chunk.
+    last: Offset,
+    partition: Option<PartitionId>,
     rows: u64,
 }
 
@@ -80,6 +89,7 @@ struct SealedSegment {
 #[derive(Debug)]
 struct LaneState {
     id: LaneId,
+    partition: Option<PartitionId>,
     gate: Option<PendingGate>,
     /// The open segment's number.
     seq: u64,
@@ -135,10 +145,31 @@ impl ShardWriter {
         &self.queues
     }
 
-    /// Register a lane; returns its slot.
+    /// Register a lane whose partition is not known; returns its slot.
+    /// Chunks holding its rows carry no [`ChunkSpan`]s.
     pub fn add_lane(&mut self, id: LaneId, gate: Option<PendingGate>) -> usize {
+        self.register(id, None, gate)
+    }
+
+    /// Register a lane reading `partition`; returns its slot.
+    pub fn add_partition_lane(
+        &mut self,
+        id: LaneId,
+        partition: PartitionId,
+        gate: Option<PendingGate>,
+    ) -> usize {
+        self.register(id, Some(partition), gate)
+    }
+
+    fn register(
+        &mut self,
+        id: LaneId,
+        partition: Option<PartitionId>,
+        gate: Option<PendingGate>,
+    ) -> usize {
         let state = LaneState {
             id,
+            partition,
             gate,
             seq: 0,
             end: Offset(-1),
@@ -201,10 +232,16 @@ impl ShardWriter {
                     lane: lane.id,
                     seq: lane.seq,
                     start: offset,
+                    last: offset,
+                    partition: lane.partition.clone(),
                     rows: 1,
                 });
             }
-            i => chunk.pieces[i].rows += 1,
+            i => {
+                let piece = &mut chunk.pieces[i];
+                piece.rows += 1;
+                piece.last = offset;
+            }
         }
         if let Some(g) = &lane.gate {
             g.dispatched(1);
@@ -280,6 +317,7 @@ impl ShardWriter {
             rows: chunk.rows,
             data: chunk.data,
             acks,
+            spans: spans_of(&chunk.pieces).into(),
             ticket: None,
         };
         self.queues
@@ -337,6 +375,23 @@ impl LaneState {
             range
         }
     }
+}
+
+/// The spans of a chunk's pieces, or none if any piece's partition is
+/// unknown (a partial list must never pass for the whole chunk).
+fn spans_of(pieces: &[Piece]) -> Vec<ChunkSpan> {
+    pieces
+        .iter()
+        .map(|p| {
+            Some(ChunkSpan {
+                partition: p.partition.clone()?,
+                first: p.start,
+                last: p.last,
+                rows: p.rows,
+            })
+        })
+        .collect::<Option<Vec<_>>>()
+        .unwrap_or_default()
 }
 
 /// xorshift64*: a tiny PRNG for flush jitter, in [0, 1).
@@ -454,6 +509,45 @@ mod tests {
         clock.advance(Duration::from_millis(51));
         w.tick(clock.now()).unwrap();
         assert_eq!(rx[0].try_recv().unwrap().rows, 1, "past interval + jitter");
+    }
+
+    /// A lane registered with its partition gives each chunk a span of
+    /// its first and last offset there; one registered without gives none.
+    #[test]
+    fn chunks_carry_the_spans_of_partition_lanes() {
+        let (q, mut rx) = ShardQueues::new(1, 1 << 20, 1 << 19);
+        let mut w = ShardWriter::new(q, limits(4), 1);
+        let a = w.add_partition_lane(LaneId(1), PartitionId::new("t", 3), None);
+        let b = w.add_partition_lane(LaneId(2), PartitionId::new("t", 5), None);
+        for (slot, off) in [(a, 10), (b, 7), (a, 12), (b, 9)] {
+            w.append(slot, 0, Offset(off), row).unwrap().unwrap();
+        }
+        let c = rx[0].try_recv().unwrap();
+        assert_eq!(
+            c.spans.to_vec(),
+            vec![
+                ChunkSpan {
+                    partition: PartitionId::new("t", 3),
+                    first: Offset(10),
+                    last: Offset(12),
+                    rows: 2
+                },
+                ChunkSpan {
+                    partition: PartitionId::new("t", 5),
+                    first: Offset(7),
+                    last: Offset(9),
+                    rows: 2
+                }
+            ]
+        );
+        let u = w.add_lane(LaneId(3), None);
+        w.append(a, 0, Offset(13), row).unwrap().unwrap();
+        w.append(u, 0, Offset(1), row).unwrap().unwrap();
+        w.flush().unwrap();
+        assert!(
+            rx[0].try_recv().unwrap().spans.is_empty(),
+            "a lane without partition"
+        );
     }
 
     /// Rows of one lane spread over two shards: the watermark moves only

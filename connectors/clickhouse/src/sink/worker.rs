@@ -3,8 +3,14 @@
 //! help.
 //!
 //! A chunk is acknowledged only after ClickHouse confirmed the insert.
-//! Retriable failures are retried with the same bytes (so replicated block
-//! deduplication recognises a retry whose first attempt did land); what
+//! Retriable failures are retried with the same bytes and, where the
+//! server takes one, the same deduplication token (so a retry whose
+//! earlier attempt did land is recognised: replicated block deduplication,
+//! or the token's; see [`super::settings`]). Each attempt has its own
+//! timeout, doubled after every attempt of the chunk that timed out
+//! ([`RetryPolicy::attempt_timeout`]), because a timed-out insert keeps
+//! running on the server and a fixed timeout shorter than the server's
+//! insert time would retry forever, each attempt landing again; what
 //! follows a failure is [`Attempts::next`]'s decision, what is logged and
 //! counted goes through [`super::events`]. A non-retriable failure fails
 //! the chunk's ranges and reports a fatal error; afterwards the worker
@@ -20,8 +26,10 @@ use super::events::{
     InsertSucceeded, Site,
 };
 use super::retry::{Attempts, Next, RetryPolicy};
+use super::settings::{dedup_token, takes_dedup_token, DEDUP_TOKEN};
 use super::shard::{PoolShared, Shard};
 use super::target::InsertTarget;
+use crate::classify::ErrorClass;
 use crate::client::InsertError;
 use bytes::Bytes;
 use spate_core::error::{FatalError, Fault};
@@ -50,6 +58,10 @@ enum Outcome {
 
 /// The drain deadline passed while waiting.
 struct Abandoned;
+
+/// How much longer than an attempt's timeout the HTTP client waits: the
+/// worker's own timer fires first, so it knows the attempt timed out.
+const CLIENT_GRACE: Duration = Duration::from_secs(5);
 
 impl<C: InsertTarget> Worker<C> {
     pub(crate) async fn run(mut self) {
@@ -123,6 +135,17 @@ impl<C: InsertTarget> Worker<C> {
         }
     }
 
+    /// The per-chunk settings: its deduplication token, where the server
+    /// takes one and the chunk's messages are known.
+    fn chunk_settings(&self, chunk: &Chunk) -> Vec<(String, String)> {
+        if !takes_dedup_token(&self.shared.query.settings) {
+            return Vec::new();
+        }
+        dedup_token(chunk.shard, &chunk.spans)
+            .map(|t| vec![(DEDUP_TOKEN.to_string(), t)])
+            .unwrap_or_default()
+    }
+
     fn context(&self) -> String {
         format!(
             "clickhouse sink {} shard {}",
@@ -139,12 +162,23 @@ impl<C: InsertTarget> Worker<C> {
         let site = shared.site(&shard.label);
         let preferred = shard.preferred.load(Ordering::Relaxed);
         let mut attempts = Attempts::new(shard.replicas.len(), preferred);
+        let extra = self.chunk_settings(chunk);
         loop {
             let replica = attempts.replica();
             let target = &shard.replicas[replica];
             let started = tokio::time::Instant::now();
+            let timeout = attempts.timeout(&self.retry);
+            let attempt = target.client.insert_bytes(
+                &shared.query,
+                body.clone(),
+                &extra,
+                timeout + CLIENT_GRACE,
+            );
             let result = tokio::select! {
-                r = target.client.insert_bytes(&shared.query, body.clone()) => r,
+                r = tokio::time::timeout(timeout, attempt) => r.unwrap_or_else(|_| {
+                    attempts.timed_out();
+                    Err(timed_out(timeout, attempts.timeout(&self.retry)))
+                }),
                 _ = self.abandon.changed() => return Outcome::Abandoned,
             };
             let error = match result {
@@ -257,6 +291,18 @@ impl<C: InsertTarget> Worker<C> {
             ),
             Fault::User,
         )
+    }
+}
+
+/// The error of an attempt that timed out; the next one waits `next`.
+fn timed_out(after: Duration, next: Duration) -> InsertError {
+    InsertError {
+        class: ErrorClass::Retriable,
+        code: None,
+        message: format!(
+            "no answer within {after:?} (the server may still complete this insert); \
+             the next attempt waits up to {next:?}"
+        ),
     }
 }
 
