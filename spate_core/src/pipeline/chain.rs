@@ -127,6 +127,15 @@ impl<E: RowEncode> EncodeChain<E> {
         }
     }
 
+    /// The same chain cutting exactly-once blocks: one partition per
+    /// chunk, replays at the offsets `plans` recorded
+    /// ([`ShardWriter::exactly_once`]). Call before any lane is added.
+    #[must_use]
+    pub fn exactly_once(mut self, plans: Arc<dyn crate::sink::BlockPlans>) -> Self {
+        self.writer = self.writer.exactly_once(plans);
+        self
+    }
+
     fn decode_error(&self, msg: &Message<'_>, failure: crate::sink::EncodeFailure) -> ChainError {
         self.metrics.decode_errors.inc();
         ChainError::Decode(DecodeError {

@@ -17,9 +17,11 @@
 //! The runtime sees the sink only as a [`SinkRuntime`](crate::pipeline::SinkRuntime):
 //! queue handles for capacity introspection, a drain hook and a probe.
 
+mod blocks;
 mod queue;
 mod writer;
 
+pub use blocks::BlockPlans;
 pub use queue::{shard_bit, QueueDepths, QueueTicket, ShardQueues, ShardReceiver};
 pub use writer::{BatchLimits, ShardWriter};
 

@@ -19,17 +19,24 @@
 //! rows), from which a sink derives a deduplication token; a chunk with a
 //! piece of a lane registered without one carries no spans at all.
 //!
+//! Exactly-once ([`exactly_once`](ShardWriter::exactly_once)): each lane
+//! has its own open block instead of sharing the shards' open chunks, so a
+//! chunk holds one partition's rows, cut where an earlier owner cut it
+//! (see [`super::blocks`]).
+//!
 //! Time: a chunk's age deadline is read from the writer's injected
 //! [`Clock`] (the runtime's clock; a [`ManualClock`](crate::clock::ManualClock)
 //! in tests), and [`tick`](ShardWriter::tick) is given the driver's reading
 //! of the same clock.
 
+use super::blocks::{Before, BlockPlans, LaneBlock};
 use super::{Chunk, ChunkSpan, ShardQueues};
 use crate::checkpoint::{AckRange, PendingGate};
 use crate::clock::{self, SharedClock};
 use crate::error::ChainError;
 use crate::record::{Offset, PartitionId};
 use crate::source::LaneId;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Per-shard flush limits: whichever comes first.
@@ -104,6 +111,8 @@ struct LaneState {
     sealed: Vec<SealedSegment>,
     /// Shards this lane appended rows to since [`ShardWriter::take_fed`].
     fed: u64,
+    /// Exactly-once: the lane's own open block.
+    block: Option<LaneBlock>,
 }
 
 /// Batches encoded rows per shard and pushes sealed chunks.
@@ -115,6 +124,8 @@ pub struct ShardWriter {
     lanes: Vec<Option<LaneState>>,
     rng: u64,
     clock: SharedClock,
+    /// Exactly-once: where replayed blocks are looked up.
+    plans: Option<Arc<dyn BlockPlans>>,
 }
 
 impl ShardWriter {
@@ -129,7 +140,18 @@ impl ShardWriter {
             lanes: Vec::new(),
             rng: seed | 1,
             clock: clock::system(),
+            plans: None,
         }
+    }
+
+    /// The same writer cutting exactly-once blocks: one partition per
+    /// chunk, replayed blocks at the offsets `plans` recorded. Lanes must
+    /// be registered with their partition
+    /// ([`add_partition_lane`](Self::add_partition_lane)).
+    #[must_use]
+    pub fn exactly_once(mut self, plans: Arc<dyn BlockPlans>) -> Self {
+        self.plans = Some(plans);
+        self
     }
 
     /// The same writer reading chunk ages from `clock`.
@@ -177,6 +199,7 @@ impl ShardWriter {
             open_parts: 0,
             sealed: Vec::new(),
             fed: 0,
+            block: self.plans.is_some().then(LaneBlock::default),
         };
         if let Some(slot) = self.lanes.iter().position(Option::is_none) {
             self.lanes[slot] = Some(state);
@@ -192,6 +215,14 @@ impl ShardWriter {
     /// acknowledgements will be for a lane the checkpointer no longer knows.
     pub fn remove_lane(&mut self, slot: usize) {
         if let Some(l) = self.lanes.get_mut(slot) {
+            // Exactly-once: an open block (a replay the flush left open)
+            // is never sent; its rows are released and replay.
+            if let Some(lane) = l.as_ref() {
+                let open = lane.block.as_ref().map_or(0, |b| b.rows);
+                if let (Some(g), true) = (&lane.gate, open > 0) {
+                    g.released(open as i64);
+                }
+            }
             *l = None;
         }
     }
@@ -206,6 +237,9 @@ impl ShardWriter {
         offset: Offset,
         encode: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
     ) -> Result<Result<(), E>, ChainError> {
+        if self.plans.is_some() {
+            return self.append_block(slot, shard, offset, encode);
+        }
         let chunk = &mut self.open[shard];
         if let Err(e) = encode(&mut chunk.data) {
             return Ok(Err(e));
@@ -259,6 +293,11 @@ impl ShardWriter {
                 self.seal(shard)?;
             }
         }
+        for slot in 0..self.lanes.len() {
+            if self.block(slot).is_some_and(|b| b.due(now)) {
+                self.seal_block(slot)?;
+            }
+        }
         Ok(())
     }
 
@@ -267,6 +306,15 @@ impl ShardWriter {
         for shard in 0..self.open.len() {
             if self.open[shard].rows > 0 {
                 self.seal(shard)?;
+            }
+        }
+        // A replay is never sealed short (see `super::blocks`).
+        for slot in 0..self.lanes.len() {
+            if self
+                .block(slot)
+                .is_some_and(|b| b.rows > 0 && !b.partial_replay())
+            {
+                self.seal_block(slot)?;
             }
         }
         Ok(())
@@ -284,7 +332,132 @@ impl ShardWriter {
     /// Rows sitting in open chunks.
     #[must_use]
     pub fn open_rows(&self) -> u64 {
-        self.open.iter().map(|c| c.rows).sum()
+        let blocks: u64 = (self.lanes.iter().flatten())
+            .filter_map(|l| l.block.as_ref())
+            .map(|b| b.rows)
+            .sum();
+        self.open.iter().map(|c| c.rows).sum::<u64>() + blocks
+    }
+
+    fn block(&self, slot: usize) -> Option<&LaneBlock> {
+        self.lanes.get(slot)?.as_ref()?.block.as_ref()
+    }
+
+    /// Exactly-once [`append`](Self::append): into the lane's own block.
+    fn append_block<E>(
+        &mut self,
+        slot: usize,
+        shard: usize,
+        offset: Offset,
+        encode: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<Result<(), E>, ChainError> {
+        if self.block(slot).is_some_and(LaneBlock::needs_plan) {
+            self.read_plan(slot, offset)?;
+        }
+        let before = match self.lanes[slot].as_mut().and_then(|l| l.block.as_mut()) {
+            Some(b) => b.before(offset),
+            None => panic!("exactly-once append to a registered lane"),
+        };
+        if before == Before::SealFirst {
+            self.seal_block(slot)?;
+        }
+        let Self {
+            lanes,
+            limits,
+            clock,
+            rng,
+            ..
+        } = self;
+        let lane = lanes[slot].as_mut().expect("registered lane");
+        let block = lane.block.as_mut().expect("exactly-once lane");
+        if let Err(e) = encode(&mut block.data) {
+            return Ok(Err(e));
+        }
+        block.appended(offset, shard, || {
+            let jitter = limits.interval.mul_f64(limits.jitter * unit(rng));
+            clock.now() + limits.interval + jitter
+        });
+        let full = block.rows >= limits.rows || block.data.len() >= limits.bytes;
+        let complete = block.complete(full);
+        lane.fed |= super::queue::shard_bit(shard);
+        if let Some(g) = &lane.gate {
+            g.dispatched(1);
+        }
+        if complete {
+            self.seal_block(slot)?;
+        }
+        Ok(Ok(()))
+    }
+
+    /// Read the recorded blocks of lane `slot`'s partition at or past its
+    /// first offset.
+    fn read_plan(&mut self, slot: usize, from: Offset) -> Result<(), ChainError> {
+        let plans = self.plans.clone().expect("exactly-once writer");
+        let lane = self.lanes[slot].as_mut().expect("registered lane");
+        let Some(partition) = lane.partition.clone() else {
+            return Err(ChainError::BlockPlan {
+                partition: format!("{:?}", lane.id),
+                reason: "the lane was registered without its partition".into(),
+            });
+        };
+        let blocks = plans
+            .replayed(&partition, from)
+            .map_err(|reason| ChainError::BlockPlan {
+                partition: partition.to_string(),
+                reason,
+            })?;
+        let block = lane.block.as_mut().expect("exactly-once lane");
+        let recorded = blocks.len();
+        let skipped = block.set_plan(from, blocks);
+        if !skipped.is_empty() {
+            tracing::warn!(%partition, ?skipped, "exactly-once: recorded blocks that straddle the committed offset or overlap are not replayed");
+        }
+        if recorded > 0 {
+            tracing::info!(%partition, from = from.0, recorded, "exactly-once: replaying recorded blocks at their offsets");
+        }
+        Ok(())
+    }
+
+    /// Seal lane `slot`'s open block into a one-segment chunk.
+    fn seal_block(&mut self, slot: usize) -> Result<(), ChainError> {
+        let Some(lane) = self.lanes.get_mut(slot).and_then(Option::as_mut) else {
+            return Ok(());
+        };
+        let Some(block) = lane.block.as_mut().filter(|b| b.rows > 0) else {
+            return Ok(());
+        };
+        let (first, last, shard) = (block.first, block.last, block.shard);
+        let (data, rows) = block.take();
+        let seq = lane.seq;
+        lane.seq += 1;
+        let spans: Vec<ChunkSpan> = (lane.partition.clone())
+            .map(|partition| ChunkSpan {
+                partition,
+                first,
+                last,
+                rows,
+            })
+            .into_iter()
+            .collect();
+        let chunk = Chunk {
+            shard,
+            rows,
+            data,
+            acks: vec![AckRange {
+                lane: lane.id,
+                seq,
+                parts: 1,
+                part: shard as u32,
+                start: first,
+                end: last,
+                rows,
+            }],
+            spans: spans.into(),
+            ticket: None,
+        };
+        self.queues
+            .push(chunk)
+            .map_err(|_| ChainError::QueueClosed { shard })
     }
 
     fn seal(&mut self, shard: usize) -> Result<(), ChainError> {
@@ -548,6 +721,78 @@ mod tests {
             rx[0].try_recv().unwrap().spans.is_empty(),
             "a lane without partition"
         );
+    }
+
+    #[derive(Debug)]
+    struct Recorded(i32, Vec<(Offset, Offset)>);
+
+    impl BlockPlans for Recorded {
+        fn replayed(&self, p: &PartitionId, from: Offset) -> Result<Vec<(Offset, Offset)>, String> {
+            let mine = p.partition == self.0;
+            Ok(self
+                .1
+                .iter()
+                .copied()
+                .filter(|b| mine && b.1 >= from)
+                .collect())
+        }
+    }
+
+    /// Exactly-once: each chunk holds one lane's rows, replayed blocks are
+    /// cut at their recorded offsets whatever the row limit, free blocks
+    /// at the limit, and a flush leaves an incomplete replay unsent (its
+    /// rows released when the lane goes).
+    #[test]
+    fn exactly_once_cuts_one_partition_per_chunk_at_recorded_offsets() {
+        let (q, mut rx) = ShardQueues::new(1, 1 << 20, 1 << 19);
+        let plans = Arc::new(Recorded(
+            0,
+            vec![(Offset(10), Offset(14)), (Offset(15), Offset(15))],
+        ));
+        let mut w = ShardWriter::new(q, limits(2), 1).exactly_once(plans);
+        let gate = PendingGate::new(100);
+        let a = w.add_partition_lane(LaneId(1), PartitionId::new("t", 0), Some(gate.clone()));
+        let b = w.add_partition_lane(LaneId(2), PartitionId::new("t", 1), None);
+        for off in 10..=17 {
+            w.append(a, 0, Offset(off), row).unwrap().unwrap();
+            w.append(b, 0, Offset(off), row).unwrap().unwrap();
+        }
+        let mut cuts = Vec::new();
+        while let Some(c) = rx[0].try_recv() {
+            assert_eq!(c.spans.len(), 1, "one partition per chunk");
+            let s = &c.spans[0];
+            cuts.push((s.partition.partition, s.first.0, s.last.0, c.acks[0].seq));
+        }
+        let mut by_partition: Vec<_> = cuts.iter().map(|c| (c.0, c.1, c.2)).collect();
+        by_partition.sort_unstable();
+        assert_eq!(
+            by_partition,
+            vec![
+                (0, 10, 14),
+                (0, 15, 15),
+                (0, 16, 17),
+                (1, 10, 11),
+                (1, 12, 13),
+                (1, 14, 15),
+                (1, 16, 17)
+            ]
+        );
+        let seqs: Vec<u64> = cuts.iter().filter(|c| c.0 == 0).map(|c| c.3).collect();
+        assert_eq!(seqs, [0, 1, 2], "one segment per chunk, in order");
+        // A replay left incomplete by a flush is not sent.
+        let plans = Arc::new(Recorded(2, vec![(Offset(0), Offset(9))]));
+        let (q, mut rx) = ShardQueues::new(1, 1 << 20, 1 << 19);
+        let mut w = ShardWriter::new(q, limits(2), 1).exactly_once(plans);
+        let gate = PendingGate::new(100);
+        let c = w.add_partition_lane(LaneId(3), PartitionId::new("t", 2), Some(gate.clone()));
+        for off in 0..4 {
+            w.append(c, 0, Offset(off), row).unwrap().unwrap();
+        }
+        w.flush().unwrap();
+        assert!(rx[0].try_recv().is_none(), "a replay was sealed short");
+        assert_eq!(gate.pending(), 4);
+        w.remove_lane(c);
+        assert_eq!(gate.pending(), 0, "the unsent replay's rows are released");
     }
 
     /// Rows of one lane spread over two shards: the watermark moves only
