@@ -92,6 +92,7 @@ pub(crate) fn sink_spec(a: &RunArgs, v: &Validated) -> SinkSpec {
         retry: retry_policy(a, v),
         workers_per_shard: a.insert_workers.max(1),
         native: a.insert_format == InsertFormat::Native,
+        exactly_once: a.delivery == crate::cli::Delivery::ExactlyOnce,
     }
 }
 

@@ -175,7 +175,7 @@ fn timeout_error(what: &'static str, after: Duration) -> ClientError {
 }
 
 /// Quote an identifier with backticks.
-fn ident(name: &str) -> String {
+pub(crate) fn ident(name: &str) -> String {
     let mut s = String::with_capacity(name.len() + 2);
     s.push('`');
     for c in name.chars() {

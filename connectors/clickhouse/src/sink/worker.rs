@@ -25,6 +25,7 @@ use super::events::{
     ChunkInserted, InsertAttemptFailed, InsertBackoff, InsertFailedOver, InsertRejected,
     InsertSucceeded, Site,
 };
+use super::intent::IntentLog;
 use super::retry::{Attempts, Next, RetryPolicy};
 use super::settings::{dedup_token, takes_dedup_token, DEDUP_TOKEN};
 use super::shard::{PoolShared, Shard};
@@ -48,6 +49,8 @@ pub(crate) struct Worker<C> {
     pub(crate) abandon: watch::Receiver<bool>,
     pub(crate) shared: Arc<PoolShared>,
     pub(crate) retry: RetryPolicy,
+    /// Exactly-once: record each chunk's intent before its first attempt.
+    pub(crate) intents: Option<Arc<IntentLog>>,
 }
 
 enum Outcome {
@@ -163,6 +166,11 @@ impl<C: InsertTarget> Worker<C> {
         let preferred = shard.preferred.load(Ordering::Relaxed);
         let mut attempts = Attempts::new(shard.replicas.len(), preferred);
         let extra = self.chunk_settings(chunk);
+        match self.record_intent(chunk).await {
+            Ok(()) => {}
+            Err(Some(e)) => return Outcome::Failed(e),
+            Err(None) => return Outcome::Abandoned,
+        }
         loop {
             let replica = attempts.replica();
             let target = &shard.replicas[replica];
@@ -266,6 +274,39 @@ impl<C: InsertTarget> Worker<C> {
                 }
                 .emit();
                 Ok(Some(backoff))
+            }
+        }
+    }
+
+    /// Exactly-once: record the chunk's intent (its partition, offsets and
+    /// shard) before the block is first sent, retrying what can be retried.
+    /// `Err(None)`: the drain deadline passed.
+    async fn record_intent(&mut self, chunk: &Chunk) -> Result<(), Option<FatalError>> {
+        let Some(log) = self.intents.clone() else {
+            return Ok(());
+        };
+        let mut attempt = 0u32;
+        loop {
+            let recorded = tokio::select! {
+                r = log.record(chunk.shard, &chunk.spans) => r,
+                _ = self.abandon.changed() => return Err(None),
+            };
+            let error = match recorded {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            if error.remedy() == crate::classify::Remedy::GiveUp {
+                return Err(Some(FatalError::new(
+                    self.context(),
+                    format!("recording an exactly-once intent failed: {error}"),
+                    Fault::External,
+                )));
+            }
+            attempt += 1;
+            let backoff = self.retry.delay(attempt, rand::random::<f64>());
+            tracing::warn!(error = %error, attempt, backoff_ms = backoff.as_millis() as u64, "recording an exactly-once intent failed; retrying");
+            if self.pause(backoff).await.is_err() {
+                return Err(None);
             }
         }
     }

@@ -178,6 +178,7 @@ impl Harness {
             abandon: abandon_rx,
             shared: shared.clone(),
             retry,
+            intents: None,
         };
         Harness {
             queues: Some(queues),
