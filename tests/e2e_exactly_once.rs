@@ -11,7 +11,9 @@
 //!
 //! On ClickHouse 26.9: a plain MergeTree with
 //! `non_replicated_deduplication_window` (ReplicatedMergeTree is read-only
-//! on the suite's 26.9 server).
+//! on the suite's 26.9 server), deduplicated by the token. On 18.16: a
+//! ReplicatedMergeTree on the suite's ZooKeeper (`scripts/services.sh`),
+//! deduplicated by block hash (18.16 has no token).
 
 mod support;
 
@@ -22,11 +24,9 @@ const N: usize = 40_000;
 const PARTITIONS: i32 = 4;
 const KILLS: usize = 5;
 
-#[test]
-fn exactly_once_survives_kill9_with_a_slow_producer() {
-    let Some(svc) = services_on(Server::V26) else {
-        return;
-    };
+on_both_servers!(exactly_once_survives_kill9_with_a_slow_producer);
+
+fn exactly_once_survives_kill9_with_a_slow_producer(svc: Services) {
     let (dups, missing) = scenario(&svc, "exactly-once");
     assert_eq!(missing, 0, "exactly-once lost rows");
     assert_eq!(dups, 0, "exactly-once left duplicates");
@@ -66,10 +66,17 @@ fn scenario(svc: &Services, delivery: &str) -> (u64, u64) {
     let ch = Ch::connect(&svc.clickhouse_url);
     let db = ch.fresh_db("e2e_eos");
     let table = format!("{db}.t");
+    let engine = if svc.is_modern() {
+        "MergeTree() ORDER BY (_partition, _offset) SETTINGS non_replicated_deduplication_window = 10000"
+            .to_string()
+    } else {
+        format!(
+            "ReplicatedMergeTree('/clickhouse/tables/{db}/t', 'r1') ORDER BY (_partition, _offset) \
+             SETTINGS replicated_deduplication_window = 10000"
+        )
+    };
     ch.exec(&format!(
-        "CREATE TABLE {table} (n UInt64, s String, _partition UInt32, _offset UInt64) \
-         ENGINE = MergeTree() ORDER BY (_partition, _offset) \
-         SETTINGS non_replicated_deduplication_window = 10000"
+        "CREATE TABLE {table} (n UInt64, s String, _partition UInt32, _offset UInt64) ENGINE = {engine}"
     ));
     let topic = unique("t_eos");
     let group = unique("g_eos");
@@ -79,6 +86,7 @@ fn scenario(svc: &Services, delivery: &str) -> (u64, u64) {
         .map_or(1, |d| d.as_nanos() as u64);
     eprintln!("[e2e_exactly_once] {delivery}: seed {seed}");
     let mut rng = Rng(seed);
+    let mut exercised = 0;
     let producer = produce_paced(&svc.brokers, &topic, N, Duration::from_secs(30), |i| Msg {
         partition: (i % PARTITIONS as usize) as i32,
         key: None,
@@ -120,7 +128,11 @@ fn scenario(svc: &Services, delivery: &str) -> (u64, u64) {
             std::thread::sleep(Duration::from_millis(2));
         }
         proc.kill9();
-        eprintln!("[e2e_exactly_once] {delivery}: kill {k} after {pause:?}");
+        let landed = landed_past_commit(svc, &ch, &table, &group, &topic);
+        exercised += landed;
+        eprintln!(
+            "[e2e_exactly_once] {delivery}: kill {k} after {pause:?}; {landed} rows landed past the commit"
+        );
     }
     let delivered = producer.join();
     assert!(
@@ -153,5 +165,25 @@ fn scenario(svc: &Services, delivery: &str) -> (u64, u64) {
         "committed = ends"
     );
     ch.exec(&format!("DROP DATABASE {db}"));
+    assert!(
+        exercised > 0,
+        "no kill left a landed block uncommitted: nothing had to be deduplicated"
+    );
     (count - uniq, total as u64 - uniq)
+}
+
+/// Rows in the table at or past the committed offsets (what the next owner
+/// must not insert again), once the killed process's inserts settled.
+fn landed_past_commit(svc: &Services, ch: &Ch, table: &str, group: &str, topic: &str) -> u64 {
+    std::thread::sleep(Duration::from_millis(300));
+    let committed = committed(&svc.brokers, group, topic, PARTITIONS);
+    let c = assert_committed_prefix_present(ch, table, &committed, "after kill -9");
+    c.iter()
+        .enumerate()
+        .map(|(p, c)| {
+            ch.u64(&format!(
+                "SELECT count() FROM {table} WHERE _partition = {p} AND _offset >= {c}"
+            ))
+        })
+        .sum()
 }
