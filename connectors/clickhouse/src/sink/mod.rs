@@ -37,6 +37,7 @@ mod discover;
 mod encoder;
 mod error;
 mod events;
+mod fault;
 mod intent;
 mod pool;
 mod probe;

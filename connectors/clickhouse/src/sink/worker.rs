@@ -25,6 +25,7 @@ use super::events::{
     ChunkInserted, InsertAttemptFailed, InsertBackoff, InsertFailedOver, InsertRejected,
     InsertSucceeded, Site,
 };
+use super::fault;
 use super::intent::IntentLog;
 use super::retry::{Attempts, Next, RetryPolicy};
 use super::settings::{dedup_token, takes_dedup_token, DEDUP_TOKEN};
@@ -171,6 +172,7 @@ impl<C: InsertTarget> Worker<C> {
             Err(Some(e)) => return Outcome::Failed(e),
             Err(None) => return Outcome::Abandoned,
         }
+        let nth = self.test_faults(&body, &extra, attempts.replica()).await;
         loop {
             let replica = attempts.replica();
             let target = &shard.replicas[replica];
@@ -200,6 +202,7 @@ impl<C: InsertTarget> Worker<C> {
                     }
                     .emit();
                     shard.preferred.store(replica, Ordering::Relaxed);
+                    fault::hit(fault::Point::AfterAck, nth);
                     return Outcome::Inserted;
                 }
                 Err(e) => e,
@@ -276,6 +279,24 @@ impl<C: InsertTarget> Worker<C> {
                 Ok(Some(backoff))
             }
         }
+    }
+
+    /// The test-only fault points before the first attempt (see
+    /// [`fault`]; nothing in a release build); the chunk's number.
+    async fn test_faults(&self, body: &Bytes, extra: &[(String, String)], replica: usize) -> u64 {
+        let nth = fault::chunk_taken();
+        fault::hit(fault::Point::BeforeSend, nth);
+        if fault::fires(fault::Point::DuringInsert, nth) {
+            let target = &self.shard.replicas[replica];
+            let timeout = self.retry.attempt_timeout(0);
+            let attempt =
+                target
+                    .client
+                    .insert_bytes(&self.shared.query, body.clone(), extra, timeout);
+            let _ = tokio::time::timeout(Duration::from_millis(5), attempt).await;
+            fault::hit(fault::Point::DuringInsert, nth);
+        }
+        nth
     }
 
     /// Exactly-once: record the chunk's intent (its partition, offsets and
