@@ -24,6 +24,11 @@ Suites (BENCH_SUITE, comma-separated; default "e2e"):
 - backpressure: the default memory budget against one too large to ever
   pause a lane (the ratio of steady rates; issue: within 5%).
 
+- delivery: `--delivery exactly-once` against at-least-once, alternated in
+  one run on the same data, both into a fresh ReplicatedMergeTree table
+  (what exactly-once needs on 18.16; the suite's ZooKeeper): the ratio of
+  steady rows/s and of CPU seconds per million rows (issue 19).
+
 Measurement, for spate and the consume ceiling alike:
 - steady rows/s: the rate between 10% and 90% of the rows (for spate from
   the rows of the table's active parts in system.parts, sampled every
@@ -97,11 +102,14 @@ def ch(sql, timeout=120, **settings):
         return r.read().decode().strip()
 
 
-def fresh_table(name):
+def fresh_table(name, replicated=False):
     ch("CREATE DATABASE IF NOT EXISTS spate_bench")
     ch(f"DROP TABLE IF EXISTS spate_bench.{name}")
     cols = ", ".join(f"{n} {t}" for n, t in SMALL_COLUMNS)
-    ch(f"CREATE TABLE spate_bench.{name} ({cols}) ENGINE = MergeTree() ORDER BY {ORDER_BY}",
+    engine = "MergeTree()"
+    if replicated:
+        engine = f"ReplicatedMergeTree('/clickhouse/tables/spate_bench/{name}_{time.time_ns()}', 'r1')"
+    ch(f"CREATE TABLE spate_bench.{name} ({cols}) ENGINE = {engine} ORDER BY {ORDER_BY}",
        allow_experimental_low_cardinality_type=1)
     return f"spate_bench.{name}"
 
@@ -178,9 +186,9 @@ def steady_rate(samples, total):
 
 # ---------------------------------------------------------------- runs ----
 
-def run_spate(topic, label, extra, keep=False):
+def run_spate(topic, label, extra, keep=False, replicated=False):
     """One `spate run --until-end` into a fresh table; figures of the run."""
-    table = fresh_table(label.replace("-", "_"))
+    table = fresh_table(label.replace("-", "_"), replicated)
     group = f"bench_{label}_{int(time.time() * 1000)}"
     args = [SPATE, "run", "--brokers", BROKERS, "--topic", topic, "--group", group,
             "--clickhouse-url", CH, "--table", table, "--until-end",
@@ -552,12 +560,47 @@ def suite_backpressure(topic, date):
     return md, summary, []
 
 
+def suite_delivery(topic, date):
+    configs = [
+        ("at-least-once", []),
+        ("exactly-once", ["--delivery", "exactly-once"]),
+    ]
+    results = []
+    for i in range(REPEAT):
+        for label, extra in configs:
+            r = run_spate(topic, f"{label}-{i}", extra, replicated=True)
+            log(f"  {r['label']}: {r['rows_per_s']:,.0f} rows/s steady, {r['cpu_s_per_million']:.2f} CPU s/M, "
+                f"{r['duplicates']} duplicates")
+            results.append(r)
+
+    def median(label, key):
+        return statistics.median(r[key] for r in results if r["label"].startswith(label))
+    rate = {label: median(label, "rows_per_s") for label, _ in configs}
+    cpu = {label: median(label, "cpu_s_per_million") for label, _ in configs}
+    ratio = rate["exactly-once"] / rate["at-least-once"]
+    cpu_ratio = cpu["exactly-once"] / cpu["at-least-once"]
+    summary = (f"bench delivery: rows_per_s_ratio={ratio:.3f} cpu_ratio={cpu_ratio:.3f} "
+               f"exactly_once_rows_per_s={rate['exactly-once']:.0f} "
+               f"at_least_once_rows_per_s={rate['at-least-once']:.0f}")
+    server = ch("SELECT version()")
+    md = (f"# spate bench: delivery\n\n{date}, {os.cpu_count()} cores, ClickHouse {server}, "
+          f"{MESSAGES} events on {PARTITIONS} partitions, ReplicatedMergeTree, {REPEAT} runs per mode "
+          f"(alternated; ratios of each mode's median steady rows/s and median CPU s per million rows; "
+          f"exactly-once cuts one partition per block and records an intent per block)."
+          f"\n\n{table_md(results)}\n\n`{summary}`\n")
+    return md, summary, []
+
+
+SUITES = {"e2e": None, "backpressure": None, "delivery": None}
+
+
 def main():
     suites = os.environ.get("BENCH_SUITE", "e2e").split(",")
     for s in suites:
-        if s not in ("e2e", "backpressure"):
-            sys.exit(f"bench: unknown suite {s} (e2e, backpressure)")
-    for exe in (SPATE, CONSUME_CEILING):
+        if s not in SUITES:
+            sys.exit(f"bench: unknown suite {s} ({', '.join(SUITES)})")
+    # The consume ceiling only for the e2e suite (the others compare spate with itself).
+    for exe in (SPATE, CONSUME_CEILING) if "e2e" in suites else (SPATE,):
         if not os.access(exe, os.X_OK):
             sys.exit(f"bench: {exe} is missing; run `make bench` (it builds it)")
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H%MZ")
@@ -583,7 +626,8 @@ def run_suites(suites, topic, date):
     for suite in suites:
         log(f"bench: suite {suite}")
         try:
-            md, summary, checks = {"e2e": suite_e2e, "backpressure": suite_backpressure}[suite](topic, date)
+            md, summary, checks = {"e2e": suite_e2e, "backpressure": suite_backpressure,
+                                   "delivery": suite_delivery}[suite](topic, date)
         finally:
             drop_tables()
         path = os.path.join(ROOT, "bench", "results", f"{suite}-{date}.md")

@@ -24,6 +24,10 @@
 #   ClickHouse over HTTPS: scripts/clickhouse-https.sh (18.16 requiring client
 #               certificates on 127.0.0.1:8443, stunnel HTTPS without them on
 #               8444; test CA and certificates made with openssl), the same way.
+#   ZooKeeper:  Debian's zookeeper 3.8 (apt), started by hand (java, no daemon
+#               scripts) with its data under build/services/zookeeper/, for the
+#               18.16 server's ReplicatedMergeTree tables (exactly-once tests);
+#               the 18.16 server (main) gets <zookeeper> from its command line.
 #
 # Usage: scripts/services.sh <command> [NODE]
 #   up         install what is missing, start the Kafka brokers, ClickHouse and
@@ -68,6 +72,7 @@
 #   SPATE_CH_INTERSERVER_PORT=9009   (distinct per server when several run on one host)
 #   SPATE_CH_CLUSTER_HTTP_PORT=8124  SPATE_CH_CLUSTER_TCP_PORT=9001
 #   SPATE_CH_CLUSTER_INTERSERVER_PORT=9010   ports of nodes a and b (each on its address)
+#   SPATE_ZK_PORT=2181               ZooKeeper's client port (127.0.0.1)
 #   SPATE_SERVICES_TIMEOUT=60        seconds to wait for each service to answer
 #   SPATE_CACHE_DIR=/var/cache/spate where the nisshi build is cached (per machine)
 #   SPATE_KAFKA_STORAGE=memory       or sqlite: the suite broker's storage (see broker.sh)
@@ -105,6 +110,11 @@ CH_CLUSTER_INTERSERVER_PORT="${SPATE_CH_CLUSTER_INTERSERVER_PORT:-9010}"
 # The clusters, as docker-compose mounts them (hosts clickhouse-a/-b, port 9000).
 CH_CLUSTER_XML="$ROOT/deploy/clickhouse-cluster/remote_servers.xml"
 
+ZK_PORT="${SPATE_ZK_PORT:-2181}"
+ZK_DIR="$SVC/zookeeper"
+ZK_PID="$SVC/zookeeper.pid"
+ZK_JAR=/usr/share/java/zookeeper.jar
+
 LOG_TAG=services
 # shellcheck source=scripts/lib.sh
 source "$ROOT/scripts/lib.sh"
@@ -131,6 +141,103 @@ install_clickhouse() {
     [[ -n $(ch_server_bin) ]] || die "clickhouse-server still not found after install"
 }
 
+# ----------------------------------------------------------- zookeeper ----
+# ZooKeeper for ReplicatedMergeTree on the 18.16 server, in functions of its own:
+# install_zookeeper, zk_up, zk_down, zk_status, zk_env.
+install_zookeeper() {
+    [[ -s $ZK_JAR ]] && command -v java >/dev/null && return 0
+    log "installing zookeeper from Debian (apt-get)"
+    as_root apt-get update -q || die "apt-get update failed"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends zookeeper ||
+        die "apt-get install zookeeper failed"
+    [[ -s $ZK_JAR ]] || die "$ZK_JAR still missing after install"
+}
+
+zk_answers() {
+    local reply
+    reply=$(timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$ZK_PORT; printf ruok >&3; cat <&3" 2>/dev/null) || return 1
+    [[ $reply == imok ]]
+}
+
+zk_up() {
+    install_zookeeper
+    if [[ -n $(pid_of "$ZK_PID" QuorumPeerMain) ]]; then
+        log "zookeeper: reusing pid $(<"$ZK_PID") on 127.0.0.1:$ZK_PORT"
+        return 0
+    fi
+    port_in_use 127.0.0.1 "$ZK_PORT" && die "port 127.0.0.1:$ZK_PORT is taken by a process this script did not start; stop it or set SPATE_ZK_PORT"
+    mkdir -p "$ZK_DIR/conf" "$ZK_DIR/data"
+    cat >"$ZK_DIR/conf/zoo.cfg" <<EOF
+# written by scripts/services.sh
+tickTime=2000
+initLimit=10
+syncLimit=5
+dataDir=$ZK_DIR/data
+clientPort=$ZK_PORT
+clientPortAddress=127.0.0.1
+admin.enableServer=false
+4lw.commands.whitelist=ruok,srvr
+EOF
+    (cd "$ZK_DIR" && exec setsid java -Xmx256m -cp "$ZK_DIR/conf:$ZK_JAR" \
+        org.apache.zookeeper.server.quorum.QuorumPeerMain "$ZK_DIR/conf/zoo.cfg" \
+        </dev/null >"$ZK_DIR/stdout.log" 2>&1) &
+    echo $! >"$ZK_PID"
+    local i
+    for ((i = 0; i < TIMEOUT * 5; i++)); do
+        zk_answers && { log "zookeeper: pid $(<"$ZK_PID") on 127.0.0.1:$ZK_PORT"; return 0; }
+        [[ -n $(pid_of "$ZK_PID" QuorumPeerMain) ]] || die "zookeeper exited; see $ZK_DIR/stdout.log"
+        sleep 0.2
+    done
+    die "zookeeper did not answer within ${TIMEOUT}s; see $ZK_DIR/stdout.log"
+}
+
+zk_down() {
+    stop_pid "$ZK_PID" QuorumPeerMain "zookeeper"
+}
+
+zk_status() {
+    local pid
+    pid=$(pid_of "$ZK_PID" QuorumPeerMain)
+    if [[ -n $pid ]] && zk_answers; then
+        printf '%-13sup       pid %s  127.0.0.1:%s\n' zookeeper "$pid" "$ZK_PORT"
+    elif [[ -n $pid ]]; then
+        printf '%-13sno-reply pid %s  127.0.0.1:%s\n' zookeeper "$pid" "$ZK_PORT"
+        return 1
+    else
+        printf '%-13sdown\n' zookeeper
+        return 1
+    fi
+}
+
+# zk_ch_config: the main server's config dir $CH_DIR/etc: the stock config.xml
+# and its users file, plus config.d/spate-zookeeper.xml naming our ZooKeeper
+# (ReplicatedMergeTree on 18.16). Paths and ports come from the command line.
+zk_ch_config() {
+    local src etc="$CH_DIR/etc" users d
+    src=$(dirname "$CH_CONFIG")
+    rm -rf "$etc"
+    mkdir -p "$etc/config.d"
+    cp "$CH_CONFIG" "$etc/config.xml"
+    users=$(sed -n 's:.*<users_config>[[:space:]]*\([^<[:space:]]*\)[[:space:]]*</users_config>.*:\1:p;T;q' "$CH_CONFIG")
+    [[ -n $users && $users != /* ]] && cp "$src/$users" "$etc/"
+    for d in config.d conf.d users.d; do
+        [[ -d $src/$d ]] && cp -r "$src/$d/." "$etc/$d/"
+    done
+    cat >"$etc/config.d/spate-zookeeper.xml" <<EOF
+<!-- written by scripts/services.sh: the ZooKeeper of ReplicatedMergeTree tables -->
+<yandex>
+    <zookeeper>
+        <node index="1"><host>127.0.0.1</host><port>$ZK_PORT</port></node>
+    </zookeeper>
+</yandex>
+EOF
+}
+
+zk_env() {
+    echo "export SPATE_TEST_ZK_ADDR=127.0.0.1:$ZK_PORT"
+    echo "export SPATE_ZK_PORT=$ZK_PORT"
+}
+
 # --------------------------------------------------------------- start ----
 # ch_select SERVER: point the S_* variables at one ClickHouse server: `main` (the
 # one SPATE_TEST_CLICKHOUSE_URL names) or a cluster node (a, b).
@@ -138,7 +245,7 @@ ch_select() {
     case $1 in
         main)
             S_LABEL=ClickHouse S_PROC=clickhouse-server S_MATCH=clickhouse-server
-            S_DIR=$CH_DIR S_PID=$CH_PID S_CONFIG=$CH_CONFIG S_HOST=127.0.0.1
+            S_DIR=$CH_DIR S_PID=$CH_PID S_CONFIG=$CH_DIR/etc/config.xml S_HOST=127.0.0.1
             S_HTTP=$CH_HTTP_PORT S_TCP=$CH_TCP_PORT S_INTERSERVER=$CH_INTERSERVER_PORT
             S_PORT_VARS="SPATE_CH_HTTP_PORT / SPATE_CH_TCP_PORT / SPATE_CH_INTERSERVER_PORT"
             ;;
@@ -209,6 +316,8 @@ ch_spawn() {
     if [[ $1 != main ]]; then
         ch_node_config
         extra=(--interserver_http_host="$S_HOST")
+    else
+        zk_ch_config
     fi
     # The stock config (users from /etc/clickhouse-server/users.xml: user `default`,
     # no password) with every path and port overridden. Runs fine as root.
@@ -288,6 +397,7 @@ export SPATE_TEST_CLUSTER_NODES=$(IFS=,; echo "${CH_NODES[*]}")
 # what scripts/services.sh itself reads, so ch-stop/ch-start from a test hit the same server
 export SPATE_BUILD_DIR=$BUILD
 $(kafka_port_env)
+$(zk_env)
 export SPATE_CH_HTTP_PORT=$CH_HTTP_PORT
 export SPATE_CH_TCP_PORT=$CH_TCP_PORT
 export SPATE_CH_INTERSERVER_PORT=$CH_INTERSERVER_PORT
@@ -308,6 +418,7 @@ cmd_up() {
     install_clickhouse
     mkdir -p "$SVC"
     kafka_up
+    zk_up
     ch_start main
     for n in "${CH_NODES[@]}"; do ch_spawn "$n"; done
     for n in "${CH_NODES[@]}"; do ch_wait "$n"; done
@@ -328,6 +439,8 @@ cmd_down() {
     "$MODERN" down &
     "$HTTPS" down &
     wait
+    # after the server that uses it
+    zk_down
 }
 
 # ch_status SERVER NAME: one line of `status`; fails unless the server answers.
@@ -352,6 +465,7 @@ cmd_status() {
     need_python
     local ok=0 pid n
     kafka_status || ok=1
+    zk_status || ok=1
     ch_status main clickhouse || ok=1
     for n in "${CH_NODES[@]}"; do ch_status "$n" "clickhouse-$n" || ok=1; done
     "$MODERN" status || ok=1

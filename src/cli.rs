@@ -68,6 +68,17 @@ pub enum InsertFormat {
     Rowbinary,
 }
 
+/// Delivery guarantee of a pipeline (issue 19; README "Delivery guarantees").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Delivery {
+    /// Every message at least once; a failure replays what was in flight.
+    AtLeastOnce,
+    /// Every message exactly once: blocks cut per partition, an intent
+    /// recorded before each insert, ClickHouse deduplication drops a
+    /// replayed block. Needs a table that deduplicates (checked at start).
+    ExactlyOnce,
+}
+
 /// Log output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -219,6 +230,11 @@ pub struct RunArgs {
     /// Format of insert bodies.
     #[arg(long, env = "SPATE_INSERT_FORMAT", value_enum, default_value_t = InsertFormat::Native)]
     pub insert_format: InsertFormat,
+    /// Delivery guarantee: at-least-once, or exactly-once (one partition
+    /// per block, an intent record in <db>.spate_intents before each
+    /// insert; the table must deduplicate, see the README).
+    #[arg(long, env = "SPATE_DELIVERY", value_enum, default_value_t = Delivery::AtLeastOnce)]
+    pub delivery: Delivery,
     /// Compression of insert bodies.
     #[arg(long, env = "SPATE_COMPRESSION", value_enum, default_value_t = Compression::Lz4)]
     pub compression: Compression,

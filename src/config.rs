@@ -65,6 +65,7 @@ const PIPELINE_KEYS: &[&str] = &[
     "insert_workers",
     "compression",
     "insert_format",
+    "delivery",
 ];
 
 /// One way to name the servers; a pipeline or the command line that sets

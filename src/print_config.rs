@@ -155,6 +155,13 @@ fn pipeline_settings(out: &mut String, name: &str, p: &RunArgs) {
             }),
         ),
         (
+            "delivery",
+            quoted(match p.delivery {
+                crate::cli::Delivery::AtLeastOnce => "at-least-once",
+                crate::cli::Delivery::ExactlyOnce => "exactly-once",
+            }),
+        ),
+        (
             "compression",
             quoted(match p.compression {
                 Compression::Lz4 => "lz4",

@@ -121,9 +121,23 @@ pub(crate) fn sink_spec(a: &RunArgs, v: &Validated) -> SinkSpec {
             insert_timeout: a.insert_timeout,
             lz4: a.compression == Compression::Lz4,
         },
-        retry: RetryPolicy::default(),
+        retry: retry_policy(a, v),
         workers_per_shard: a.insert_workers.max(1),
         native: a.insert_format == InsertFormat::Native,
+        exactly_once: a.delivery == crate::cli::Delivery::ExactlyOnce,
+    }
+}
+
+/// Retries: a timed-out attempt's timeout doubles for the next attempt,
+/// up to 8 times `--insert-timeout`, and stays below max.poll.interval.ms
+/// as `--insert-timeout` must (issue 16 point 10).
+fn retry_policy(a: &RunArgs, v: &Validated) -> RetryPolicy {
+    let max_poll = v.kafka.max_poll_interval_ms().unwrap_or(300_000);
+    let below_poll = Duration::from_millis(max_poll).saturating_sub(Duration::from_secs(1));
+    RetryPolicy {
+        insert_timeout: a.insert_timeout,
+        max_insert_timeout: a.insert_timeout.saturating_mul(8).min(below_poll),
+        ..RetryPolicy::default()
     }
 }
 

@@ -120,6 +120,15 @@ pub enum ChainError {
         /// Shard index.
         shard: usize,
     },
+    /// Exactly-once: the blocks earlier owners cut in a partition could not
+    /// be read, so its replay cannot be cut at the same offsets.
+    #[error("exactly-once: reading the recorded blocks of {partition} failed: {reason}")]
+    BlockPlan {
+        /// `topic/partition`.
+        partition: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 impl ChainError {
@@ -129,6 +138,7 @@ impl ChainError {
         match self {
             ChainError::Decode(_) => Fault::User,
             ChainError::QueueClosed { .. } => Fault::Internal,
+            ChainError::BlockPlan { .. } => Fault::External,
         }
     }
 }

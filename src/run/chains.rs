@@ -28,10 +28,11 @@ pub(super) fn factory(routes: Vec<Route>) -> ChainFactory {
                 },
                 ..ctx.clone()
             };
-            chains.push(
-                Box::new(EncodeChain::with_slots(encoder, &ctx, route.slots.clone()))
-                    as Box<dyn Chain>,
-            );
+            let mut chain = EncodeChain::with_slots(encoder, &ctx, route.slots.clone());
+            if let Some(plans) = &route.plans {
+                chain = chain.exactly_once(plans.clone());
+            }
+            chains.push(Box::new(chain) as Box<dyn Chain>);
         }
         if chains.len() == 1 {
             return Ok(chains.remove(0));

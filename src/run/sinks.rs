@@ -28,6 +28,8 @@ pub(super) struct Route {
     pub slots: Arc<[u16]>,
     pub limits: BatchLimits,
     pub topics: Vec<String>,
+    /// Exactly-once: the recorded blocks the chain replays.
+    pub plans: Option<Arc<dyn spate_core::sink::BlockPlans>>,
 }
 
 /// Every pipeline's sink, spawned: the runtime's half, and one route per
@@ -119,6 +121,7 @@ pub(super) fn spawn_all(
             slots: pool.slots(),
             limits: batch_limits(a, &budget, drivers, total_shards),
             topics: a.topics.clone(),
+            plans: pool.block_plans(),
         });
         pools.push(pool);
     }

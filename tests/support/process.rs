@@ -98,7 +98,11 @@ pub fn spawn(label: &str, args: &[String]) -> Running {
 pub fn spawn_with_env(label: &str, args: &[String], env: &[(&str, &str)]) -> Running {
     let stderr_path = log_dir().join(format!("{}.stderr", unique(label)));
     let stdout_path = stderr_path.with_extension("stdout");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_spate"));
+    // SPATE_TEST_SPATE_BIN runs another build (e.g. main's, to measure a
+    // before/after figure); the suite never sets it.
+    let bin = std::env::var_os("SPATE_TEST_SPATE_BIN")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_spate").into());
+    let mut cmd = Command::new(bin);
     cmd.args(args)
         .stdin(Stdio::null())
         .stdout(File::create(&stdout_path).expect("stdout file"))

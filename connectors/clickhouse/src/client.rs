@@ -211,7 +211,7 @@ fn timeout_error(what: &'static str, after: Duration) -> ClientError {
 }
 
 /// Quote an identifier with backticks.
-fn ident(name: &str) -> String {
+pub(crate) fn ident(name: &str) -> String {
     let mut s = String::with_capacity(name.len() + 2);
     s.push('`');
     for c in name.chars() {
@@ -225,7 +225,7 @@ fn ident(name: &str) -> String {
 }
 
 /// `INSERT INTO db.table (cols) FORMAT fmt`.
-fn insert_sql(db: &str, table: &str, columns: &[String], format: &str) -> String {
+pub(crate) fn insert_sql(db: &str, table: &str, columns: &[String], format: &str) -> String {
     let mut sql = format!("INSERT INTO {}.{} (", ident(db), ident(table));
     for (i, c) in columns.iter().enumerate() {
         if i > 0 {
@@ -387,7 +387,21 @@ impl ChClient {
         settings: &[(String, String)],
     ) -> Result<(), InsertError> {
         let sql = insert_sql(db, table, columns, format);
-        let t = Some(self.opts.insert_timeout);
+        self.insert_sql_within(sql, body, settings, self.opts.insert_timeout)
+            .await
+    }
+
+    /// Send `body` for the statement `sql` (see [`insert`](Self::insert))
+    /// with this attempt's own timeout: insert workers grow it after an
+    /// attempt timed out.
+    pub(crate) async fn insert_sql_within(
+        &self,
+        sql: String,
+        body: Bytes,
+        settings: &[(String, String)],
+        timeout: Duration,
+    ) -> Result<(), InsertError> {
+        let t = Some(timeout);
         let mut insert = self.inner.insert_formatted_with(sql).with_timeouts(t, t);
         for (k, v) in settings {
             insert = insert.with_setting(k.clone(), v.clone());

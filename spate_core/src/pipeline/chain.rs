@@ -127,6 +127,15 @@ impl<E: RowEncode> EncodeChain<E> {
         }
     }
 
+    /// The same chain cutting exactly-once blocks: one partition per
+    /// chunk, replays at the offsets `plans` recorded
+    /// ([`ShardWriter::exactly_once`]). Call before any lane is added.
+    #[must_use]
+    pub fn exactly_once(mut self, plans: Arc<dyn crate::sink::BlockPlans>) -> Self {
+        self.writer = self.writer.exactly_once(plans);
+        self
+    }
+
     fn decode_error(&self, msg: &Message<'_>, failure: crate::sink::EncodeFailure) -> ChainError {
         self.metrics.decode_errors.inc();
         ChainError::Decode(DecodeError {
@@ -167,10 +176,11 @@ impl<E: RowEncode> Chain for EncodeChain<E> {
     fn add_lane(
         &mut self,
         lane: LaneId,
-        _partition: &PartitionId,
+        partition: &PartitionId,
         gate: Option<PendingGate>,
     ) -> usize {
-        self.writer.add_lane(lane, gate)
+        self.writer
+            .add_partition_lane(lane, partition.clone(), gate)
     }
 
     fn push(&mut self, slot: usize, msg: &Message<'_>) -> Result<(), ChainError> {

@@ -11,7 +11,11 @@
 //! driver requests (pause/resume at the source, a refused resume retried
 //! with backoff since its driver asks only once; fatal reports), fold sink
 //! acknowledgements into the checkpointer, and commit acknowledged
-//! watermarks on the commit tick; an asynchronous commit the broker
+//! watermarks as soon as they move, coalesced to at most one commit per
+//! `commit_coalesce` (acknowledgements arrive per insert, many a second,
+//! and a commit each would flood the group coordinator; so a `kill -9` replays what was in flight plus one
+//! coalescing window, not a whole commit tick), and at the latest on the
+//! commit tick (`--commit-interval`); an asynchronous commit the broker
 //! refuses (`SourceEvent::CommitFailed`) is offered again on the next
 //! tick, and with a source that reports confirmations a commit counts as
 //! committed only once confirmed. Revocations arrive synchronously through
@@ -45,6 +49,7 @@ use std::time::{Duration, Instant};
 pub(crate) struct ControllerConfig {
     pub poll_timeout: Duration,
     pub commit_interval: Duration,
+    pub commit_coalesce: Option<Duration>,
     pub shutdown_timeout: Duration,
     pub revoke_timeout: Duration,
     pub pending_ceiling: i64,
@@ -177,6 +182,12 @@ impl<S: Source> Controller<S> {
     /// State `Consuming`.
     fn consume(&mut self) {
         let mut next_commit = self.core.clock.now() + self.core.config.commit_interval;
+        let coalesce = self
+            .core
+            .config
+            .commit_coalesce
+            .map(|c| c.min(self.core.config.commit_interval));
+        let mut next_eager = self.core.clock.now();
         loop {
             self.heartbeat.beat();
             if self.shutdown.load(Ordering::Acquire) {
@@ -210,10 +221,17 @@ impl<S: Source> Controller<S> {
             self.core.apply_driver_events(&mut self.source);
             self.core.retry_resumes(&mut self.source);
             self.core.apply_acks();
-            if self.core.clock.now() >= next_commit {
+            let now = self.core.clock.now();
+            if now >= next_commit {
                 self.core.commit(&mut self.source, false);
                 self.core.update_partition_gauges(&mut self.source);
                 next_commit = self.core.clock.now() + self.core.config.commit_interval;
+                next_eager = now + coalesce.unwrap_or_default();
+            } else if let Some(window) = coalesce.filter(|_| now >= next_eager) {
+                // A watermark moved: commit it now rather than on the tick.
+                if self.core.commit(&mut self.source, false) {
+                    next_eager = now + window;
+                }
             }
         }
     }
@@ -508,10 +526,12 @@ impl<L: Lane> Core<L> {
         }
     }
 
-    fn commit<S: Source<Lane = L>>(&mut self, source: &mut S, sync: bool) {
+    /// Commit the watermarks that moved since they were last handed out;
+    /// whether there were any.
+    fn commit<S: Source<Lane = L>>(&mut self, source: &mut S, sync: bool) -> bool {
         let watermarks = self.checkpointer.take_committable();
         if watermarks.is_empty() {
-            return;
+            return false;
         }
         match source.commit(&watermarks, sync) {
             Ok(()) if sync => self.committed_ok(&watermarks, true),
@@ -525,6 +545,7 @@ impl<L: Lane> Core<L> {
                 self.checkpointer.commit_failed(&watermarks);
             }
         }
+        true
     }
 
     /// High watermark and lag per owned partition; the gauges of

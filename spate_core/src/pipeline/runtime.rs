@@ -43,8 +43,13 @@ pub struct RuntimeOptions {
     pub poll_batch: usize,
     /// Longest a controller poll of the source blocks.
     pub poll_timeout: Duration,
-    /// Commit tick.
+    /// Commit tick: the longest an acknowledged watermark waits for its
+    /// commit.
     pub commit_interval: Duration,
+    /// Commit a watermark as soon as it moves, at most once per this window
+    /// (capped by `commit_interval`), so a crash replays little more than
+    /// what was in flight; `None` commits on the tick only.
+    pub commit_coalesce: Option<Duration>,
     /// Budget of the whole shutdown sequence.
     pub shutdown_timeout: Duration,
     /// Budget of one revocation (must stay below the group session timeout).
@@ -76,6 +81,7 @@ impl RuntimeOptions {
             poll_batch: 1024,
             poll_timeout: Duration::from_millis(50),
             commit_interval: Duration::from_secs(1),
+            commit_coalesce: Some(Duration::from_millis(100)),
             shutdown_timeout: Duration::from_secs(30),
             revoke_timeout: Duration::from_secs(2),
             pending_ceiling: 2_000_000,
@@ -516,6 +522,7 @@ fn spawn_controller<S: Source>(
     let config = ControllerConfig {
         poll_timeout: options.poll_timeout,
         commit_interval: options.commit_interval,
+        commit_coalesce: options.commit_coalesce,
         shutdown_timeout: options.shutdown_timeout,
         revoke_timeout: options.revoke_timeout,
         pending_ceiling: options.pending_ceiling,

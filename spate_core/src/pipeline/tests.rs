@@ -359,6 +359,7 @@ fn final_commit_refused_by_a_rebalance_is_retried_after_serving_the_source() {
     let sink = recording_sink(io.handle(), 1 << 20);
     let mut opts = options(&io);
     opts.commit_interval = Duration::from_secs(3600);
+    opts.commit_coalesce = None;
     let sink_log = sink.log.clone();
     let runtime = start(source, sink, opts, 50);
     sink_log.wait_for("every row inserted", WAIT, |l| l.rows.len() == 1000);
@@ -471,6 +472,8 @@ fn commits_follow_the_injected_clock() {
     let clock = crate::clock::ManualClock::new();
     let mut opts = options(&io);
     opts.commit_interval = Duration::from_secs(3600);
+    // The tick alone (eager commits: `commits_follow_acknowledgements_coalesced`).
+    opts.commit_coalesce = None;
     opts.clock = clock.clone();
     let runtime = start(source, sink, opts, 100);
     sink_log.wait_for("every row inserted", WAIT, |l| l.rows.len() == 1000);
@@ -490,6 +493,44 @@ fn commits_follow_the_injected_clock() {
     });
     let tick = source_log.lock().commits[0].clone();
     assert!(!tick.2, "a tick commits asynchronously: {tick:?}");
+    let report = runtime.run(now());
+    assert_eq!(report.state, ExitState::Completed, "{report:?}");
+}
+
+/// A watermark that moves is committed at once, without waiting for the
+/// tick (an hour here), and later moves are coalesced: nothing more is
+/// committed until the injected clock passes the coalescing window.
+#[test]
+fn commits_follow_acknowledgements_coalesced() {
+    let io = io();
+    let source = FakeSource::new(data(1, 1000), false);
+    let source_log = source.log.clone();
+    let sink = recording_sink(io.handle(), 1 << 20);
+    let sink_log = sink.log.clone();
+    let clock = crate::clock::ManualClock::new();
+    let mut opts = options(&io);
+    opts.commit_interval = Duration::from_secs(3600);
+    opts.commit_coalesce = Some(Duration::from_millis(100));
+    opts.clock = clock.clone();
+    let runtime = start(source, sink, opts, 100);
+    source_log.wait_for("a commit without any tick", WAIT, |l| !l.commits.is_empty());
+    sink_log.wait_for("every row inserted", WAIT, |l| l.rows.len() == 1000);
+    let polls = source_log.lock().polls;
+    source_log.wait_for("controller turns", WAIT, |l| l.polls >= polls + 5);
+    let commits = source_log.lock().commits.clone();
+    assert_eq!(
+        commits.len(),
+        1,
+        "one eager commit; the window holds back the rest: {commits:?}"
+    );
+    assert!(
+        !commits[0].2,
+        "an eager commit is asynchronous: {commits:?}"
+    );
+    clock.advance(Duration::from_millis(100));
+    source_log.wait_for("the last watermark committed", WAIT, |l| {
+        l.commits.iter().any(|c| c.1 == Watermark(1000))
+    });
     let report = runtime.run(now());
     assert_eq!(report.state, ExitState::Completed, "{report:?}");
 }

@@ -17,15 +17,17 @@
 //! The runtime sees the sink only as a [`SinkRuntime`](crate::pipeline::SinkRuntime):
 //! queue handles for capacity introspection, a drain hook and a probe.
 
+mod blocks;
 mod queue;
 mod writer;
 
+pub use blocks::BlockPlans;
 pub use queue::{shard_bit, QueueDepths, QueueTicket, ShardQueues, ShardReceiver};
 pub use writer::{BatchLimits, ShardWriter};
 
 use crate::checkpoint::AckRange;
 use crate::error::FatalError;
-use crate::record::Message;
+use crate::record::{Message, Offset, PartitionId};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -42,8 +44,28 @@ pub struct Chunk {
     pub data: Vec<u8>,
     /// The lane segments this chunk acknowledges once inserted.
     pub acks: Vec<AckRange>,
+    /// Which messages the rows are, per partition (first and last offset
+    /// of each lane's rows in this chunk, in append order): what a sink
+    /// derives a deduplication token or an intent record from. Empty when
+    /// a lane was registered without its partition
+    /// ([`ShardWriter::add_lane`]); then nothing may be derived from it.
+    pub spans: Box<[ChunkSpan]>,
     /// Releases the chunk's bytes from its queue's depth when dropped.
     pub ticket: Option<QueueTicket>,
+}
+
+/// The rows of one partition in a [`Chunk`]: offsets `first..=last`
+/// (every row between them that the chain kept, `rows` of them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChunkSpan {
+    /// The partition the rows were read from.
+    pub partition: PartitionId,
+    /// Offset of the first row.
+    pub first: Offset,
+    /// Offset of the last row.
+    pub last: Offset,
+    /// Rows of this partition in the chunk.
+    pub rows: u64,
 }
 
 /// What insert workers report back to the controller.

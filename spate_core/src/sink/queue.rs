@@ -239,6 +239,7 @@ mod tests {
             rows: 1,
             data: vec![0; bytes],
             acks: Vec::new(),
+            spans: Box::default(),
             ticket: None,
         }
     }

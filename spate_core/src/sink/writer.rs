@@ -13,17 +13,30 @@
 //! pieces) are fixed then, and every piece carries both in its
 //! [`AckRange`]. Later rows of the lane open the next segment.
 //!
+//! Spans: a lane registered with its partition
+//! ([`add_partition_lane`](ShardWriter::add_partition_lane)) gives every
+//! chunk holding its rows a [`ChunkSpan`] (partition, first and last offset,
+//! rows), from which a sink derives a deduplication token; a chunk with a
+//! piece of a lane registered without one carries no spans at all.
+//!
+//! Exactly-once ([`exactly_once`](ShardWriter::exactly_once)): each lane
+//! has its own open block instead of sharing the shards' open chunks, so a
+//! chunk holds one partition's rows, cut where an earlier owner cut it
+//! (see [`super::blocks`]).
+//!
 //! Time: a chunk's age deadline is read from the writer's injected
 //! [`Clock`] (the runtime's clock; a [`ManualClock`](crate::clock::ManualClock)
 //! in tests), and [`tick`](ShardWriter::tick) is given the driver's reading
 //! of the same clock.
 
-use super::{Chunk, ShardQueues};
+use super::blocks::{Before, BlockPlans, LaneBlock};
+use super::{Chunk, ChunkSpan, ShardQueues};
 use crate::checkpoint::{AckRange, PendingGate};
 use crate::clock::{self, SharedClock};
 use crate::error::ChainError;
-use crate::record::Offset;
+use crate::record::{Offset, PartitionId};
 use crate::source::LaneId;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Per-shard flush limits: whichever comes first.
@@ -58,6 +71,9 @@ struct Piece {
     lane: LaneId,
     seq: u64,
     start: Offset,
+    /// Last offset of this lane's rows in the chunk.
+    last: Offset,
+    partition: Option<PartitionId>,
     rows: u64,
 }
 
@@ -80,6 +96,7 @@ struct SealedSegment {
 #[derive(Debug)]
 struct LaneState {
     id: LaneId,
+    partition: Option<PartitionId>,
     gate: Option<PendingGate>,
     /// The open segment's number.
     seq: u64,
@@ -94,6 +111,8 @@ struct LaneState {
     sealed: Vec<SealedSegment>,
     /// Shards this lane appended rows to since [`ShardWriter::take_fed`].
     fed: u64,
+    /// Exactly-once: the lane's own open block.
+    block: Option<LaneBlock>,
 }
 
 /// Batches encoded rows per shard and pushes sealed chunks.
@@ -105,6 +124,8 @@ pub struct ShardWriter {
     lanes: Vec<Option<LaneState>>,
     rng: u64,
     clock: SharedClock,
+    /// Exactly-once: where replayed blocks are looked up.
+    plans: Option<Arc<dyn BlockPlans>>,
 }
 
 impl ShardWriter {
@@ -119,7 +140,18 @@ impl ShardWriter {
             lanes: Vec::new(),
             rng: seed | 1,
             clock: clock::system(),
+            plans: None,
         }
+    }
+
+    /// The same writer cutting exactly-once blocks: one partition per
+    /// chunk, replayed blocks at the offsets `plans` recorded. Lanes must
+    /// be registered with their partition
+    /// ([`add_partition_lane`](Self::add_partition_lane)).
+    #[must_use]
+    pub fn exactly_once(mut self, plans: Arc<dyn BlockPlans>) -> Self {
+        self.plans = Some(plans);
+        self
     }
 
     /// The same writer reading chunk ages from `clock`.
@@ -135,10 +167,31 @@ impl ShardWriter {
         &self.queues
     }
 
-    /// Register a lane; returns its slot.
+    /// Register a lane whose partition is not known; returns its slot.
+    /// Chunks holding its rows carry no [`ChunkSpan`]s.
     pub fn add_lane(&mut self, id: LaneId, gate: Option<PendingGate>) -> usize {
+        self.register(id, None, gate)
+    }
+
+    /// Register a lane reading `partition`; returns its slot.
+    pub fn add_partition_lane(
+        &mut self,
+        id: LaneId,
+        partition: PartitionId,
+        gate: Option<PendingGate>,
+    ) -> usize {
+        self.register(id, Some(partition), gate)
+    }
+
+    fn register(
+        &mut self,
+        id: LaneId,
+        partition: Option<PartitionId>,
+        gate: Option<PendingGate>,
+    ) -> usize {
         let state = LaneState {
             id,
+            partition,
             gate,
             seq: 0,
             end: Offset(-1),
@@ -146,6 +199,7 @@ impl ShardWriter {
             open_parts: 0,
             sealed: Vec::new(),
             fed: 0,
+            block: self.plans.is_some().then(LaneBlock::default),
         };
         if let Some(slot) = self.lanes.iter().position(Option::is_none) {
             self.lanes[slot] = Some(state);
@@ -161,6 +215,14 @@ impl ShardWriter {
     /// acknowledgements will be for a lane the checkpointer no longer knows.
     pub fn remove_lane(&mut self, slot: usize) {
         if let Some(l) = self.lanes.get_mut(slot) {
+            // Exactly-once: an open block (a replay the flush left open)
+            // is never sent; its rows are released and replay.
+            if let Some(lane) = l.as_ref() {
+                let open = lane.block.as_ref().map_or(0, |b| b.rows);
+                if let (Some(g), true) = (&lane.gate, open > 0) {
+                    g.released(open as i64);
+                }
+            }
             *l = None;
         }
     }
@@ -175,6 +237,9 @@ impl ShardWriter {
         offset: Offset,
         encode: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
     ) -> Result<Result<(), E>, ChainError> {
+        if self.plans.is_some() {
+            return self.append_block(slot, shard, offset, encode);
+        }
         let chunk = &mut self.open[shard];
         if let Err(e) = encode(&mut chunk.data) {
             return Ok(Err(e));
@@ -201,10 +266,16 @@ impl ShardWriter {
                     lane: lane.id,
                     seq: lane.seq,
                     start: offset,
+                    last: offset,
+                    partition: lane.partition.clone(),
                     rows: 1,
                 });
             }
-            i => chunk.pieces[i].rows += 1,
+            i => {
+                let piece = &mut chunk.pieces[i];
+                piece.rows += 1;
+                piece.last = offset;
+            }
         }
         if let Some(g) = &lane.gate {
             g.dispatched(1);
@@ -222,6 +293,11 @@ impl ShardWriter {
                 self.seal(shard)?;
             }
         }
+        for slot in 0..self.lanes.len() {
+            if self.block(slot).is_some_and(|b| b.due(now)) {
+                self.seal_block(slot)?;
+            }
+        }
         Ok(())
     }
 
@@ -230,6 +306,15 @@ impl ShardWriter {
         for shard in 0..self.open.len() {
             if self.open[shard].rows > 0 {
                 self.seal(shard)?;
+            }
+        }
+        // A replay is never sealed short (see `super::blocks`).
+        for slot in 0..self.lanes.len() {
+            if self
+                .block(slot)
+                .is_some_and(|b| b.rows > 0 && !b.partial_replay())
+            {
+                self.seal_block(slot)?;
             }
         }
         Ok(())
@@ -247,7 +332,132 @@ impl ShardWriter {
     /// Rows sitting in open chunks.
     #[must_use]
     pub fn open_rows(&self) -> u64 {
-        self.open.iter().map(|c| c.rows).sum()
+        let blocks: u64 = (self.lanes.iter().flatten())
+            .filter_map(|l| l.block.as_ref())
+            .map(|b| b.rows)
+            .sum();
+        self.open.iter().map(|c| c.rows).sum::<u64>() + blocks
+    }
+
+    fn block(&self, slot: usize) -> Option<&LaneBlock> {
+        self.lanes.get(slot)?.as_ref()?.block.as_ref()
+    }
+
+    /// Exactly-once [`append`](Self::append): into the lane's own block.
+    fn append_block<E>(
+        &mut self,
+        slot: usize,
+        shard: usize,
+        offset: Offset,
+        encode: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<Result<(), E>, ChainError> {
+        if self.block(slot).is_some_and(LaneBlock::needs_plan) {
+            self.read_plan(slot, offset)?;
+        }
+        let before = match self.lanes[slot].as_mut().and_then(|l| l.block.as_mut()) {
+            Some(b) => b.before(offset),
+            None => panic!("exactly-once append to a registered lane"),
+        };
+        if before == Before::SealFirst {
+            self.seal_block(slot)?;
+        }
+        let Self {
+            lanes,
+            limits,
+            clock,
+            rng,
+            ..
+        } = self;
+        let lane = lanes[slot].as_mut().expect("registered lane");
+        let block = lane.block.as_mut().expect("exactly-once lane");
+        if let Err(e) = encode(&mut block.data) {
+            return Ok(Err(e));
+        }
+        block.appended(offset, shard, || {
+            let jitter = limits.interval.mul_f64(limits.jitter * unit(rng));
+            clock.now() + limits.interval + jitter
+        });
+        let full = block.rows >= limits.rows || block.data.len() >= limits.bytes;
+        let complete = block.complete(full);
+        lane.fed |= super::queue::shard_bit(shard);
+        if let Some(g) = &lane.gate {
+            g.dispatched(1);
+        }
+        if complete {
+            self.seal_block(slot)?;
+        }
+        Ok(Ok(()))
+    }
+
+    /// Read the recorded blocks of lane `slot`'s partition at or past its
+    /// first offset.
+    fn read_plan(&mut self, slot: usize, from: Offset) -> Result<(), ChainError> {
+        let plans = self.plans.clone().expect("exactly-once writer");
+        let lane = self.lanes[slot].as_mut().expect("registered lane");
+        let Some(partition) = lane.partition.clone() else {
+            return Err(ChainError::BlockPlan {
+                partition: format!("{:?}", lane.id),
+                reason: "the lane was registered without its partition".into(),
+            });
+        };
+        let blocks = plans
+            .replayed(&partition, from)
+            .map_err(|reason| ChainError::BlockPlan {
+                partition: partition.to_string(),
+                reason,
+            })?;
+        let block = lane.block.as_mut().expect("exactly-once lane");
+        let recorded = blocks.len();
+        let skipped = block.set_plan(from, blocks);
+        if !skipped.is_empty() {
+            tracing::warn!(%partition, ?skipped, "exactly-once: recorded blocks that straddle the committed offset or overlap are not replayed");
+        }
+        if recorded > 0 {
+            tracing::info!(%partition, from = from.0, recorded, "exactly-once: replaying recorded blocks at their offsets");
+        }
+        Ok(())
+    }
+
+    /// Seal lane `slot`'s open block into a one-segment chunk.
+    fn seal_block(&mut self, slot: usize) -> Result<(), ChainError> {
+        let Some(lane) = self.lanes.get_mut(slot).and_then(Option::as_mut) else {
+            return Ok(());
+        };
+        let Some(block) = lane.block.as_mut().filter(|b| b.rows > 0) else {
+            return Ok(());
+        };
+        let (first, last, shard) = (block.first, block.last, block.shard);
+        let (data, rows) = block.take();
+        let seq = lane.seq;
+        lane.seq += 1;
+        let spans: Vec<ChunkSpan> = (lane.partition.clone())
+            .map(|partition| ChunkSpan {
+                partition,
+                first,
+                last,
+                rows,
+            })
+            .into_iter()
+            .collect();
+        let chunk = Chunk {
+            shard,
+            rows,
+            data,
+            acks: vec![AckRange {
+                lane: lane.id,
+                seq,
+                parts: 1,
+                part: shard as u32,
+                start: first,
+                end: last,
+                rows,
+            }],
+            spans: spans.into(),
+            ticket: None,
+        };
+        self.queues
+            .push(chunk)
+            .map_err(|_| ChainError::QueueClosed { shard })
     }
 
     fn seal(&mut self, shard: usize) -> Result<(), ChainError> {
@@ -280,6 +490,7 @@ impl ShardWriter {
             rows: chunk.rows,
             data: chunk.data,
             acks,
+            spans: spans_of(&chunk.pieces).into(),
             ticket: None,
         };
         self.queues
@@ -339,6 +550,23 @@ impl LaneState {
     }
 }
 
+/// The spans of a chunk's pieces, or none if any piece's partition is
+/// unknown (a partial list must never pass for the whole chunk).
+fn spans_of(pieces: &[Piece]) -> Vec<ChunkSpan> {
+    pieces
+        .iter()
+        .map(|p| {
+            Some(ChunkSpan {
+                partition: p.partition.clone()?,
+                first: p.start,
+                last: p.last,
+                rows: p.rows,
+            })
+        })
+        .collect::<Option<Vec<_>>>()
+        .unwrap_or_default()
+}
+
 /// xorshift64*: a tiny PRNG for flush jitter, in [0, 1).
 fn unit(state: &mut u64) -> f64 {
     let mut x = *state;
@@ -350,152 +578,5 @@ fn unit(state: &mut u64) -> f64 {
 }
 
 #[cfg(all(test, not(loom)))]
-mod tests {
-    use super::*;
-    use crate::checkpoint::Checkpointer;
-    use crate::clock::{Clock, ManualClock};
-    use crate::record::{PartitionId, Watermark};
-
-    fn limits(rows: u64) -> BatchLimits {
-        BatchLimits {
-            rows,
-            bytes: 1 << 20,
-            interval: Duration::from_secs(3600),
-            jitter: 0.0,
-        }
-    }
-
-    fn row(out: &mut Vec<u8>) -> Result<(), ()> {
-        out.push(7);
-        Ok(())
-    }
-
-    #[test]
-    fn seals_at_row_limit_and_tiles_segments() {
-        let (q, mut rx) = ShardQueues::new(1, 1 << 20, 1 << 19);
-        let mut w = ShardWriter::new(q, limits(3), 1);
-        let gate = PendingGate::new(100);
-        let slot = w.add_lane(LaneId(9), Some(gate.clone()));
-        for off in [10, 11, 13, 14] {
-            w.append(slot, 0, Offset(off), row).unwrap().unwrap();
-        }
-        let c = rx[0].try_recv().expect("sealed at 3 rows");
-        assert_eq!(c.rows, 3);
-        assert_eq!(c.data, vec![7, 7, 7]);
-        assert_eq!(
-            c.acks,
-            vec![AckRange {
-                lane: LaneId(9),
-                seq: 0,
-                parts: 1,
-                part: 0,
-                start: Offset(10),
-                end: Offset(13),
-                rows: 3
-            }]
-        );
-        assert_eq!(gate.pending(), 4);
-        w.flush().unwrap();
-        let c = rx[0].try_recv().unwrap();
-        assert_eq!(c.acks[0].seq, 1);
-        assert_eq!(c.acks[0].end, Offset(14));
-    }
-
-    #[test]
-    fn failed_encode_leaves_nothing_behind() {
-        let (q, mut rx) = ShardQueues::new(1, 1 << 20, 1 << 19);
-        let mut w = ShardWriter::new(q, limits(10), 1);
-        let slot = w.add_lane(LaneId(1), None);
-        w.append(slot, 0, Offset(0), row).unwrap().unwrap();
-        let r = w
-            .append(slot, 0, Offset(1), |_out: &mut Vec<u8>| Err("bad"))
-            .unwrap();
-        assert_eq!(r, Err("bad"));
-        w.flush().unwrap();
-        let c = rx[0].try_recv().unwrap();
-        assert_eq!(c.rows, 1);
-        assert_eq!(c.acks[0].end, Offset(0), "the bad offset is not covered");
-    }
-
-    #[test]
-    fn age_limit_seals_idle_tail() {
-        let (q, mut rx) = ShardQueues::new(1, 1 << 20, 1 << 19);
-        let mut l = limits(1000);
-        l.interval = Duration::from_millis(100);
-        let clock = ManualClock::new();
-        let mut w = ShardWriter::new(q, l, 1).with_clock(clock.clone());
-        let slot = w.add_lane(LaneId(1), None);
-        w.append(slot, 0, Offset(0), row).unwrap().unwrap();
-        w.tick(clock.now()).unwrap();
-        assert!(rx[0].try_recv().is_none(), "not yet due");
-        clock.advance(Duration::from_millis(99));
-        w.tick(clock.now()).unwrap();
-        assert!(rx[0].try_recv().is_none(), "still not due 1 ms early");
-        clock.advance(Duration::from_millis(1));
-        w.tick(clock.now()).unwrap();
-        assert_eq!(rx[0].try_recv().unwrap().rows, 1);
-    }
-
-    /// The jitter stretches a chunk's age limit by at most `jitter` of the
-    /// interval, and the clock the writer was given decides.
-    #[test]
-    fn jittered_age_limit_stays_within_its_fraction() {
-        let (q, mut rx) = ShardQueues::new(1, 1 << 20, 1 << 19);
-        let mut l = limits(1000);
-        l.interval = Duration::from_millis(100);
-        l.jitter = 0.5;
-        let clock = ManualClock::new();
-        let mut w = ShardWriter::new(q, l, 7).with_clock(clock.clone());
-        let slot = w.add_lane(LaneId(1), None);
-        w.append(slot, 0, Offset(0), row).unwrap().unwrap();
-        clock.advance(Duration::from_millis(99));
-        w.tick(clock.now()).unwrap();
-        assert!(rx[0].try_recv().is_none(), "due before its interval");
-        clock.advance(Duration::from_millis(51));
-        w.tick(clock.now()).unwrap();
-        assert_eq!(rx[0].try_recv().unwrap().rows, 1, "past interval + jitter");
-    }
-
-    /// Rows of one lane spread over two shards: the watermark moves only
-    /// once both shards' chunks holding the segment are acknowledged.
-    #[test]
-    fn multi_shard_segment_needs_every_shard() {
-        let (q, mut rx) = ShardQueues::new(2, 1 << 20, 1 << 19);
-        let mut w = ShardWriter::new(q, limits(2), 1);
-        let mut cp = Checkpointer::new();
-        let gate = cp.add_lane(LaneId(1), PartitionId::new("t", 0), 1000);
-        let slot = w.add_lane(LaneId(1), Some(gate));
-        w.append(slot, 0, Offset(0), row).unwrap().unwrap(); // shard 0
-        w.append(slot, 1, Offset(1), row).unwrap().unwrap(); // shard 1
-        w.append(slot, 0, Offset(2), row).unwrap().unwrap(); // shard 0 seals: segment 0 = [0..=2], 2 parts
-        w.append(slot, 1, Offset(3), row).unwrap().unwrap(); // shard 1 seals: piece of seg 0 + seg 1 = [3]
-        let c0 = rx[0].try_recv().unwrap();
-        let c1 = rx[1].try_recv().unwrap();
-        assert_eq!(
-            c0.acks,
-            vec![AckRange {
-                lane: LaneId(1),
-                seq: 0,
-                parts: 2,
-                part: 0,
-                start: Offset(0),
-                end: Offset(2),
-                rows: 2
-            }]
-        );
-        assert_eq!(c1.acks.len(), 2);
-        for r in &c0.acks {
-            cp.ack(r);
-        }
-        assert_eq!(
-            cp.watermark(LaneId(1)),
-            None,
-            "shard 1 still holds part of segment 0"
-        );
-        for r in &c1.acks {
-            cp.ack(r);
-        }
-        assert_eq!(cp.watermark(LaneId(1)), Some(Watermark(4)));
-        assert_eq!(cp.total_pending_rows(), 0);
-    }
-}
+#[path = "writer_tests.rs"]
+mod tests;

@@ -10,6 +10,7 @@ use super::discover::{check_answers, discover_clients, Discovery};
 use super::encoder::EncoderFactory;
 use super::error::SinkError;
 use super::events::{ReplicaUnreachableAtStart, ReplicaUp};
+use super::intent::IntentLog;
 use super::probe::probe_shards;
 use super::retry::RetryPolicy;
 use super::settings::insert_settings;
@@ -23,7 +24,9 @@ use crate::encode::EncoderOptions;
 use crate::schema::Column;
 use spate_core::metrics::Metrics;
 use spate_core::pipeline::SinkRuntime;
-use spate_core::sink::{AckSender, DrainReport, ProbeResult, ShardQueues, ShardReceiver};
+use spate_core::sink::{
+    AckSender, BlockPlans, DrainReport, ProbeResult, ShardQueues, ShardReceiver,
+};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,6 +43,7 @@ pub struct SinkPool {
     abandon: watch::Sender<bool>,
     shared: Arc<PoolShared>,
     io: tokio::runtime::Handle,
+    intents: Option<Arc<IntentLog>>,
 }
 
 impl SinkPool {
@@ -82,12 +86,17 @@ impl SinkPool {
         } else {
             probe.format()
         };
-        let query = InsertQuery {
+        let mut query = InsertQuery {
             db: spec.table.db.clone(),
             table: spec.table.table.clone(),
             columns: probe.insert_columns().to_vec(),
             format,
             settings: insert_settings(seed.features()),
+        };
+        let intents = if spec.exactly_once {
+            Some(super::intent::prepare(spec, seed, shards.len(), &mut query.settings).await?)
+        } else {
+            None
         };
         tracing::info!(
             server = seed.version(),
@@ -113,7 +122,15 @@ impl SinkPool {
             shared,
             workers_per_shard: spec.workers_per_shard.max(1),
             retry: spec.retry,
+            intents,
         })
+    }
+
+    /// Exactly-once: where the chains read the blocks earlier owners
+    /// recorded (`None` at least-once).
+    #[must_use]
+    pub fn block_plans(&self) -> Option<Arc<dyn BlockPlans>> {
+        self.intents.clone().map(|i| i as Arc<dyn BlockPlans>)
     }
 
     /// What builds an encoder per driver thread; outlives the pool.
@@ -225,6 +242,7 @@ pub struct PreparedSink {
     shared: Arc<PoolShared>,
     workers_per_shard: usize,
     retry: RetryPolicy,
+    intents: Option<Arc<IntentLog>>,
 }
 
 impl PreparedSink {
@@ -259,6 +277,7 @@ impl PreparedSink {
                     abandon: abandon_rx.clone(),
                     shared: self.shared.clone(),
                     retry: self.retry,
+                    intents: self.intents.clone(),
                 };
                 workers.push(io.spawn(worker.run()));
             }
@@ -272,6 +291,7 @@ impl PreparedSink {
             abandon,
             shared: self.shared,
             io: io.clone(),
+            intents: self.intents,
         }
     }
 }

@@ -1,7 +1,17 @@
 //! The retry policy of an insert: [`RetryPolicy`] (capped exponential
-//! backoff with jitter) and [`Attempts`], the pure decision after each
+//! backoff with jitter, and the per-attempt timeout that grows after each
+//! attempt that timed out) and [`Attempts`], the pure decision after each
 //! failed attempt (fail over to the next replica, back off, or give up),
-//! from the error's [`Remedy`]. Used by each insert worker (tokio task)
+//! from the error's [`Remedy`].
+//!
+//! Why the timeout grows: a timed-out insert keeps running on the server,
+//! and may land. If every attempt takes longer than the timeout (heavy
+//! materialized views, a merge backlog), a fixed timeout retries forever
+//! and each attempt can add the batch again. Doubling the timeout of the
+//! next attempt (up to [`RetryPolicy::max_insert_timeout`]) lets a slow
+//! server finish one attempt and answer it; the deduplication token
+//! (`super::settings`) makes the landed earlier attempts harmless where the
+//! server and table support it. Used by each insert worker (tokio task)
 //! for the one chunk it is inserting; no I/O, no clock.
 
 use crate::classify::Remedy;
@@ -21,6 +31,11 @@ pub struct RetryPolicy {
     pub factor: f64,
     /// Random reduction, 0.0–1.0.
     pub jitter: f64,
+    /// Timeout of an insert's first attempt (`--insert-timeout`).
+    pub insert_timeout: Duration,
+    /// Longest an attempt's timeout grows to: each attempt of a batch that
+    /// timed out doubles the next attempt's timeout, up to this.
+    pub max_insert_timeout: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -30,6 +45,8 @@ impl Default for RetryPolicy {
             max: Duration::from_secs(10),
             factor: 2.0,
             jitter: 0.5,
+            insert_timeout: Duration::from_secs(60),
+            max_insert_timeout: Duration::from_secs(480),
         }
     }
 }
@@ -44,6 +61,16 @@ impl RetryPolicy {
         let capped = base.min(self.max.as_secs_f64());
         let scale = 1.0 - self.jitter.clamp(0.0, 1.0) * unit.clamp(0.0, 1.0);
         Duration::from_secs_f64(capped * scale)
+    }
+
+    /// Timeout of an attempt after `timed_out` earlier attempts of the same
+    /// batch timed out: doubled per timeout, capped (never below the first).
+    #[must_use]
+    pub fn attempt_timeout(&self, timed_out: u32) -> Duration {
+        let grown = self
+            .insert_timeout
+            .saturating_mul(1u32 << timed_out.min(16));
+        grown.min(self.max_insert_timeout.max(self.insert_timeout))
     }
 }
 
@@ -78,6 +105,7 @@ pub(crate) struct Attempts {
     round: u32,
     failed_in_round: usize,
     attempt: u32,
+    timed_out: u32,
 }
 
 impl Attempts {
@@ -90,12 +118,23 @@ impl Attempts {
             round: 0,
             failed_in_round: 0,
             attempt: 1,
+            timed_out: 0,
         }
     }
 
     /// The replica the current attempt goes to.
     pub(crate) fn replica(&self) -> usize {
         self.current
+    }
+
+    /// The timeout of the current attempt.
+    pub(crate) fn timeout(&self, policy: &RetryPolicy) -> Duration {
+        policy.attempt_timeout(self.timed_out)
+    }
+
+    /// The current attempt timed out: the next one waits longer.
+    pub(crate) fn timed_out(&mut self) {
+        self.timed_out = self.timed_out.saturating_add(1);
     }
 
     /// The current attempt, 1-based.
@@ -303,6 +342,36 @@ mod tests {
         assert_eq!(last, p.max);
         assert_eq!(a.next(GiveUp, &p, 0.0), Next::GiveUp);
         assert_eq!(a.attempt(), 41, "giving up is not an attempt");
+    }
+
+    /// Each timeout doubles the next attempt's timeout, up to the cap; a
+    /// cap below the first timeout keeps it fixed.
+    #[test]
+    fn attempt_timeout_grows_per_timeout_and_caps() {
+        let p = RetryPolicy {
+            insert_timeout: Duration::from_secs(2),
+            max_insert_timeout: Duration::from_secs(10),
+            ..RetryPolicy::default()
+        };
+        let mut a = Attempts::new(1, 0);
+        assert_eq!(a.timeout(&p), Duration::from_secs(2));
+        a.next(Failover, &p, 0.0);
+        assert_eq!(
+            a.timeout(&p),
+            Duration::from_secs(2),
+            "failures that are not timeouts"
+        );
+        let want = [4, 8, 10, 10];
+        for secs in want {
+            a.timed_out();
+            assert_eq!(a.timeout(&p), Duration::from_secs(secs));
+        }
+        let fixed = RetryPolicy {
+            max_insert_timeout: Duration::from_secs(1),
+            ..p
+        };
+        assert_eq!(fixed.attempt_timeout(5), Duration::from_secs(2));
+        assert_eq!(p.attempt_timeout(u32::MAX), Duration::from_secs(10));
     }
 
     #[test]

@@ -11,8 +11,28 @@
 //!   parsed by `HTTPHandler` long before 18.16): the server buffers its
 //!   answer until the query finished, so no 200 status can be sent before
 //!   an exception at the end of the insert.
+//! - `insert_deduplicate=1` (>= 22.2, with the token): the deduplication
+//!   the token relies on, whatever the profile says.
+//!
+//! Deduplication token (>= 22.2, [`ServerFeatures::insert_deduplication_token`]):
+//! each insert sends `insert_deduplication_token` = [`dedup_token`] of its
+//! chunk, derived from the chunk's partitions and offsets (and its shard),
+//! the same on every attempt. A timed-out attempt keeps running on the
+//! server; when it lands, the retry with the same token is recognised and
+//! dropped. ClickHouse keeps tokens where it keeps block hashes: a
+//! `Replicated*MergeTree` always (`replicated_deduplication_window`), a
+//! plain `MergeTree` only with `non_replicated_deduplication_window > 0`
+//! (`ALTER TABLE t MODIFY SETTING non_replicated_deduplication_window =
+//! 1000`); elsewhere the token is ignored and a retry after a timeout can
+//! still add the batch twice. Older servers (18.16) have no token; there a
+//! `Replicated*MergeTree` deduplicates a retry by its block hash, since
+//! every attempt sends the same bytes.
 
 use crate::schema::ServerFeatures;
+use spate_core::sink::ChunkSpan;
+
+/// The setting that carries a chunk's deduplication token.
+pub(crate) const DEDUP_TOKEN: &str = "insert_deduplication_token";
 
 /// The settings to send with every insert to a server with `features`.
 #[must_use]
@@ -22,7 +42,68 @@ pub(crate) fn insert_settings(features: ServerFeatures) -> Vec<(String, String)>
         s.push(("async_insert".to_string(), "0".to_string()));
     }
     s.push(("wait_end_of_query".to_string(), "1".to_string()));
+    if features.insert_deduplication_token {
+        s.push(("insert_deduplicate".to_string(), "1".to_string()));
+    }
     s
+}
+
+/// Whether inserts with `settings` (from [`insert_settings`]) carry a
+/// deduplication token: the server takes one.
+#[must_use]
+pub(crate) fn takes_dedup_token(settings: &[(String, String)]) -> bool {
+    settings.iter().any(|(k, _)| k == "insert_deduplicate")
+}
+
+/// The deduplication token of a chunk for `shard` holding `spans`, or
+/// `None` when the spans are unknown (then no token is safe to send).
+///
+/// Deterministic across processes and releases (no std hasher): the same
+/// messages cut into the same chunk give the same token on every member,
+/// after every restart. Readable head (shard, first span, span count) and
+/// a 128-bit FNV-1a of every span, so chunks that share a first span still
+/// differ.
+#[must_use]
+pub fn dedup_token(shard: usize, spans: &[ChunkSpan]) -> Option<String> {
+    let first = spans.first()?;
+    let mut h = Fnv128::default();
+    h.write(&(shard as u64).to_le_bytes());
+    for s in spans {
+        h.write(s.partition.topic.as_bytes());
+        h.write(&[0]);
+        h.write(&s.partition.partition.to_le_bytes());
+        h.write(&s.first.0.to_le_bytes());
+        h.write(&s.last.0.to_le_bytes());
+        h.write(&s.rows.to_le_bytes());
+    }
+    Some(format!(
+        "spate1-{shard}-{}-{}-{}-{}-{}-{:032x}",
+        first.partition.topic,
+        first.partition.partition,
+        first.first.0,
+        first.last.0,
+        spans.len(),
+        h.0
+    ))
+}
+
+/// FNV-1a, 128 bits.
+struct Fnv128(u128);
+
+impl Default for Fnv128 {
+    fn default() -> Self {
+        Fnv128(0x6c62_272e_07bb_0142_62b8_2175_6295_c58d)
+    }
+}
+
+impl Fnv128 {
+    fn write(&mut self, bytes: &[u8]) {
+        const PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013b;
+        for b in bytes {
+            self.0 ^= u128::from(*b);
+            self.0 = self.0.wrapping_mul(PRIME);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -43,10 +124,50 @@ mod tests {
     fn per_version() {
         let old = pairs(&[("wait_end_of_query", "1")]);
         let new = pairs(&[("async_insert", "0"), ("wait_end_of_query", "1")]);
+        let token = pairs(&[
+            ("async_insert", "0"),
+            ("wait_end_of_query", "1"),
+            ("insert_deduplicate", "1"),
+        ]);
         assert_eq!(settings("18.16.1"), old);
         assert_eq!(settings("21.10.6.2"), old);
         assert_eq!(settings("21.11.1.8636"), new);
-        assert_eq!(settings("24.3.1.2672"), new);
-        assert_eq!(settings("25.8.1.1"), new);
+        assert_eq!(settings("22.1.3.7"), new);
+        assert_eq!(settings("22.2.2.1"), token);
+        assert_eq!(settings("24.3.1.2672"), token);
+        assert_eq!(settings("25.8.1.1"), token);
+        assert!(!takes_dedup_token(&settings("21.11.1.8636")));
+        assert!(takes_dedup_token(&settings("26.9.1.1")));
+    }
+
+    fn span(topic: &str, p: i32, first: i64, last: i64, rows: u64) -> ChunkSpan {
+        ChunkSpan {
+            partition: spate_core::record::PartitionId::new(topic, p),
+            first: spate_core::record::Offset(first),
+            last: spate_core::record::Offset(last),
+            rows,
+        }
+    }
+
+    /// Same spans, same token (pinned: a release that changed it would
+    /// break deduplication across an upgrade); any difference, another.
+    #[test]
+    fn dedup_token_is_stable_and_tells_chunks_apart() {
+        let a = vec![span("t", 0, 0, 99, 100), span("t", 1, 0, 99, 100)];
+        let t = dedup_token(0, &a).unwrap();
+        assert_eq!(t, dedup_token(0, &a.clone()).unwrap());
+        assert!(t.starts_with("spate1-0-t-0-0-99-2-"), "{t}");
+        assert_eq!(t.len(), "spate1-0-t-0-0-99-2-".len() + 32, "{t}");
+        let variants = [
+            dedup_token(1, &a),
+            dedup_token(0, &[span("t", 0, 0, 99, 100), span("t", 2, 0, 99, 100)]),
+            dedup_token(0, &[span("t", 0, 0, 99, 100), span("t", 1, 0, 98, 99)]),
+            dedup_token(0, &[span("t", 0, 0, 99, 100), span("u", 1, 0, 99, 100)]),
+            dedup_token(0, &a[..1]),
+        ];
+        for v in variants {
+            assert_ne!(v.as_deref(), Some(t.as_str()));
+        }
+        assert_eq!(dedup_token(0, &[]), None);
     }
 }

@@ -69,6 +69,9 @@ pub struct SinkSpec {
     /// Send batches as `Native` blocks where the table allows it (see
     /// [`crate::NativeLayout`]); otherwise, or when off, RowBinary.
     pub native: bool,
+    /// `--delivery exactly-once`: check the table deduplicates, record an
+    /// intent before each block (see `sink::intent`).
+    pub exactly_once: bool,
 }
 
 #[cfg(test)]

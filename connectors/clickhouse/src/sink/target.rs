@@ -7,6 +7,7 @@
 use crate::client::{ChClient, ClientError, InsertError};
 use bytes::Bytes;
 use std::future::Future;
+use std::time::Duration;
 
 /// The statement every insert of one sink sends: `INSERT INTO db.table
 /// (columns) FORMAT format`, with `settings` as query settings.
@@ -21,11 +22,15 @@ pub(crate) struct InsertQuery {
 
 /// One replica, as an insert worker sees it.
 pub(crate) trait InsertTarget: Send + Sync + 'static {
-    /// Send one pre-encoded batch; `Ok` only once the server confirmed it.
+    /// Send one pre-encoded batch with `extra` settings on top of the
+    /// query's, giving up after `timeout`; `Ok` only once the server
+    /// confirmed it.
     fn insert_bytes(
         &self,
         query: &InsertQuery,
         body: Bytes,
+        extra: &[(String, String)],
+        timeout: Duration,
     ) -> impl Future<Output = Result<(), InsertError>> + Send;
 
     /// `SELECT 1`, for readiness.
@@ -37,15 +42,16 @@ impl InsertTarget for ChClient {
         &self,
         query: &InsertQuery,
         body: Bytes,
+        extra: &[(String, String)],
+        timeout: Duration,
     ) -> impl Future<Output = Result<(), InsertError>> + Send {
-        self.insert(
-            &query.db,
-            &query.table,
-            &query.columns,
-            query.format,
-            body,
-            &query.settings,
-        )
+        let mut settings = query.settings.clone();
+        settings.extend_from_slice(extra);
+        async move {
+            let sql =
+                crate::client::insert_sql(&query.db, &query.table, &query.columns, query.format);
+            self.insert_sql_within(sql, body, &settings, timeout).await
+        }
     }
 
     fn ping(&self) -> impl Future<Output = Result<(), ClientError>> + Send {

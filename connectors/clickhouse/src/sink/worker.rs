@@ -3,8 +3,14 @@
 //! help.
 //!
 //! A chunk is acknowledged only after ClickHouse confirmed the insert.
-//! Retriable failures are retried with the same bytes (so replicated block
-//! deduplication recognises a retry whose first attempt did land); what
+//! Retriable failures are retried with the same bytes and, where the
+//! server takes one, the same deduplication token (so a retry whose
+//! earlier attempt did land is recognised: replicated block deduplication,
+//! or the token's; see [`super::settings`]). Each attempt has its own
+//! timeout, doubled after every attempt of the chunk that timed out
+//! ([`RetryPolicy::attempt_timeout`]), because a timed-out insert keeps
+//! running on the server and a fixed timeout shorter than the server's
+//! insert time would retry forever, each attempt landing again; what
 //! follows a failure is [`Attempts::next`]'s decision, what is logged and
 //! counted goes through [`super::events`]. A non-retriable failure fails
 //! the chunk's ranges and reports a fatal error; afterwards the worker
@@ -19,9 +25,13 @@ use super::events::{
     ChunkInserted, InsertAttemptFailed, InsertBackoff, InsertFailedOver, InsertRejected,
     InsertSucceeded, Site,
 };
+use super::fault;
+use super::intent::IntentLog;
 use super::retry::{Attempts, Next, RetryPolicy};
+use super::settings::{dedup_token, takes_dedup_token, DEDUP_TOKEN};
 use super::shard::{PoolShared, Shard};
 use super::target::InsertTarget;
+use crate::classify::ErrorClass;
 use crate::client::InsertError;
 use bytes::Bytes;
 use spate_core::error::{FatalError, Fault};
@@ -40,6 +50,8 @@ pub(crate) struct Worker<C> {
     pub(crate) abandon: watch::Receiver<bool>,
     pub(crate) shared: Arc<PoolShared>,
     pub(crate) retry: RetryPolicy,
+    /// Exactly-once: record each chunk's intent before its first attempt.
+    pub(crate) intents: Option<Arc<IntentLog>>,
 }
 
 enum Outcome {
@@ -50,6 +62,10 @@ enum Outcome {
 
 /// The drain deadline passed while waiting.
 struct Abandoned;
+
+/// How much longer than an attempt's timeout the HTTP client waits: the
+/// worker's own timer fires first, so it knows the attempt timed out.
+const CLIENT_GRACE: Duration = Duration::from_secs(5);
 
 impl<C: InsertTarget> Worker<C> {
     pub(crate) async fn run(mut self) {
@@ -123,6 +139,17 @@ impl<C: InsertTarget> Worker<C> {
         }
     }
 
+    /// The per-chunk settings: its deduplication token, where the server
+    /// takes one and the chunk's messages are known.
+    fn chunk_settings(&self, chunk: &Chunk) -> Vec<(String, String)> {
+        if !takes_dedup_token(&self.shared.query.settings) {
+            return Vec::new();
+        }
+        dedup_token(chunk.shard, &chunk.spans)
+            .map(|t| vec![(DEDUP_TOKEN.to_string(), t)])
+            .unwrap_or_default()
+    }
+
     fn context(&self) -> String {
         format!(
             "clickhouse sink {} shard {}",
@@ -139,12 +166,29 @@ impl<C: InsertTarget> Worker<C> {
         let site = shared.site(&shard.label);
         let preferred = shard.preferred.load(Ordering::Relaxed);
         let mut attempts = Attempts::new(shard.replicas.len(), preferred);
+        let extra = self.chunk_settings(chunk);
+        match self.record_intent(chunk).await {
+            Ok(()) => {}
+            Err(Some(e)) => return Outcome::Failed(e),
+            Err(None) => return Outcome::Abandoned,
+        }
+        let nth = self.test_faults(&body, &extra, attempts.replica()).await;
         loop {
             let replica = attempts.replica();
             let target = &shard.replicas[replica];
             let started = tokio::time::Instant::now();
+            let timeout = attempts.timeout(&self.retry);
+            let attempt = target.client.insert_bytes(
+                &shared.query,
+                body.clone(),
+                &extra,
+                timeout + CLIENT_GRACE,
+            );
             let result = tokio::select! {
-                r = target.client.insert_bytes(&shared.query, body.clone()) => r,
+                r = tokio::time::timeout(timeout, attempt) => r.unwrap_or_else(|_| {
+                    attempts.timed_out();
+                    Err(timed_out(timeout, attempts.timeout(&self.retry)))
+                }),
                 _ = self.abandon.changed() => return Outcome::Abandoned,
             };
             let error = match result {
@@ -158,6 +202,7 @@ impl<C: InsertTarget> Worker<C> {
                     }
                     .emit();
                     shard.preferred.store(replica, Ordering::Relaxed);
+                    fault::hit(fault::Point::AfterAck, nth);
                     return Outcome::Inserted;
                 }
                 Err(e) => e,
@@ -236,6 +281,57 @@ impl<C: InsertTarget> Worker<C> {
         }
     }
 
+    /// The test-only fault points before the first attempt (see
+    /// [`fault`]; nothing in a release build); the chunk's number.
+    async fn test_faults(&self, body: &Bytes, extra: &[(String, String)], replica: usize) -> u64 {
+        let nth = fault::chunk_taken();
+        fault::hit(fault::Point::BeforeSend, nth);
+        if fault::fires(fault::Point::DuringInsert, nth) {
+            let target = &self.shard.replicas[replica];
+            let timeout = self.retry.attempt_timeout(0);
+            let attempt =
+                target
+                    .client
+                    .insert_bytes(&self.shared.query, body.clone(), extra, timeout);
+            let _ = tokio::time::timeout(Duration::from_millis(5), attempt).await;
+            fault::hit(fault::Point::DuringInsert, nth);
+        }
+        nth
+    }
+
+    /// Exactly-once: record the chunk's intent (its partition, offsets and
+    /// shard) before the block is first sent, retrying what can be retried.
+    /// `Err(None)`: the drain deadline passed.
+    async fn record_intent(&mut self, chunk: &Chunk) -> Result<(), Option<FatalError>> {
+        let Some(log) = self.intents.clone() else {
+            return Ok(());
+        };
+        let mut attempt = 0u32;
+        loop {
+            let recorded = tokio::select! {
+                r = log.record(chunk.shard, &chunk.spans) => r,
+                _ = self.abandon.changed() => return Err(None),
+            };
+            let error = match recorded {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            if error.remedy() == crate::classify::Remedy::GiveUp {
+                return Err(Some(FatalError::new(
+                    self.context(),
+                    format!("recording an exactly-once intent failed: {error}"),
+                    Fault::External,
+                )));
+            }
+            attempt += 1;
+            let backoff = self.retry.delay(attempt, rand::random::<f64>());
+            tracing::warn!(error = %error, attempt, backoff_ms = backoff.as_millis() as u64, "recording an exactly-once intent failed; retrying");
+            if self.pause(backoff).await.is_err() {
+                return Err(None);
+            }
+        }
+    }
+
     /// Wait `delay`, unless the drain deadline passes first.
     async fn pause(&mut self, delay: Duration) -> Result<(), Abandoned> {
         tokio::select! {
@@ -257,6 +353,18 @@ impl<C: InsertTarget> Worker<C> {
             ),
             Fault::User,
         )
+    }
+}
+
+/// The error of an attempt that timed out; the next one waits `next`.
+fn timed_out(after: Duration, next: Duration) -> InsertError {
+    InsertError {
+        class: ErrorClass::Retriable,
+        code: None,
+        message: format!(
+            "no answer within {after:?} (the server may still complete this insert); \
+             the next attempt waits up to {next:?}"
+        ),
     }
 }
 

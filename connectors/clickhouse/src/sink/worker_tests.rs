@@ -11,7 +11,7 @@ use crate::sink::target::InsertQuery;
 use spate_core::checkpoint::AckRange;
 use spate_core::metrics::Metrics;
 use spate_core::record::Offset;
-use spate_core::sink::{ack_channel, AckReceiver, ShardQueues};
+use spate_core::sink::{ack_channel, AckReceiver, ChunkSpan, ShardQueues};
 use spate_core::source::LaneId;
 use std::collections::VecDeque;
 use std::sync::Mutex as StdMutex;
@@ -35,6 +35,8 @@ struct Attempt {
     url: String,
     body: Bytes,
     at: Instant,
+    extra: Vec<(String, String)>,
+    timeout: Duration,
 }
 
 #[derive(Clone)]
@@ -49,11 +51,15 @@ impl InsertTarget for Fake {
         &self,
         _query: &InsertQuery,
         body: Bytes,
+        extra: &[(String, String)],
+        timeout: Duration,
     ) -> impl std::future::Future<Output = Result<(), InsertError>> + Send {
         self.log.lock().unwrap().push(Attempt {
             url: self.url.clone(),
             body,
             at: Instant::now(),
+            extra: extra.to_vec(),
+            timeout,
         });
         // An empty script confirms.
         let answer = self
@@ -111,6 +117,7 @@ fn no_jitter(initial_ms: u64, max_ms: u64) -> RetryPolicy {
         max: Duration::from_millis(max_ms),
         factor: 2.0,
         jitter: 0.0,
+        ..RetryPolicy::default()
     }
 }
 
@@ -127,6 +134,15 @@ struct Harness {
 impl Harness {
     /// One shard whose replicas answer from `scripts`, one worker.
     fn start(scripts: Vec<Vec<Answer>>, retry: RetryPolicy) -> Harness {
+        Harness::start_with(scripts, retry, Vec::new())
+    }
+
+    /// [`start`](Self::start) with the sink's insert `settings`.
+    fn start_with(
+        scripts: Vec<Vec<Answer>>,
+        retry: RetryPolicy,
+        settings: Vec<(String, String)>,
+    ) -> Harness {
         let log = Arc::new(StdMutex::new(Vec::new()));
         let replicas = (scripts.into_iter().enumerate())
             .map(|(i, script)| {
@@ -147,7 +163,7 @@ impl Harness {
             table: "t".into(),
             columns: vec!["a".into()],
             format: "RowBinary",
-            settings: Vec::new(),
+            settings,
         };
         let metrics = Arc::new(Metrics::new());
         let shared = Arc::new(PoolShared::new("db.t".into(), query, None, metrics));
@@ -162,6 +178,7 @@ impl Harness {
             abandon: abandon_rx,
             shared: shared.clone(),
             retry,
+            intents: None,
         };
         Harness {
             queues: Some(queues),
@@ -176,6 +193,11 @@ impl Harness {
 
     /// Queue a chunk of `rows` rows from segment `seq`; returns its bytes.
     fn push(&self, seq: u64, rows: u64) -> Vec<u8> {
+        self.push_spans(seq, rows, Vec::new())
+    }
+
+    /// [`push`](Self::push) a chunk with these spans.
+    fn push_spans(&self, seq: u64, rows: u64, spans: Vec<ChunkSpan>) -> Vec<u8> {
         let data: Vec<u8> = (0..rows).map(|i| (seq * 31 + i) as u8).collect();
         let ack = AckRange {
             lane: LaneId(1),
@@ -191,6 +213,7 @@ impl Harness {
             rows,
             data: data.clone(),
             acks: vec![ack],
+            spans: spans.into(),
             ticket: None,
         };
         let pushed = self.queues.as_ref().map(|q| q.push(chunk));
@@ -411,4 +434,82 @@ async fn a_hanging_insert_is_abandoned_at_the_deadline() {
         matches!(&events[..], [AckEvent::Abandoned(r)] if r[0].seq == 0),
         "{events:?}"
     );
+}
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// A server that never answers in time: each attempt times out after its
+/// own timeout, doubled per timed-out attempt up to the cap, and every
+/// attempt sends the same bytes and the same deduplication token (so the
+/// attempts that land on the server after all are dropped there).
+#[tokio::test(start_paused = true)]
+async fn timed_out_attempts_grow_their_timeout_and_keep_the_token() {
+    let retry = RetryPolicy {
+        insert_timeout: secs(1),
+        max_insert_timeout: secs(4),
+        ..no_jitter(100, 100)
+    };
+    let settings = crate::sink::settings::insert_settings(
+        crate::schema::ServerFeatures::from_version("26.9.1.1").unwrap(),
+    );
+    let script = vec![
+        Answer::Hang,
+        Answer::Hang,
+        Answer::Hang,
+        Answer::Hang,
+        Answer::Ok,
+    ];
+    let mut h = Harness::start_with(vec![script], retry, settings);
+    let spans = vec![ChunkSpan {
+        partition: spate_core::record::PartitionId::new("t", 2),
+        first: Offset(0),
+        last: Offset(4),
+        rows: 5,
+    }];
+    let token = dedup_token(0, &spans).unwrap();
+    let data = h.push_spans(0, 5, spans);
+    h.finish().await;
+    let attempts = h.attempts();
+    assert_eq!(attempts.len(), 5, "four timeouts, then the success");
+    let timeouts: Vec<Duration> = attempts.iter().map(|a| a.timeout - CLIENT_GRACE).collect();
+    assert_eq!(timeouts, [secs(1), secs(2), secs(4), secs(4), secs(4)]);
+    assert_eq!(
+        gaps(&attempts),
+        [ms(1100), ms(2100), ms(4100), ms(4100)],
+        "each attempt is given up at its own timeout"
+    );
+    for a in &attempts {
+        assert_eq!(a.body.as_ref(), data.as_slice());
+        assert_eq!(a.extra, [(DEDUP_TOKEN.to_string(), token.clone())]);
+    }
+    assert_eq!(acked_seqs(&h.events()), [0]);
+}
+
+/// No token to a server without the setting, nor for a chunk whose
+/// messages are unknown.
+#[tokio::test(start_paused = true)]
+async fn no_token_without_server_support_or_spans() {
+    let old = crate::sink::settings::insert_settings(
+        crate::schema::ServerFeatures::from_version("21.11.1.1").unwrap(),
+    );
+    let new = crate::sink::settings::insert_settings(
+        crate::schema::ServerFeatures::from_version("26.9.1.1").unwrap(),
+    );
+    let spans = vec![ChunkSpan {
+        partition: spate_core::record::PartitionId::new("t", 0),
+        first: Offset(0),
+        last: Offset(1),
+        rows: 2,
+    }];
+    let mut h = Harness::start_with(vec![vec![]], no_jitter(100, 100), old);
+    h.push_spans(0, 2, spans);
+    h.finish().await;
+    let mut g = Harness::start_with(vec![vec![]], no_jitter(100, 100), new);
+    g.push(0, 2);
+    g.finish().await;
+    for a in h.attempts().iter().chain(g.attempts().iter()) {
+        assert!(a.extra.is_empty(), "{:?}", a.extra);
+    }
 }

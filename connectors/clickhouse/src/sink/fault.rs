@@ -1,0 +1,79 @@
+//! Test-only fault points around an insert (issue 19, kill points), read
+//! from `SPATE_FAULT=<point>` and `SPATE_FAULT_AT=<n>` (the n-th chunk an
+//! insert worker of this process takes, 1-based; default 1). Compiled only
+//! with `debug_assertions`, so a release binary cannot trigger them; the
+//! e2e tests run the debug binary.
+//!
+//! Points: `before-send` (the intent is recorded, the insert not sent),
+//! `during-insert` (the process dies a few milliseconds into the attempt,
+//! while the server is reading or writing it), `after-ack` (ClickHouse
+//! confirmed the insert, spate has not acknowledged or committed it). At the
+//! point the process aborts (SIGABRT: no drain, no commit, like `kill -9`).
+//! Touched by insert workers (tokio tasks).
+
+/// A fault point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Point {
+    BeforeSend,
+    DuringInsert,
+    AfterAck,
+}
+
+#[cfg(debug_assertions)]
+mod imp {
+    use super::Point;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+
+    static CHUNKS: AtomicU64 = AtomicU64::new(0);
+
+    fn armed() -> Option<(Point, u64)> {
+        static ARMED: OnceLock<Option<(Point, u64)>> = OnceLock::new();
+        *ARMED.get_or_init(|| {
+            let point = match std::env::var("SPATE_FAULT").ok()?.as_str() {
+                "before-send" => Point::BeforeSend,
+                "during-insert" => Point::DuringInsert,
+                "after-ack" => Point::AfterAck,
+                _ => return None,
+            };
+            let at = std::env::var("SPATE_FAULT_AT")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1);
+            Some((point, at))
+        })
+    }
+
+    /// A worker took a chunk: whether `point` fires for it.
+    pub(crate) fn chunk_taken() -> u64 {
+        CHUNKS.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    pub(crate) fn fires(point: Point, chunk: u64) -> bool {
+        armed().is_some_and(|(p, at)| p == point && at == chunk)
+    }
+
+    pub(crate) fn hit(point: Point, chunk: u64) {
+        if fires(point, chunk) {
+            eprintln!("spate: test fault {point:?} at chunk {chunk}: aborting");
+            std::process::abort();
+        }
+    }
+}
+
+#[cfg(not(debug_assertions))]
+mod imp {
+    use super::Point;
+
+    pub(crate) fn chunk_taken() -> u64 {
+        0
+    }
+
+    pub(crate) fn fires(_: Point, _: u64) -> bool {
+        false
+    }
+
+    pub(crate) fn hit(_: Point, _: u64) {}
+}
+
+pub(crate) use imp::{chunk_taken, fires, hit};

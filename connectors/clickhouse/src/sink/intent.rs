@@ -1,0 +1,387 @@
+//! Exactly-once state: the intent log and the preflight.
+//!
+//! [`IntentLog`]: before an insert worker sends a block for the first time
+//! it records the block's `(table, topic, partition, first..=last offset,
+//! shard)` in a small state table spate creates next to the target,
+//! `<db>.spate_intents` (a `ReplacingMergeTree`, no Keeper needed). When a
+//! partition is assigned, the new owner's writer reads the intents at or
+//! past the committed offset ([`BlockPlans::replayed`], a blocking query
+//! from the driver thread, once per assignment) and cuts those blocks again
+//! at exactly those offsets, so the replayed insert is the same block
+//! (same deduplication token, same bytes) and ClickHouse drops it if the
+//! earlier one landed. A block with no intent was never sent.
+//!
+//! [`preflight`]: at start, refuse exactly-once unless the target table can
+//! deduplicate, naming the setting to change.
+//!
+//! Touched by insert workers (tokio tasks: `record`) and driver threads
+//! (`replayed`, blocking on the I/O runtime).
+
+use crate::client::{insert_sql, ChClient, InsertError};
+use crate::schema::ServerFeatures;
+use spate_core::record::{Offset, PartitionId};
+use spate_core::sink::{BlockPlans, ChunkSpan};
+use std::time::Duration;
+
+/// Name of the state table, in the target table's database.
+pub const STATE_TABLE: &str = "spate_intents";
+
+/// The intent records of one target table.
+pub struct IntentLog {
+    client: ChClient,
+    db: String,
+    target: String,
+    io: tokio::runtime::Handle,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for IntentLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "IntentLog({}.{STATE_TABLE} for {})",
+            self.db, self.target
+        )
+    }
+}
+
+/// A SQL string literal.
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+/// A TabSeparated field.
+fn tsv(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('\t', "\\t")
+        .replace('\n', "\\n")
+}
+
+impl IntentLog {
+    /// Create the state table if needed; `target` is `db.table`.
+    pub(crate) async fn open(
+        client: ChClient,
+        db: &str,
+        target: String,
+        timeout: Duration,
+    ) -> Result<Self, crate::client::ClientError> {
+        let sql = format!(
+            "CREATE TABLE IF NOT EXISTS {}.{STATE_TABLE} (target String, topic String, \
+             partition Int32, first Int64, last Int64, shard UInt32, at DateTime DEFAULT now()) \
+             ENGINE = ReplacingMergeTree() ORDER BY (target, topic, partition, first, last)",
+            crate::client::ident(db)
+        );
+        client.execute(&sql, &[]).await?;
+        Ok(IntentLog {
+            client,
+            db: db.to_owned(),
+            target,
+            io: tokio::runtime::Handle::current(),
+            timeout,
+        })
+    }
+
+    /// Record the blocks of `spans` (one span per exactly-once chunk) for
+    /// `shard`, before the block is sent.
+    pub(crate) async fn record(
+        &self,
+        shard: usize,
+        spans: &[ChunkSpan],
+    ) -> Result<(), InsertError> {
+        let mut body = String::new();
+        for s in spans {
+            body.push_str(&format!(
+                "{}\t{}\t{}\t{}\t{}\t{shard}\n",
+                tsv(&self.target),
+                tsv(&s.partition.topic),
+                s.partition.partition,
+                s.first.0,
+                s.last.0
+            ));
+        }
+        let columns: Vec<String> = ["target", "topic", "partition", "first", "last", "shard"]
+            .map(String::from)
+            .to_vec();
+        let sql = insert_sql(&self.db, STATE_TABLE, &columns, "TabSeparated");
+        let settings = [("wait_end_of_query".to_string(), "1".to_string())];
+        self.client
+            .insert_sql_within(sql, body.into(), &settings, self.timeout)
+            .await
+    }
+}
+
+impl BlockPlans for IntentLog {
+    fn replayed(
+        &self,
+        partition: &PartitionId,
+        from: Offset,
+    ) -> Result<Vec<(Offset, Offset)>, String> {
+        let sql = format!(
+            "SELECT DISTINCT first, last FROM {}.{STATE_TABLE} WHERE target = {} AND topic = {} \
+             AND partition = {} AND last >= {}",
+            crate::client::ident(&self.db),
+            quote(&self.target),
+            quote(&partition.topic),
+            partition.partition,
+            from.0
+        );
+        let text = self
+            .io
+            .block_on(self.client.fetch_text(&sql, "TabSeparated"))
+            .map_err(|e| e.to_string())?;
+        parse_blocks(&text)
+    }
+}
+
+fn parse_blocks(text: &str) -> Result<Vec<(Offset, Offset)>, String> {
+    text.lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let (a, b) = l
+                .split_once('\t')
+                .ok_or_else(|| format!("bad intent row {l:?}"))?;
+            let n = |v: &str| {
+                v.trim()
+                    .parse::<i64>()
+                    .map_err(|e| format!("bad intent row {l:?}: {e}"))
+            };
+            Ok((Offset(n(a)?), Offset(n(b)?)))
+        })
+        .collect()
+}
+
+/// What the preflight read about the target table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TableFacts {
+    pub(crate) engine: String,
+    pub(crate) engine_full: String,
+    /// The server's default `non_replicated_deduplication_window` (absent
+    /// before the setting existed).
+    pub(crate) default_window: Option<u64>,
+    pub(crate) has_views: bool,
+}
+
+/// What exactly-once adds to every insert, once the table passed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Passed {
+    pub(crate) settings: Vec<(String, String)>,
+}
+
+/// A table setting's value from `engine_full` (`... SETTINGS a = 1, b = 2`).
+fn table_setting(engine_full: &str, name: &str) -> Option<u64> {
+    let mut from = 0;
+    while let Some(i) = engine_full[from..].find(name) {
+        let at = from + i;
+        from = at + name.len();
+        let whole = engine_full[..at]
+            .chars()
+            .next_back()
+            .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'));
+        let Some(rest) = engine_full[from..].trim_start().strip_prefix('=') else {
+            continue;
+        };
+        if whole {
+            let digits: String = rest
+                .trim_start()
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            return digits.parse().ok();
+        }
+    }
+    None
+}
+
+/// Whether `table` (with `facts`) on a server with `features` can drop a
+/// replayed block; the refusal names the setting to change.
+pub(crate) fn check(
+    table: &str,
+    features: ServerFeatures,
+    facts: &TableFacts,
+) -> Result<Passed, String> {
+    let (major, minor) = features.version;
+    let engine = facts.engine.as_str();
+    if !engine.ends_with("MergeTree") {
+        return Err(format!(
+            "--delivery exactly-once needs a *MergeTree table that deduplicates inserts; {table} is {engine}"
+        ));
+    }
+    let replicated = engine.starts_with("Replicated");
+    if replicated {
+        if table_setting(&facts.engine_full, "replicated_deduplication_window") == Some(0) {
+            return Err(format!(
+                "--delivery exactly-once: {table} has replicated_deduplication_window = 0; \
+                 ALTER TABLE {table} MODIFY SETTING replicated_deduplication_window = 1000"
+            ));
+        }
+    } else if !features.insert_deduplication_token {
+        return Err(format!(
+            "--delivery exactly-once on ClickHouse {major}.{minor} (no insert_deduplication_token, 22.2+) \
+             needs a Replicated*MergeTree table, whose block hashes drop a replayed block; {table} is {engine}"
+        ));
+    } else {
+        let window = table_setting(&facts.engine_full, "non_replicated_deduplication_window")
+            .or(facts.default_window)
+            .unwrap_or(0);
+        if window == 0 {
+            return Err(format!(
+                "--delivery exactly-once: {table} ({engine}) keeps no deduplication log; \
+                 ALTER TABLE {table} MODIFY SETTING non_replicated_deduplication_window = 1000"
+            ));
+        }
+    }
+    let mut passed = Passed::default();
+    if facts.has_views {
+        if !features.insert_deduplication_token {
+            return Err(format!(
+                "--delivery exactly-once: {table} has materialized views, and ClickHouse {major}.{minor} \
+                 has no deduplicate_blocks_in_dependent_materialized_views to keep them exact"
+            ));
+        }
+        passed.settings.push((
+            "deduplicate_blocks_in_dependent_materialized_views".into(),
+            "1".into(),
+        ));
+    }
+    Ok(passed)
+}
+
+/// Exactly-once at start: refuse what it does not cover yet (several
+/// shards, a shard key), check the table deduplicates (adding what the
+/// inserts need to `settings`), and open the intent log on `seed`.
+pub(crate) async fn prepare(
+    spec: &super::spec::SinkSpec,
+    seed: &ChClient,
+    shards: usize,
+    settings: &mut Vec<(String, String)>,
+) -> Result<std::sync::Arc<IntentLog>, super::error::SinkError> {
+    use super::error::SinkError;
+    let table = spec.table.to_string();
+    if shards != 1 || !spec.shard_key.is_empty() {
+        return Err(SinkError::Config(format!(
+            "--delivery exactly-once supports one shard without --shard-key for now; {table} has {shards} shard(s)"
+        )));
+    }
+    let facts = facts(seed, &spec.table.db, &spec.table.table)
+        .await
+        .map_err(|e| SinkError::Config(format!("exactly-once preflight of {table}: {e}")))?;
+    let passed = check(&table, seed.features(), &facts).map_err(SinkError::Config)?;
+    settings.extend(passed.settings);
+    let log = IntentLog::open(
+        seed.clone(),
+        &spec.table.db,
+        table.clone(),
+        spec.client.insert_timeout,
+    )
+    .await
+    .map_err(|e| {
+        SinkError::Config(format!(
+            "exactly-once: creating {}.{STATE_TABLE}: {e}",
+            spec.table.db
+        ))
+    })?;
+    tracing::info!(table, engine = %facts.engine, state = %format!("{}.{STATE_TABLE}", spec.table.db), "exactly-once delivery: the table deduplicates");
+    Ok(std::sync::Arc::new(log))
+}
+
+/// Read the [`TableFacts`] of `db.table`.
+pub(crate) async fn facts(client: &ChClient, db: &str, table: &str) -> Result<TableFacts, String> {
+    let sql = format!(
+        "SELECT engine, replaceAll(engine_full, '\\t', ' '), length(dependencies_table) > 0 \
+         FROM system.tables WHERE database = {} AND name = {}",
+        quote(db),
+        quote(table)
+    );
+    let text = client
+        .fetch_text(&sql, "TabSeparated")
+        .await
+        .map_err(|e| e.to_string())?;
+    let line = text
+        .lines()
+        .next()
+        .ok_or_else(|| format!("table {db}.{table} not found"))?;
+    let mut f = line.split('\t');
+    let (engine, engine_full, views) = (f.next(), f.next(), f.next());
+    let window = client
+        .fetch_text(
+            "SELECT value FROM system.merge_tree_settings WHERE name = 'non_replicated_deduplication_window'",
+            "TabSeparated",
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(TableFacts {
+        engine: engine.unwrap_or_default().to_owned(),
+        engine_full: engine_full.unwrap_or_default().to_owned(),
+        default_window: window.trim().parse().ok(),
+        has_views: views == Some("1"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(engine: &str, full: &str, default_window: Option<u64>, views: bool) -> TableFacts {
+        TableFacts {
+            engine: engine.into(),
+            engine_full: full.into(),
+            default_window,
+            has_views: views,
+        }
+    }
+
+    fn v(s: &str) -> ServerFeatures {
+        ServerFeatures::from_version(s).unwrap()
+    }
+
+    #[test]
+    fn preflight_table() {
+        let mt = "MergeTree ORDER BY n SETTINGS index_granularity = 8192";
+        let mtw = "MergeTree ORDER BY n SETTINGS non_replicated_deduplication_window = 1000, index_granularity = 8192";
+        let rmt = "ReplicatedMergeTree('/t', 'r') ORDER BY n";
+        let cases: &[(&str, TableFacts, Result<bool, &str>)] = &[
+            ("26.9.1", facts("MergeTree", mtw, Some(0), false), Ok(false)),
+            ("26.9.1", facts("MergeTree", mt, Some(0), false), Err("non_replicated_deduplication_window = 1000")),
+            ("26.9.1", facts("MergeTree", mt, Some(100), false), Ok(false)),
+            ("26.9.1", facts("MergeTree", mtw, Some(0), true), Ok(true)),
+            ("26.9.1", facts("Log", "Log", Some(0), false), Err("is Log")),
+            ("18.16.1", facts("MergeTree", mt, None, false), Err("needs a Replicated*MergeTree")),
+            ("18.16.1", facts("ReplicatedMergeTree", rmt, None, false), Ok(false)),
+            ("18.16.1", facts("ReplicatedMergeTree", rmt, None, true), Err("materialized views")),
+            (
+                "18.16.1",
+                facts("ReplicatedMergeTree", "ReplicatedMergeTree('/t', 'r') ORDER BY n SETTINGS replicated_deduplication_window = 0", None, false),
+                Err("replicated_deduplication_window = 1000"),
+            ),
+        ];
+        for (version, f, want) in cases {
+            let got = check("db.t", v(version), f);
+            match (want, &got) {
+                (Ok(views), Ok(p)) => assert_eq!(!p.settings.is_empty(), *views, "{version} {f:?}"),
+                (Err(needle), Err(msg)) => assert!(msg.contains(needle), "{version} {f:?}: {msg}"),
+                _ => panic!("{version} {f:?}: {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn parses_intent_rows_and_settings() {
+        assert_eq!(
+            parse_blocks("10\t19\n20\t29\n").unwrap(),
+            vec![(Offset(10), Offset(19)), (Offset(20), Offset(29))]
+        );
+        assert!(parse_blocks("x\t1\n").is_err());
+        assert_eq!(
+            table_setting("X SETTINGS a_window = 5, b = 1", "a_window"),
+            Some(5)
+        );
+        assert_eq!(table_setting("X SETTINGS b = 1", "a_window"), None);
+        assert_eq!(
+            table_setting("X SETTINGS non_a_window = 3, a_window = 4", "a_window"),
+            Some(4),
+            "a longer name is not the setting"
+        );
+        assert_eq!(tsv("a\tb"), "a\\tb");
+        assert_eq!(quote("it's"), "'it\\'s'");
+    }
+}

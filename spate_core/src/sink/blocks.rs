@@ -1,0 +1,261 @@
+//! Exactly-once block cutting: the per-lane open block of a
+//! [`ShardWriter`](super::ShardWriter) in exactly-once mode.
+//!
+//! In this mode a chunk holds the rows of one partition only, from one
+//! lane, and is one segment of that lane (`parts = 1`). Blocks are cut
+//! freely (the ordinary row, byte and age limits) except where an earlier
+//! owner of the partition already cut one: the sink records every block's
+//! `(partition, first..=last offset, shard)` (an *intent*) before it
+//! inserts it, and the writer, when a lane delivers its first row (the
+//! committed offset), asks [`BlockPlans::replayed`] for the intents at or
+//! past it. A replayed block is cut at exactly its recorded offsets,
+//! whatever the limits say, so its insert carries the same deduplication
+//! token (or, on 18.16's `ReplicatedMergeTree`, the same bytes) as the
+//! earlier owner's and ClickHouse drops it if it landed before. A free
+//! block is sealed before it would reach into a replayed one.
+//!
+//! A replayed block that is still incomplete when the chain is flushed
+//! (revocation, shutdown) is dropped, never sealed short: a short block
+//! would carry another token while overlapping the recorded one. Its rows
+//! were never sent, are released from the pending gate, and are never
+//! acknowledged, so they replay.
+//!
+//! Only the driver thread that owns the writer touches this state; the
+//! lookup is a blocking call into the sink, once per lane assignment.
+
+use crate::record::{Offset, PartitionId};
+use std::collections::VecDeque;
+use std::time::Instant;
+
+/// Where the writer learns the blocks earlier owners cut (the sink's
+/// intent records).
+pub trait BlockPlans: Send + Sync + std::fmt::Debug {
+    /// The recorded blocks `(first, last)` of `partition` whose last offset
+    /// is at or past `from`, in any order.
+    fn replayed(
+        &self,
+        partition: &PartitionId,
+        from: Offset,
+    ) -> Result<Vec<(Offset, Offset)>, String>;
+}
+
+/// The open block of one lane, and the replayed blocks still ahead of it.
+#[derive(Debug)]
+pub(super) struct LaneBlock {
+    pub(super) data: Vec<u8>,
+    pub(super) rows: u64,
+    pub(super) first: Offset,
+    pub(super) last: Offset,
+    pub(super) shard: usize,
+    /// Seal by age (free blocks only).
+    pub(super) deadline: Option<Instant>,
+    /// The open block is the replay of this recorded block.
+    planned: Option<(Offset, Offset)>,
+    /// Recorded blocks ahead, in offset order, not overlapping.
+    plan: VecDeque<(Offset, Offset)>,
+    looked_up: bool,
+}
+
+impl Default for LaneBlock {
+    fn default() -> Self {
+        LaneBlock {
+            data: Vec::new(),
+            rows: 0,
+            first: Offset(-1),
+            last: Offset(-1),
+            shard: 0,
+            deadline: None,
+            planned: None,
+            plan: VecDeque::new(),
+            looked_up: false,
+        }
+    }
+}
+
+/// What to do before appending a row.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Before {
+    /// Append to the open block.
+    Append,
+    /// Seal the open (free) block first: the row starts a replayed block.
+    SealFirst,
+}
+
+impl LaneBlock {
+    /// Whether the lane still has to read its plan (before its first row).
+    pub(super) fn needs_plan(&self) -> bool {
+        !self.looked_up
+    }
+
+    /// Take the recorded blocks at or past `from` (the lane's first
+    /// offset). Blocks that start before it straddle the committed offset,
+    /// which a committed block boundary rules out, and overlapping ones
+    /// cannot both be replayed: both are skipped, and returned for a log.
+    pub(super) fn set_plan(
+        &mut self,
+        from: Offset,
+        mut blocks: Vec<(Offset, Offset)>,
+    ) -> Vec<(Offset, Offset)> {
+        self.looked_up = true;
+        blocks.sort_unstable();
+        blocks.dedup();
+        let mut skipped = Vec::new();
+        let mut next = from;
+        for (first, last) in blocks {
+            if first < next || last < first {
+                skipped.push((first, last));
+                continue;
+            }
+            self.plan.push_back((first, last));
+            next = Offset(last.0 + 1);
+        }
+        skipped
+    }
+
+    /// Called before appending the row at `offset`.
+    pub(super) fn before(&mut self, offset: Offset) -> Before {
+        while self.plan.front().is_some_and(|&(_, last)| last < offset) {
+            self.plan.pop_front();
+        }
+        if self.planned.is_some() || self.rows == 0 {
+            return Before::Append;
+        }
+        match self.plan.front() {
+            Some(&(first, _)) if offset >= first => Before::SealFirst,
+            _ => Before::Append,
+        }
+    }
+
+    /// Record an appended row at `offset`; `deadline` is the age limit a
+    /// free block gets at its first row.
+    pub(super) fn appended(
+        &mut self,
+        offset: Offset,
+        shard: usize,
+        deadline: impl FnOnce() -> Instant,
+    ) {
+        if self.rows == 0 {
+            self.first = offset;
+            self.shard = shard;
+            self.planned = self
+                .plan
+                .front()
+                .copied()
+                .filter(|&(first, _)| offset >= first);
+            if self.planned.is_none() {
+                self.deadline = Some(deadline());
+            }
+        }
+        self.rows += 1;
+        self.last = offset;
+    }
+
+    /// Whether the open block is complete: a replayed block at its recorded
+    /// last offset, a free block at a limit (`full`) or before the next
+    /// replayed block's start.
+    pub(super) fn complete(&self, full: bool) -> bool {
+        match self.planned {
+            Some((_, last)) => self.last >= last,
+            None => {
+                full || self
+                    .plan
+                    .front()
+                    .is_some_and(|&(first, _)| self.last.0 + 1 >= first.0)
+            }
+        }
+    }
+
+    /// Whether the age limit of a free block passed.
+    pub(super) fn due(&self, now: Instant) -> bool {
+        self.planned.is_none() && self.rows > 0 && self.deadline.is_some_and(|d| d <= now)
+    }
+
+    /// Whether the open block is a replay that is not complete yet.
+    pub(super) fn partial_replay(&self) -> bool {
+        self.rows > 0 && self.planned.is_some_and(|(_, last)| self.last < last)
+    }
+
+    /// Take the open block's rows and reset it (the plan stays).
+    pub(super) fn take(&mut self) -> (Vec<u8>, u64) {
+        if self.planned.is_some() {
+            self.plan.pop_front();
+        }
+        self.planned = None;
+        self.deadline = None;
+        let rows = std::mem::take(&mut self.rows);
+        (std::mem::take(&mut self.data), rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn o(n: i64) -> Offset {
+        Offset(n)
+    }
+
+    #[test]
+    fn plan_skips_straddling_and_overlapping_blocks() {
+        let mut b = LaneBlock::default();
+        let skipped = b.set_plan(
+            o(10),
+            vec![
+                (o(20), o(29)),
+                (o(5), o(14)),
+                (o(10), o(19)),
+                (o(25), o(40)),
+            ],
+        );
+        assert_eq!(skipped, vec![(o(5), o(14)), (o(25), o(40))]);
+        assert_eq!(
+            Vec::from(b.plan.clone()),
+            vec![(o(10), o(19)), (o(20), o(29))]
+        );
+        assert!(!b.needs_plan());
+    }
+
+    #[test]
+    fn a_replayed_block_ends_exactly_at_its_last_offset() {
+        let now = Instant::now();
+        let mut b = LaneBlock::default();
+        b.set_plan(o(0), vec![(o(0), o(2)), (o(5), o(6))]);
+        for off in 0..=2 {
+            assert_eq!(b.before(o(off)), Before::Append);
+            b.appended(o(off), 0, || now);
+            assert_eq!(b.complete(true), off == 2, "offset {off}");
+        }
+        assert!(!b.due(now), "a replay ignores the age limit");
+        b.take();
+        // A free block between the replays ends before the next one.
+        b.before(o(3));
+        b.appended(o(3), 0, || now);
+        assert!(!b.complete(false));
+        b.before(o(4));
+        b.appended(o(4), 0, || now);
+        assert!(b.complete(false), "offset 5 starts a replayed block");
+        b.take();
+        // Offsets with a hole: a free block reaching past the start seals first.
+        let mut c = LaneBlock::default();
+        c.set_plan(o(0), vec![(o(5), o(6))]);
+        c.before(o(3));
+        c.appended(o(3), 0, || now);
+        assert_eq!(c.before(o(6)), Before::SealFirst);
+        c.take();
+        assert_eq!(c.before(o(6)), Before::Append);
+        c.appended(o(6), 0, || now);
+        assert!(c.complete(false));
+    }
+
+    #[test]
+    fn a_partial_replay_is_reported() {
+        let now = Instant::now();
+        let mut b = LaneBlock::default();
+        b.set_plan(o(0), vec![(o(0), o(9))]);
+        b.appended(o(0), 0, || now);
+        assert!(b.partial_replay());
+        let (_, rows) = b.take();
+        assert_eq!(rows, 1);
+        assert!(!b.partial_replay());
+    }
+}

@@ -1,0 +1,260 @@
+//! Unit tests of the [`ShardWriter`]: segment tiling, limits, spans and
+//! exactly-once cutting.
+use super::*;
+use crate::checkpoint::Checkpointer;
+use crate::clock::{Clock, ManualClock};
+use crate::record::{PartitionId, Watermark};
+
+fn limits(rows: u64) -> BatchLimits {
+    BatchLimits {
+        rows,
+        bytes: 1 << 20,
+        interval: Duration::from_secs(3600),
+        jitter: 0.0,
+    }
+}
+
+fn row(out: &mut Vec<u8>) -> Result<(), ()> {
+    out.push(7);
+    Ok(())
+}
+
+#[test]
+fn seals_at_row_limit_and_tiles_segments() {
+    let (q, mut rx) = ShardQueues::new(1, 1 << 20, 1 << 19);
+    let mut w = ShardWriter::new(q, limits(3), 1);
+    let gate = PendingGate::new(100);
+    let slot = w.add_lane(LaneId(9), Some(gate.clone()));
+    for off in [10, 11, 13, 14] {
+        w.append(slot, 0, Offset(off), row).unwrap().unwrap();
+    }
+    let c = rx[0].try_recv().expect("sealed at 3 rows");
+    assert_eq!(c.rows, 3);
+    assert_eq!(c.data, vec![7, 7, 7]);
+    assert_eq!(
+        c.acks,
+        vec![AckRange {
+            lane: LaneId(9),
+            seq: 0,
+            parts: 1,
+            part: 0,
+            start: Offset(10),
+            end: Offset(13),
+            rows: 3
+        }]
+    );
+    assert_eq!(gate.pending(), 4);
+    w.flush().unwrap();
+    let c = rx[0].try_recv().unwrap();
+    assert_eq!(c.acks[0].seq, 1);
+    assert_eq!(c.acks[0].end, Offset(14));
+}
+
+#[test]
+fn failed_encode_leaves_nothing_behind() {
+    let (q, mut rx) = ShardQueues::new(1, 1 << 20, 1 << 19);
+    let mut w = ShardWriter::new(q, limits(10), 1);
+    let slot = w.add_lane(LaneId(1), None);
+    w.append(slot, 0, Offset(0), row).unwrap().unwrap();
+    let r = w
+        .append(slot, 0, Offset(1), |_out: &mut Vec<u8>| Err("bad"))
+        .unwrap();
+    assert_eq!(r, Err("bad"));
+    w.flush().unwrap();
+    let c = rx[0].try_recv().unwrap();
+    assert_eq!(c.rows, 1);
+    assert_eq!(c.acks[0].end, Offset(0), "the bad offset is not covered");
+}
+
+#[test]
+fn age_limit_seals_idle_tail() {
+    let (q, mut rx) = ShardQueues::new(1, 1 << 20, 1 << 19);
+    let mut l = limits(1000);
+    l.interval = Duration::from_millis(100);
+    let clock = ManualClock::new();
+    let mut w = ShardWriter::new(q, l, 1).with_clock(clock.clone());
+    let slot = w.add_lane(LaneId(1), None);
+    w.append(slot, 0, Offset(0), row).unwrap().unwrap();
+    w.tick(clock.now()).unwrap();
+    assert!(rx[0].try_recv().is_none(), "not yet due");
+    clock.advance(Duration::from_millis(99));
+    w.tick(clock.now()).unwrap();
+    assert!(rx[0].try_recv().is_none(), "still not due 1 ms early");
+    clock.advance(Duration::from_millis(1));
+    w.tick(clock.now()).unwrap();
+    assert_eq!(rx[0].try_recv().unwrap().rows, 1);
+}
+
+/// The jitter stretches a chunk's age limit by at most `jitter` of the
+/// interval, and the clock the writer was given decides.
+#[test]
+fn jittered_age_limit_stays_within_its_fraction() {
+    let (q, mut rx) = ShardQueues::new(1, 1 << 20, 1 << 19);
+    let mut l = limits(1000);
+    l.interval = Duration::from_millis(100);
+    l.jitter = 0.5;
+    let clock = ManualClock::new();
+    let mut w = ShardWriter::new(q, l, 7).with_clock(clock.clone());
+    let slot = w.add_lane(LaneId(1), None);
+    w.append(slot, 0, Offset(0), row).unwrap().unwrap();
+    clock.advance(Duration::from_millis(99));
+    w.tick(clock.now()).unwrap();
+    assert!(rx[0].try_recv().is_none(), "due before its interval");
+    clock.advance(Duration::from_millis(51));
+    w.tick(clock.now()).unwrap();
+    assert_eq!(rx[0].try_recv().unwrap().rows, 1, "past interval + jitter");
+}
+
+/// A lane registered with its partition gives each chunk a span of
+/// its first and last offset there; one registered without gives none.
+#[test]
+fn chunks_carry_the_spans_of_partition_lanes() {
+    let (q, mut rx) = ShardQueues::new(1, 1 << 20, 1 << 19);
+    let mut w = ShardWriter::new(q, limits(4), 1);
+    let a = w.add_partition_lane(LaneId(1), PartitionId::new("t", 3), None);
+    let b = w.add_partition_lane(LaneId(2), PartitionId::new("t", 5), None);
+    for (slot, off) in [(a, 10), (b, 7), (a, 12), (b, 9)] {
+        w.append(slot, 0, Offset(off), row).unwrap().unwrap();
+    }
+    let c = rx[0].try_recv().unwrap();
+    assert_eq!(
+        c.spans.to_vec(),
+        vec![
+            ChunkSpan {
+                partition: PartitionId::new("t", 3),
+                first: Offset(10),
+                last: Offset(12),
+                rows: 2
+            },
+            ChunkSpan {
+                partition: PartitionId::new("t", 5),
+                first: Offset(7),
+                last: Offset(9),
+                rows: 2
+            }
+        ]
+    );
+    let u = w.add_lane(LaneId(3), None);
+    w.append(a, 0, Offset(13), row).unwrap().unwrap();
+    w.append(u, 0, Offset(1), row).unwrap().unwrap();
+    w.flush().unwrap();
+    assert!(
+        rx[0].try_recv().unwrap().spans.is_empty(),
+        "a lane without partition"
+    );
+}
+
+#[derive(Debug)]
+struct Recorded(i32, Vec<(Offset, Offset)>);
+
+impl BlockPlans for Recorded {
+    fn replayed(&self, p: &PartitionId, from: Offset) -> Result<Vec<(Offset, Offset)>, String> {
+        let mine = p.partition == self.0;
+        Ok(self
+            .1
+            .iter()
+            .copied()
+            .filter(|b| mine && b.1 >= from)
+            .collect())
+    }
+}
+
+/// Exactly-once: each chunk holds one lane's rows, replayed blocks are
+/// cut at their recorded offsets whatever the row limit, free blocks
+/// at the limit, and a flush leaves an incomplete replay unsent (its
+/// rows released when the lane goes).
+#[test]
+fn exactly_once_cuts_one_partition_per_chunk_at_recorded_offsets() {
+    let (q, mut rx) = ShardQueues::new(1, 1 << 20, 1 << 19);
+    let plans = Arc::new(Recorded(
+        0,
+        vec![(Offset(10), Offset(14)), (Offset(15), Offset(15))],
+    ));
+    let mut w = ShardWriter::new(q, limits(2), 1).exactly_once(plans);
+    let gate = PendingGate::new(100);
+    let a = w.add_partition_lane(LaneId(1), PartitionId::new("t", 0), Some(gate.clone()));
+    let b = w.add_partition_lane(LaneId(2), PartitionId::new("t", 1), None);
+    for off in 10..=17 {
+        w.append(a, 0, Offset(off), row).unwrap().unwrap();
+        w.append(b, 0, Offset(off), row).unwrap().unwrap();
+    }
+    let mut cuts = Vec::new();
+    while let Some(c) = rx[0].try_recv() {
+        assert_eq!(c.spans.len(), 1, "one partition per chunk");
+        let s = &c.spans[0];
+        cuts.push((s.partition.partition, s.first.0, s.last.0, c.acks[0].seq));
+    }
+    let mut by_partition: Vec<_> = cuts.iter().map(|c| (c.0, c.1, c.2)).collect();
+    by_partition.sort_unstable();
+    assert_eq!(
+        by_partition,
+        vec![
+            (0, 10, 14),
+            (0, 15, 15),
+            (0, 16, 17),
+            (1, 10, 11),
+            (1, 12, 13),
+            (1, 14, 15),
+            (1, 16, 17)
+        ]
+    );
+    let seqs: Vec<u64> = cuts.iter().filter(|c| c.0 == 0).map(|c| c.3).collect();
+    assert_eq!(seqs, [0, 1, 2], "one segment per chunk, in order");
+    // A replay left incomplete by a flush is not sent.
+    let plans = Arc::new(Recorded(2, vec![(Offset(0), Offset(9))]));
+    let (q, mut rx) = ShardQueues::new(1, 1 << 20, 1 << 19);
+    let mut w = ShardWriter::new(q, limits(2), 1).exactly_once(plans);
+    let gate = PendingGate::new(100);
+    let c = w.add_partition_lane(LaneId(3), PartitionId::new("t", 2), Some(gate.clone()));
+    for off in 0..4 {
+        w.append(c, 0, Offset(off), row).unwrap().unwrap();
+    }
+    w.flush().unwrap();
+    assert!(rx[0].try_recv().is_none(), "a replay was sealed short");
+    assert_eq!(gate.pending(), 4);
+    w.remove_lane(c);
+    assert_eq!(gate.pending(), 0, "the unsent replay's rows are released");
+}
+
+/// Rows of one lane spread over two shards: the watermark moves only
+/// once both shards' chunks holding the segment are acknowledged.
+#[test]
+fn multi_shard_segment_needs_every_shard() {
+    let (q, mut rx) = ShardQueues::new(2, 1 << 20, 1 << 19);
+    let mut w = ShardWriter::new(q, limits(2), 1);
+    let mut cp = Checkpointer::new();
+    let gate = cp.add_lane(LaneId(1), PartitionId::new("t", 0), 1000);
+    let slot = w.add_lane(LaneId(1), Some(gate));
+    w.append(slot, 0, Offset(0), row).unwrap().unwrap(); // shard 0
+    w.append(slot, 1, Offset(1), row).unwrap().unwrap(); // shard 1
+    w.append(slot, 0, Offset(2), row).unwrap().unwrap(); // shard 0 seals: segment 0 = [0..=2], 2 parts
+    w.append(slot, 1, Offset(3), row).unwrap().unwrap(); // shard 1 seals: piece of seg 0 + seg 1 = [3]
+    let c0 = rx[0].try_recv().unwrap();
+    let c1 = rx[1].try_recv().unwrap();
+    assert_eq!(
+        c0.acks,
+        vec![AckRange {
+            lane: LaneId(1),
+            seq: 0,
+            parts: 2,
+            part: 0,
+            start: Offset(0),
+            end: Offset(2),
+            rows: 2
+        }]
+    );
+    assert_eq!(c1.acks.len(), 2);
+    for r in &c0.acks {
+        cp.ack(r);
+    }
+    assert_eq!(
+        cp.watermark(LaneId(1)),
+        None,
+        "shard 1 still holds part of segment 0"
+    );
+    for r in &c1.acks {
+        cp.ack(r);
+    }
+    assert_eq!(cp.watermark(LaneId(1)), Some(Watermark(4)));
+    assert_eq!(cp.total_pending_rows(), 0);
+}
