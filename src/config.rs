@@ -57,6 +57,12 @@ const PIPELINE_KEYS: &[&str] = &[
     "insert_workers",
     "compression",
     "insert_format",
+    // bad messages (error policy)
+    "on_error",
+    "tombstones_are_errors",
+    "max_rejected_ratio",
+    "rejected_window",
+    "max_rejected_consecutive",
 ];
 
 /// One way to name the servers; a pipeline or the command line that sets

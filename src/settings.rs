@@ -50,6 +50,7 @@ pub(crate) fn validate(args: &RunArgs) -> Result<Validated, Exit> {
     if args.batch_rows == 0 {
         return Err(Exit::usage("--batch-rows must be at least 1"));
     }
+    validate_error_policy(args)?;
     let max_poll = kafka
         .max_poll_interval_ms()
         .map_err(|e| Exit::usage(e.to_string()))?;
@@ -76,6 +77,22 @@ pub(crate) fn validate(args: &RunArgs) -> Result<Validated, Exit> {
 
 /// One pipeline's sink settings, from its flags: what `run` starts the
 /// sink with and what `check` discovers the servers with.
+/// The bad-message flags' cross-checks.
+fn validate_error_policy(args: &RunArgs) -> Result<(), Exit> {
+    if !(0.0..=1.0).contains(&args.max_rejected_ratio) {
+        return Err(Exit::usage("--max-rejected-ratio must be between 0 and 1"));
+    }
+    if args.rejected_window == 0 {
+        return Err(Exit::usage("--rejected-window must be at least 1"));
+    }
+    if args.on_error == spate_core::policy::OnError::DeadLetter {
+        return Err(Exit::usage(
+            "--on-error dead-letter is not available yet: no dead-letter destination is implemented (use fail or skip)",
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn sink_spec(a: &RunArgs, v: &Validated) -> SinkSpec {
     SinkSpec {
         topology: v.topology.clone(),

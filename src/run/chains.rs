@@ -28,10 +28,10 @@ pub(super) fn factory(routes: Vec<Route>) -> ChainFactory {
                 },
                 ..ctx.clone()
             };
-            chains.push(
-                Box::new(EncodeChain::with_slots(encoder, &ctx, route.slots.clone()))
-                    as Box<dyn Chain>,
-            );
+            chains.push(Box::new(
+                EncodeChain::with_slots(encoder, &ctx, route.slots.clone())
+                    .with_rejections(route.rejections.clone()),
+            ) as Box<dyn Chain>);
         }
         if chains.len() == 1 {
             return Ok(chains.remove(0));

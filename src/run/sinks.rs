@@ -15,6 +15,7 @@ use crate::settings::{sink_spec, Validated};
 use spate_clickhouse::{EncoderFactory, PreparedSink, SinkPool, SinkSpec};
 use spate_core::metrics::Metrics;
 use spate_core::pipeline::SinkRuntime;
+use spate_core::policy::Rejections;
 use spate_core::sink::{AckSender, BatchLimits, ShardQueues};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,6 +29,8 @@ pub(super) struct Route {
     pub slots: Arc<[u16]>,
     pub limits: BatchLimits,
     pub topics: Vec<String>,
+    /// The pipeline's error policy (decode side; the sink has its share).
+    pub rejections: Arc<Rejections>,
 }
 
 /// Every pipeline's sink, spawned: the runtime's half, and one route per
@@ -92,6 +95,7 @@ pub(super) fn spawn_all(
     drivers: usize,
     io: &tokio::runtime::Runtime,
     acks: &AckSender,
+    metrics: &Metrics,
 ) -> Sinks {
     let total_shards: usize = prepared.iter().map(PreparedSink::shards).sum();
     let budget = Budget::split(max_buffered_bytes, drivers, total_shards);
@@ -119,6 +123,7 @@ pub(super) fn spawn_all(
             slots: pool.slots(),
             limits: batch_limits(a, &budget, drivers, total_shards),
             topics: a.topics.clone(),
+            rejections: Rejections::new(a.error_policy(), metrics, spate_core::clock::system()),
         });
         pools.push(pool);
     }

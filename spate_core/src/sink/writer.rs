@@ -13,6 +13,13 @@
 //! pieces) are fixed then, and every piece carries both in its
 //! [`AckRange`]. Later rows of the lane open the next segment.
 //!
+//! Skipped messages (the error policy's `Skip`): [`skip`](ShardWriter::skip)
+//! extends the lane's open segment over the offset without a row, so the
+//! offset is acknowledged with the rows around it, in order. A segment
+//! made only of skipped offsets has no chunk to ride in: at the next flush
+//! (or one batch interval later) it goes out as a row-less [`Chunk`] on
+//! shard 0, which the sink acknowledges without inserting anything.
+//!
 //! Time: a chunk's age deadline is read from the writer's injected
 //! [`Clock`] (the runtime's clock; a [`ManualClock`](crate::clock::ManualClock)
 //! in tests), and [`tick`](ShardWriter::tick) is given the driver's reading
@@ -94,6 +101,8 @@ struct LaneState {
     sealed: Vec<SealedSegment>,
     /// Shards this lane appended rows to since [`ShardWriter::take_fed`].
     fed: u64,
+    /// The open segment covers skipped offsets (see [`ShardWriter::skip`]).
+    skipped: bool,
 }
 
 /// Batches encoded rows per shard and pushes sealed chunks.
@@ -105,6 +114,8 @@ pub struct ShardWriter {
     lanes: Vec<Option<LaneState>>,
     rng: u64,
     clock: SharedClock,
+    /// When the segments made only of skipped offsets go out.
+    skip_deadline: Option<Instant>,
 }
 
 impl ShardWriter {
@@ -119,6 +130,7 @@ impl ShardWriter {
             lanes: Vec::new(),
             rng: seed | 1,
             clock: clock::system(),
+            skip_deadline: None,
         }
     }
 
@@ -146,6 +158,7 @@ impl ShardWriter {
             open_parts: 0,
             sealed: Vec::new(),
             fed: 0,
+            skipped: false,
         };
         if let Some(slot) = self.lanes.iter().position(Option::is_none) {
             self.lanes[slot] = Some(state);
@@ -215,6 +228,23 @@ impl ShardWriter {
         Ok(Ok(()))
     }
 
+    /// The message at `offset` of lane `slot` yields no row but is done
+    /// with (the error policy skipped it): the lane's open segment covers
+    /// it, so it is acknowledged once that segment is, never before the
+    /// rows read ahead of it.
+    pub fn skip(&mut self, slot: usize, offset: Offset) {
+        let lane = self.lanes[slot]
+            .as_mut()
+            .expect("skip on a registered lane");
+        lane.end = offset;
+        if lane.open_parts == 0 && !lane.skipped {
+            lane.skipped = true;
+            if self.skip_deadline.is_none() {
+                self.skip_deadline = Some(self.clock.now() + self.limits.interval);
+            }
+        }
+    }
+
     /// Seal chunks whose age limit passed.
     pub fn tick(&mut self, now: Instant) -> Result<(), ChainError> {
         for shard in 0..self.open.len() {
@@ -222,7 +252,35 @@ impl ShardWriter {
                 self.seal(shard)?;
             }
         }
+        if self.skip_deadline.is_some_and(|d| d <= now) {
+            self.seal_skipped()?;
+        }
         Ok(())
+    }
+
+    /// Send the segments made only of skipped offsets, as one row-less
+    /// chunk on shard 0.
+    fn seal_skipped(&mut self) -> Result<(), ChainError> {
+        self.skip_deadline = None;
+        let acks: Vec<AckRange> = self
+            .lanes
+            .iter_mut()
+            .flatten()
+            .filter_map(LaneState::close_skipped)
+            .collect();
+        if acks.is_empty() {
+            return Ok(());
+        }
+        let out = Chunk {
+            shard: 0,
+            rows: 0,
+            data: Vec::new(),
+            acks,
+            ticket: None,
+        };
+        self.queues
+            .push(out)
+            .map_err(|_| ChainError::QueueClosed { shard: 0 })
     }
 
     /// Seal every non-empty chunk now.
@@ -231,6 +289,9 @@ impl ShardWriter {
             if self.open[shard].rows > 0 {
                 self.seal(shard)?;
             }
+        }
+        if self.skip_deadline.is_some() {
+            self.seal_skipped()?;
         }
         Ok(())
     }
@@ -289,6 +350,26 @@ impl ShardWriter {
 }
 
 impl LaneState {
+    /// The open segment, if it holds skipped offsets and no rows, as a
+    /// one-part row-less range; closes it.
+    fn close_skipped(&mut self) -> Option<AckRange> {
+        if !self.skipped || self.open_parts > 0 {
+            return None;
+        }
+        self.skipped = false;
+        let range = AckRange {
+            lane: self.id,
+            seq: self.seq,
+            parts: 1,
+            part: 0,
+            start: self.end,
+            end: self.end,
+            rows: 0,
+        };
+        self.seq += 1;
+        Some(range)
+    }
+
     fn seal_piece(&mut self, piece: &Piece, shard: usize) -> AckRange {
         if piece.seq == self.seq {
             // First seal touching the open segment: close it.
@@ -312,6 +393,7 @@ impl LaneState {
             };
             self.seq += 1;
             self.open_parts = 0;
+            self.skipped = false;
             self.piece.iter_mut().for_each(|p| *p = NO_PIECE);
             range
         } else {
@@ -454,6 +536,59 @@ mod tests {
         clock.advance(Duration::from_millis(51));
         w.tick(clock.now()).unwrap();
         assert_eq!(rx[0].try_recv().unwrap().rows, 1, "past interval + jitter");
+    }
+
+    /// Skipped offsets ride in the segment of the rows around them; a run of
+    /// skips with no row after it goes out as a row-less chunk at the next
+    /// flush or tick, acknowledged in order.
+    #[test]
+    fn skipped_offsets_are_acknowledged_in_order_only() {
+        let (q, mut rx) = ShardQueues::new(1, 1 << 20, 1 << 19);
+        let clock = ManualClock::new();
+        let mut l = limits(3);
+        l.interval = Duration::from_millis(100);
+        let mut w = ShardWriter::new(q, l, 1).with_clock(clock.clone());
+        let mut cp = Checkpointer::new();
+        let gate = cp.add_lane(LaneId(1), PartitionId::new("t", 0), 1000);
+        let slot = w.add_lane(LaneId(1), Some(gate));
+        w.append(slot, 0, Offset(0), row).unwrap().unwrap();
+        w.skip(slot, Offset(1));
+        w.append(slot, 0, Offset(2), row).unwrap().unwrap();
+        w.skip(slot, Offset(3));
+        w.append(slot, 0, Offset(4), row).unwrap().unwrap(); // seals [0..=4]
+        let first = rx[0].try_recv().unwrap();
+        assert_eq!((first.rows, first.acks[0].end), (3, Offset(4)));
+        // A trailing run of skips: nothing goes out before the interval.
+        w.skip(slot, Offset(5));
+        w.skip(slot, Offset(6));
+        w.tick(clock.now()).unwrap();
+        assert!(rx[0].try_recv().is_none());
+        clock.advance(Duration::from_millis(100));
+        w.tick(clock.now()).unwrap();
+        let skipped = rx[0].try_recv().expect("the row-less segment");
+        assert_eq!((skipped.rows, skipped.data.len()), (0, 0));
+        assert_eq!(
+            (
+                skipped.acks[0].seq,
+                skipped.acks[0].end,
+                skipped.acks[0].rows
+            ),
+            (1, Offset(6), 0)
+        );
+        // Acknowledged out of order: the skips wait for the rows before.
+        cp.ack(&skipped.acks[0]);
+        assert_eq!(cp.watermark(LaneId(1)), None);
+        cp.ack(&first.acks[0]);
+        assert_eq!(cp.watermark(LaneId(1)), Some(Watermark(7)));
+        // A skip then a row: one segment, no row-less chunk.
+        w.skip(slot, Offset(7));
+        w.append(slot, 0, Offset(8), row).unwrap().unwrap();
+        w.flush().unwrap();
+        let c = rx[0].try_recv().unwrap();
+        assert_eq!((c.rows, c.acks[0].seq, c.acks[0].end), (1, 2, Offset(8)));
+        assert!(rx[0].try_recv().is_none(), "no row-less chunk");
+        cp.ack(&c.acks[0]);
+        assert_eq!(cp.watermark(LaneId(1)), Some(Watermark(9)));
     }
 
     /// Rows of one lane spread over two shards: the watermark moves only

@@ -60,6 +60,12 @@ impl<C: InsertTarget> Worker<C> {
                     self.abandon_chunk(chunk);
                     continue;
                 }
+                if chunk.rows == 0 {
+                    // Offsets the error policy skipped, with no row to
+                    // insert: done with as soon as they arrive here.
+                    let _ = self.acks.send(AckEvent::Acked(chunk.acks));
+                    continue;
+                }
                 match self.insert(&chunk).await {
                     Outcome::Inserted => self.acknowledge(chunk),
                     Outcome::Failed(error) => {
