@@ -110,7 +110,8 @@ pub(super) fn spawn_all(
     let mut routes = Vec::with_capacity(prepared.len());
     for (p, (_, a)) in prepared.into_iter().zip(pipelines) {
         let n = p.shards();
-        let pool = p.spawn(
+        let rejections = Rejections::new(a.error_policy(), metrics, spate_core::clock::system());
+        let pool = p.with_rejections(rejections.clone()).spawn(
             &queues,
             receivers.by_ref().take(n).collect(),
             offset,
@@ -123,7 +124,7 @@ pub(super) fn spawn_all(
             slots: pool.slots(),
             limits: batch_limits(a, &budget, drivers, total_shards),
             topics: a.topics.clone(),
-            rejections: Rejections::new(a.error_policy(), metrics, spate_core::clock::system()),
+            rejections,
         });
         pools.push(pool);
     }

@@ -110,6 +110,23 @@ const REPLICA: &[u32] = &[
     999, // KEEPER_EXCEPTION
 ];
 
+/// The codes of [`DATA`] that blame rows of the batch (not the table, the
+/// statement or the user): a batch failing with one of these is bisected
+/// until the rows that fail alone are isolated; the error policy decides
+/// what happens to them. 252 "too many partitions for single INSERT block"
+/// is a property of the batch too: its halves span fewer partitions.
+const ROWS: &[u32] = &[
+    6, 7, 26, 27, 38, 41, 53, 69, 70, 72, 117, 131, 190, 321, 349, 395, 407, 469,
+];
+
+/// Whether server error `code` with message `body` blames rows of the
+/// batch (see [`ROWS`]): bisecting the batch isolates them.
+#[must_use]
+pub fn is_row_error(code: u32, body: &str) -> bool {
+    ROWS.contains(&code)
+        || (code == 252 && body.to_ascii_lowercase().contains(PARTITIONS_PER_BLOCK))
+}
+
 /// Code 252 TOO_MANY_PARTS has two meanings: "Too many parts (N). Merges
 /// are processing significantly slower than inserts" passes once merges
 /// catch up; "Too many partitions for single INSERT block" is a property
@@ -312,6 +329,25 @@ mod tests {
             assert_eq!(remedy(Some(400), body), *want, "400: {body}");
             assert_eq!(remedy(Some(200), body), *want, "200: {body}");
         }
+    }
+
+    /// The row errors are data errors (given up, never retried), and the
+    /// schema, statement and profile errors are not row errors: bisecting
+    /// cannot help them.
+    #[test]
+    fn row_errors_are_a_subset_of_the_data_errors() {
+        for c in ROWS {
+            assert!(DATA.contains(c), "{c}");
+            assert_eq!(code_remedy(*c, ""), Some(GiveUp), "{c}");
+        }
+        for c in [
+            16, 44, 47, 60, 62, 73, 81, 115, 158, 164, 307, 396, 452, 497,
+        ] {
+            assert!(!is_row_error(c, ""), "{c}");
+        }
+        let partitions = "Code: 252. DB::Exception: Too many partitions for single INSERT block (more than 100). (TOO_MANY_PARTS)";
+        assert!(is_row_error(252, partitions));
+        assert!(!is_row_error(252, "Code: 252. DB::Exception: Too many parts (300). Merges are processing significantly slower than inserts. (TOO_MANY_PARTS)"));
     }
 
     #[test]

@@ -253,10 +253,12 @@ impl<E: RowEncode> Chain for EncodeChain<E> {
     fn add_lane(
         &mut self,
         lane: LaneId,
-        _partition: &PartitionId,
+        partition: &PartitionId,
         gate: Option<PendingGate>,
     ) -> usize {
-        self.writer.add_lane(lane, gate)
+        let slot = self.writer.add_lane(lane, gate);
+        self.writer.set_partition(slot, partition.clone());
+        slot
     }
 
     fn push(&mut self, slot: usize, msg: &Message<'_>) -> Result<(), ChainError> {

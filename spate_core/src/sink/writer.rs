@@ -25,11 +25,11 @@
 //! in tests), and [`tick`](ShardWriter::tick) is given the driver's reading
 //! of the same clock.
 
-use super::{Chunk, ShardQueues};
+use super::{Chunk, RowIndex, RowOrigin, ShardQueues};
 use crate::checkpoint::{AckRange, PendingGate};
 use crate::clock::{self, SharedClock};
 use crate::error::ChainError;
-use crate::record::Offset;
+use crate::record::{Offset, PartitionId};
 use crate::source::LaneId;
 use std::time::{Duration, Instant};
 
@@ -74,6 +74,8 @@ struct OpenChunk {
     rows: u64,
     deadline: Option<Instant>,
     pieces: Vec<Piece>,
+    /// Per row: where it ends and which piece it belongs to.
+    index: Vec<RowOrigin>,
 }
 
 #[derive(Debug)]
@@ -103,6 +105,8 @@ struct LaneState {
     fed: u64,
     /// The open segment covers skipped offsets (see [`ShardWriter::skip`]).
     skipped: bool,
+    /// The partition the lane reads, for the chunks' row index.
+    partition: Option<PartitionId>,
 }
 
 /// Batches encoded rows per shard and pushes sealed chunks.
@@ -159,6 +163,7 @@ impl ShardWriter {
             sealed: Vec::new(),
             fed: 0,
             skipped: false,
+            partition: None,
         };
         if let Some(slot) = self.lanes.iter().position(Option::is_none) {
             self.lanes[slot] = Some(state);
@@ -166,6 +171,14 @@ impl ShardWriter {
         } else {
             self.lanes.push(Some(state));
             self.lanes.len() - 1
+        }
+    }
+
+    /// Name the partition lane `slot` reads: sealed chunks then say which
+    /// partition each row came from ([`Chunk::origin`]).
+    pub fn set_partition(&mut self, slot: usize, partition: PartitionId) {
+        if let Some(Some(l)) = self.lanes.get_mut(slot) {
+            l.partition = Some(partition);
         }
     }
 
@@ -205,6 +218,15 @@ impl ShardWriter {
             .expect("append to a registered lane");
         lane.end = offset;
         lane.fed |= super::queue::shard_bit(shard);
+        let piece = match lane.piece[shard] {
+            NO_PIECE => chunk.pieces.len(),
+            i => i,
+        };
+        chunk.index.push(RowOrigin {
+            offset,
+            end: chunk.data.len() as u32,
+            range: piece as u32,
+        });
         match lane.piece[shard] {
             NO_PIECE => {
                 lane.piece[shard] = chunk.pieces.len();
@@ -222,7 +244,11 @@ impl ShardWriter {
         if let Some(g) = &lane.gate {
             g.dispatched(1);
         }
-        if chunk.rows >= self.limits.rows || chunk.data.len() >= self.limits.bytes {
+        // Row ends are u32 in the index: seal well before that overflows.
+        if chunk.rows >= self.limits.rows
+            || chunk.data.len() >= self.limits.bytes
+            || chunk.data.len() >= (u32::MAX / 2) as usize
+        {
             self.seal(shard)?;
         }
         Ok(Ok(()))
@@ -277,6 +303,7 @@ impl ShardWriter {
             data: Vec::new(),
             acks,
             ticket: None,
+            index: Box::default(),
         };
         self.queues
             .push(out)
@@ -317,9 +344,16 @@ impl ShardWriter {
         // Keep the next buffer about the size of the last one, so the
         // steady state does not re-grow it row by row.
         self.open[shard].data = Vec::with_capacity(capacity.min(self.limits.bytes + (1 << 16)));
+        self.open[shard].index = Vec::with_capacity(chunk.index.len());
         let mut acks = Vec::with_capacity(chunk.pieces.len());
+        let mut partitions = Vec::with_capacity(chunk.pieces.len());
         for piece in &chunk.pieces {
             let lane = self.lanes.get_mut(piece.slot).and_then(Option::as_mut);
+            let partition = lane
+                .as_ref()
+                .filter(|l| l.id == piece.lane)
+                .and_then(|l| l.partition.clone());
+            partitions.push(partition);
             let range = match lane {
                 Some(lane) if lane.id == piece.lane => lane.seal_piece(piece, shard),
                 // The lane was removed without a flush: acknowledge as a
@@ -342,6 +376,10 @@ impl ShardWriter {
             data: chunk.data,
             acks,
             ticket: None,
+            index: Box::new(RowIndex {
+                rows: chunk.index,
+                partitions,
+            }),
         };
         self.queues
             .push(out)

@@ -37,6 +37,7 @@ mod discover;
 mod encoder;
 mod error;
 mod events;
+mod isolate;
 mod pool;
 mod probe;
 mod retry;

@@ -113,6 +113,7 @@ impl SinkPool {
             shared,
             workers_per_shard: spec.workers_per_shard.max(1),
             retry: spec.retry,
+            rejections: None,
         })
     }
 
@@ -225,9 +226,18 @@ pub struct PreparedSink {
     shared: Arc<PoolShared>,
     workers_per_shard: usize,
     retry: RetryPolicy,
+    rejections: Option<Arc<spate_core::policy::Rejections>>,
 }
 
 impl PreparedSink {
+    /// Hand the rows the server rejects to `rejections` (the pipeline's
+    /// error policy) instead of failing on the first.
+    #[must_use]
+    pub fn with_rejections(mut self, rejections: Arc<spate_core::policy::Rejections>) -> Self {
+        self.rejections = Some(rejections);
+        self
+    }
+
     /// How many shard queues this sink needs.
     #[must_use]
     pub fn shards(&self) -> usize {
@@ -259,6 +269,7 @@ impl PreparedSink {
                     abandon: abandon_rx.clone(),
                     shared: self.shared.clone(),
                     retry: self.retry,
+                    rejections: self.rejections.clone(),
                 };
                 workers.push(io.spawn(worker.run()));
             }

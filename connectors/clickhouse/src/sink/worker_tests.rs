@@ -10,6 +10,7 @@ use crate::sink::shard::Replica;
 use crate::sink::target::InsertQuery;
 use spate_core::checkpoint::AckRange;
 use spate_core::metrics::Metrics;
+use spate_core::policy::{ErrorPolicy, OnError, Rejections};
 use spate_core::record::Offset;
 use spate_core::sink::{ack_channel, AckReceiver, ShardQueues};
 use spate_core::source::LaneId;
@@ -42,6 +43,9 @@ struct Fake {
     url: String,
     answers: Arc<StdMutex<VecDeque<Answer>>>,
     log: Arc<StdMutex<Vec<Attempt>>>,
+    /// A body holding any of these bytes is rejected with [`THROW_IF`]
+    /// (after the script is used up): the server blaming rows.
+    poison: Arc<Vec<u8>>,
 }
 
 impl InsertTarget for Fake {
@@ -50,18 +54,20 @@ impl InsertTarget for Fake {
         _query: &InsertQuery,
         body: Bytes,
     ) -> impl std::future::Future<Output = Result<(), InsertError>> + Send {
+        let poisoned = body.iter().any(|b| self.poison.contains(b));
         self.log.lock().unwrap().push(Attempt {
             url: self.url.clone(),
             body,
             at: Instant::now(),
         });
-        // An empty script confirms.
-        let answer = self
-            .answers
-            .lock()
-            .unwrap()
-            .pop_front()
-            .unwrap_or(Answer::Ok);
+        // An empty script confirms, unless the body is poisoned.
+        let answer = self.answers.lock().unwrap().pop_front().unwrap_or_else(|| {
+            if poisoned {
+                server(THROW_IF)
+            } else {
+                Answer::Ok
+            }
+        });
         async move {
             match answer {
                 Answer::Ok => Ok(()),
@@ -127,6 +133,17 @@ struct Harness {
 impl Harness {
     /// One shard whose replicas answer from `scripts`, one worker.
     fn start(scripts: Vec<Vec<Answer>>, retry: RetryPolicy) -> Harness {
+        Self::start_with(scripts, retry, None, Vec::new())
+    }
+
+    /// [`start`](Self::start) with an error policy and poisoned bytes.
+    fn start_with(
+        scripts: Vec<Vec<Answer>>,
+        retry: RetryPolicy,
+        rejections: Option<Arc<Rejections>>,
+        poison: Vec<u8>,
+    ) -> Harness {
+        let poison = Arc::new(poison);
         let log = Arc::new(StdMutex::new(Vec::new()));
         let replicas = (scripts.into_iter().enumerate())
             .map(|(i, script)| {
@@ -137,6 +154,7 @@ impl Harness {
                         url,
                         answers: Arc::new(StdMutex::new(script.into())),
                         log: log.clone(),
+                        poison: poison.clone(),
                     },
                 }
             })
@@ -162,6 +180,7 @@ impl Harness {
             abandon: abandon_rx,
             shared: shared.clone(),
             retry,
+            rejections,
         };
         Harness {
             queues: Some(queues),
@@ -192,10 +211,45 @@ impl Harness {
             data: data.clone(),
             acks: vec![ack],
             ticket: None,
+            index: Default::default(),
         };
         let pushed = self.queues.as_ref().map(|q| q.push(chunk));
         assert!(matches!(pushed, Some(Ok(()))), "queue closed");
         data
+    }
+
+    /// Queue `rows` one-byte rows `0, 1, …` at offsets `100, 101, …` of
+    /// partition `t`/0, with their row index.
+    fn push_indexed(&self, rows: u8) {
+        let data: Vec<u8> = (0..rows).collect();
+        let index = Box::new(spate_core::sink::RowIndex {
+            rows: (0..rows)
+                .map(|i| spate_core::sink::RowOrigin {
+                    offset: Offset(100 + i64::from(i)),
+                    end: u32::from(i) + 1,
+                    range: 0,
+                })
+                .collect(),
+            partitions: vec![Some(spate_core::record::PartitionId::new("t", 0))],
+        });
+        let chunk = Chunk {
+            shard: 0,
+            rows: u64::from(rows),
+            data,
+            acks: vec![AckRange {
+                lane: LaneId(1),
+                seq: 0,
+                parts: 1,
+                part: 0,
+                start: Offset(100),
+                end: Offset(100 + i64::from(rows) - 1),
+                rows: u64::from(rows),
+            }],
+            ticket: None,
+            index,
+        };
+        let pushed = self.queues.as_ref().map(|q| q.push(chunk));
+        assert!(matches!(pushed, Some(Ok(()))), "queue closed");
     }
 
     /// Close the queue and wait for the worker to finish what it holds.
@@ -410,5 +464,87 @@ async fn a_hanging_insert_is_abandoned_at_the_deadline() {
     assert!(
         matches!(&events[..], [AckEvent::Abandoned(r)] if r[0].seq == 0),
         "{events:?}"
+    );
+}
+
+fn skip_policy(metrics: &Metrics) -> Arc<Rejections> {
+    let policy = ErrorPolicy {
+        on_error: OnError::Skip,
+        ..ErrorPolicy::default()
+    };
+    Rejections::new(policy, metrics, spate_core::clock::system())
+}
+
+/// Rows the server rejects are isolated by bisection: each other row is
+/// inserted exactly once, the chunk is acknowledged whole under `skip`,
+/// and each isolated row is counted with its code.
+#[tokio::test(start_paused = true)]
+async fn a_rejected_batch_is_bisected_and_only_the_bad_rows_are_skipped() {
+    let metrics = Metrics::new();
+    let policy = skip_policy(&metrics);
+    let mut h = Harness::start_with(vec![vec![]], no_jitter(100, 400), Some(policy), vec![3, 7]);
+    h.push_indexed(10);
+    h.finish().await;
+    let attempts = h.attempts();
+    let mut inserted = vec![0; 10];
+    for a in &attempts {
+        if !a.body.iter().any(|b| [3, 7].contains(b)) {
+            a.body.iter().for_each(|&b| inserted[usize::from(b)] += 1);
+        }
+    }
+    assert_eq!(inserted, [1, 1, 1, 0, 1, 1, 1, 0, 1, 1], "{attempts:?}");
+    assert!(
+        attempts.len() <= 1 + 2 * 2 * 4,
+        "{} inserts",
+        attempts.len()
+    );
+    assert_eq!(acked_seqs(&h.events()), [0]);
+    let rejected = metrics.encode_text();
+    assert!(
+        rejected.contains(
+            "spate_messages_rejected_total{reason=\"code_395\",stage=\"insert\",topic=\"t\"} 2"
+        ),
+        "{rejected}"
+    );
+    let m = &h.shared.metrics;
+    assert_eq!(m.rows_inserted.with_label_values(&["db.t", "1"]).get(), 8);
+}
+
+/// Without a policy (`fail`), the first isolated row fails the pipeline,
+/// named by topic, partition and offset with the server's message.
+#[tokio::test(start_paused = true)]
+async fn under_fail_the_isolated_row_is_named() {
+    let mut h = Harness::start_with(vec![vec![]], no_jitter(100, 400), None, vec![6]);
+    h.push_indexed(10);
+    h.finish().await;
+    let events = h.events();
+    let [AckEvent::Fatal { error, ranges }] = events.as_slice() else {
+        panic!("{events:?}");
+    };
+    assert_eq!(ranges[0].seq, 0);
+    for needle in ["topic t partition 0 offset 106", "code 395", "throwIf"] {
+        assert!(error.reason.contains(needle), "{needle}: {}", error.reason);
+    }
+}
+
+/// A config error is not bisected: one attempt, and the error names the
+/// chunk's partitions and offset ranges.
+#[tokio::test(start_paused = true)]
+async fn a_config_error_names_the_offset_range_without_bisecting() {
+    let mut h = Harness::start(vec![vec![server(READONLY_USER)]], no_jitter(100, 400));
+    h.push_indexed(10);
+    h.finish().await;
+    assert_eq!(h.attempts().len(), 1);
+    let events = h.events();
+    let [AckEvent::Fatal { error, .. }] = events.as_slice() else {
+        panic!("{events:?}");
+    };
+    assert!(
+        error
+            .reason
+            .contains("topic t partition 0 offsets 100..=109")
+            && error.reason.contains("code 164"),
+        "{}",
+        error.reason
     );
 }
