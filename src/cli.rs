@@ -203,7 +203,8 @@ pub struct RunArgs {
     #[arg(long, env = "SPATE_PROBE_INTERVAL", default_value = "5s", value_parser = parse_duration)]
     pub probe_interval: Duration,
     /// /healthz reports a pipeline thread whose loop has not turned for
-    /// this long.
+    /// this long; /readyz turns 503 when an insert has retried a transient
+    /// error for this long (naming the shard and the error).
     #[arg(long, env = "SPATE_STALL_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
     pub stall_timeout: Duration,
     /// librdkafka property KEY=VALUE, applied after spate's defaults

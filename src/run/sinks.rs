@@ -111,13 +111,16 @@ pub(super) fn spawn_all(
     for (p, (_, a)) in prepared.into_iter().zip(pipelines) {
         let n = p.shards();
         let rejections = Rejections::new(a.error_policy(), metrics, spate_core::clock::system());
-        let pool = p.with_rejections(rejections.clone()).spawn(
-            &queues,
-            receivers.by_ref().take(n).collect(),
-            offset,
-            io.handle(),
-            acks,
-        );
+        let pool = p
+            .with_rejections(rejections.clone())
+            .with_stall_timeout(a.stall_timeout)
+            .spawn(
+                &queues,
+                receivers.by_ref().take(n).collect(),
+                offset,
+                io.handle(),
+                acks,
+            );
         offset += n;
         routes.push(Route {
             encoders: pool.encoder_factory(),

@@ -35,6 +35,7 @@ use super::target::InsertTarget;
 use crate::client::InsertError;
 use bytes::Bytes;
 use spate_core::error::{FatalError, Fault};
+use spate_core::health::TransientStalls;
 use spate_core::policy::{Action, PolicyError, Rejection, Rejections, Stage};
 use spate_core::sink::{AckEvent, AckSender, Chunk, ShardReceiver};
 use std::sync::atomic::Ordering;
@@ -54,6 +55,8 @@ pub(crate) struct Worker<C> {
     /// The pipeline's error policy for rows the server rejects (`None`:
     /// fail on the first).
     pub(crate) rejections: Option<Arc<Rejections>>,
+    /// Where a retried transient error is reported for `/readyz`.
+    pub(crate) stalls: Option<Arc<TransientStalls>>,
 }
 
 enum Outcome {
@@ -263,8 +266,24 @@ impl<C: InsertTarget> Worker<C> {
     }
 
     /// One insert of `rows` rows of `chunk` (`body`), retried and failed
-    /// over as the error calls for, until it is in or cannot be.
+    /// over as the error calls for, until it is in or cannot be. While it
+    /// retries, the worker is reported failing in the stall table.
     async fn attempt(&mut self, chunk: &Chunk, body: Bytes, rows: u64) -> Attempt {
+        let outcome = self.attempt_until_settled(chunk, body, rows).await;
+        if let Some(stalls) = &self.stalls {
+            stalls.cleared(&self.stall_name());
+        }
+        outcome
+    }
+
+    fn stall_name(&self) -> String {
+        format!(
+            "{} shard {} worker {}",
+            self.shared.table, self.shard.label, self.index
+        )
+    }
+
+    async fn attempt_until_settled(&mut self, chunk: &Chunk, body: Bytes, rows: u64) -> Attempt {
         let (shard, shared) = (self.shard.clone(), self.shared.clone());
         let site = shared.site(&shard.label);
         let preferred = shard.preferred.load(Ordering::Relaxed);
@@ -299,6 +318,12 @@ impl<C: InsertTarget> Worker<C> {
                 Ok(backoff) => backoff,
                 Err(failure) => return Attempt::Failed(failure),
             };
+            if let Some(stalls) = &self.stalls {
+                stalls.failing(
+                    &self.stall_name(),
+                    super::events::first_line(&error.message),
+                );
+            }
             if let Some(backoff) = backoff {
                 InsertBackoff {
                     attempt,

@@ -120,6 +120,13 @@ fn no_jitter(initial_ms: u64, max_ms: u64) -> RetryPolicy {
     }
 }
 
+#[derive(Default)]
+struct Extras {
+    rejections: Option<Arc<Rejections>>,
+    poison: Vec<u8>,
+    stalls: Option<Arc<spate_core::health::TransientStalls>>,
+}
+
 struct Harness {
     queues: Option<ShardQueues>,
     acks: AckReceiver,
@@ -133,16 +140,17 @@ struct Harness {
 impl Harness {
     /// One shard whose replicas answer from `scripts`, one worker.
     fn start(scripts: Vec<Vec<Answer>>, retry: RetryPolicy) -> Harness {
-        Self::start_with(scripts, retry, None, Vec::new())
+        Self::start_with(scripts, retry, Extras::default())
     }
 
-    /// [`start`](Self::start) with an error policy and poisoned bytes.
-    fn start_with(
-        scripts: Vec<Vec<Answer>>,
-        retry: RetryPolicy,
-        rejections: Option<Arc<Rejections>>,
-        poison: Vec<u8>,
-    ) -> Harness {
+    /// [`start`](Self::start) with an error policy, poisoned bytes or a
+    /// stall table.
+    fn start_with(scripts: Vec<Vec<Answer>>, retry: RetryPolicy, extras: Extras) -> Harness {
+        let Extras {
+            rejections,
+            poison,
+            stalls,
+        } = extras;
         let poison = Arc::new(poison);
         let log = Arc::new(StdMutex::new(Vec::new()));
         let replicas = (scripts.into_iter().enumerate())
@@ -181,6 +189,7 @@ impl Harness {
             shared: shared.clone(),
             retry,
             rejections,
+            stalls,
         };
         Harness {
             queues: Some(queues),
@@ -482,7 +491,12 @@ fn skip_policy(metrics: &Metrics) -> Arc<Rejections> {
 async fn a_rejected_batch_is_bisected_and_only_the_bad_rows_are_skipped() {
     let metrics = Metrics::new();
     let policy = skip_policy(&metrics);
-    let mut h = Harness::start_with(vec![vec![]], no_jitter(100, 400), Some(policy), vec![3, 7]);
+    let extras = Extras {
+        rejections: Some(policy),
+        poison: vec![3, 7],
+        ..Extras::default()
+    };
+    let mut h = Harness::start_with(vec![vec![]], no_jitter(100, 400), extras);
     h.push_indexed(10);
     h.finish().await;
     let attempts = h.attempts();
@@ -514,7 +528,11 @@ async fn a_rejected_batch_is_bisected_and_only_the_bad_rows_are_skipped() {
 /// named by topic, partition and offset with the server's message.
 #[tokio::test(start_paused = true)]
 async fn under_fail_the_isolated_row_is_named() {
-    let mut h = Harness::start_with(vec![vec![]], no_jitter(100, 400), None, vec![6]);
+    let extras = Extras {
+        poison: vec![6],
+        ..Extras::default()
+    };
+    let mut h = Harness::start_with(vec![vec![]], no_jitter(100, 400), extras);
     h.push_indexed(10);
     h.finish().await;
     let events = h.events();
@@ -547,4 +565,41 @@ async fn a_config_error_names_the_offset_range_without_bisecting() {
         "{}",
         error.reason
     );
+}
+
+/// While a transient error is retried the worker is in the stall table
+/// with the last error; once the insert succeeds it is gone.
+#[tokio::test(start_paused = true)]
+async fn a_retried_transient_error_is_reported_stuck_until_it_clears() {
+    let clock = spate_core::clock::ManualClock::new();
+    let stalls = spate_core::health::TransientStalls::new(clock.clone());
+    let gate = Arc::new(Notify::new());
+    let script = vec![
+        server(TOO_MANY_QUERIES),
+        server(TOO_MANY_QUERIES),
+        Answer::OkAfter(gate.clone()),
+    ];
+    let extras = Extras {
+        stalls: Some(stalls.clone()),
+        ..Extras::default()
+    };
+    let mut h = Harness::start_with(vec![script], no_jitter(100, 400), extras);
+    h.push(0, 3);
+    // Two failures and their backoffs pass; the third attempt hangs.
+    tokio::time::sleep(ms(1000)).await;
+    clock.advance(Duration::from_secs(61));
+    let stuck = stalls.stuck(Duration::from_secs(60));
+    assert_eq!(stuck.len(), 1, "{stuck:?}");
+    assert!(
+        stuck[0].starts_with("db.t shard 1 worker 0: a transient error has not cleared for 61s")
+            && stuck[0].contains("Too many simultaneous queries"),
+        "{stuck:?}"
+    );
+    gate.notify_one();
+    h.finish().await;
+    assert!(
+        stalls.stuck(Duration::ZERO).is_empty(),
+        "cleared on success"
+    );
+    assert_eq!(acked_seqs(&h.events()), [0]);
 }
