@@ -232,6 +232,11 @@ pub struct RunArgs {
     /// rejected (0 turns it off).
     #[arg(long, env = "SPATE_MAX_REJECTED_CONSECUTIVE", default_value_t = 100)]
     pub max_rejected_consecutive: u64,
+    /// Under --on-error dead-letter: the Kafka topic (on the same brokers)
+    /// that receives each rejected message, with its key, value and
+    /// timestamp and spate.* headers saying why.
+    #[arg(long, env = "SPATE_DEAD_LETTER_TOPIC")]
+    pub dead_letter_topic: Option<String>,
     // --- end of bad messages ---
     /// Log format.
     #[arg(long, env = "SPATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]

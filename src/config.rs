@@ -63,6 +63,7 @@ const PIPELINE_KEYS: &[&str] = &[
     "max_rejected_ratio",
     "rejected_window",
     "max_rejected_consecutive",
+    "dead_letter_topic",
 ];
 
 /// One way to name the servers; a pipeline or the command line that sets

@@ -140,6 +140,7 @@ fn pipeline_settings(out: &mut String, name: &str, p: &RunArgs) {
             "max_rejected_consecutive",
             p.max_rejected_consecutive.to_string(),
         ),
+        ("dead_letter_topic", opt(p.dead_letter_topic.clone())),
         ("batch_rows", p.batch_rows.to_string()),
         ("batch_bytes", p.batch_bytes.to_string()),
         ("flush_interval", quoted(&format!("{:?}", p.flush_interval))),

@@ -85,9 +85,24 @@ fn validate_error_policy(args: &RunArgs) -> Result<(), Exit> {
     if args.rejected_window == 0 {
         return Err(Exit::usage("--rejected-window must be at least 1"));
     }
-    if args.on_error == spate_core::policy::OnError::DeadLetter {
+    let dead_letter = args.on_error == spate_core::policy::OnError::DeadLetter;
+    if dead_letter && args.dead_letter_topic.is_none() {
         return Err(Exit::usage(
-            "--on-error dead-letter is not available yet: no dead-letter destination is implemented (use fail or skip)",
+            "--on-error dead-letter needs a destination: --dead-letter-topic TOPIC",
+        ));
+    }
+    if !dead_letter && args.dead_letter_topic.is_some() {
+        return Err(Exit::usage(
+            "--dead-letter-topic is only used with --on-error dead-letter",
+        ));
+    }
+    if args
+        .dead_letter_topic
+        .as_ref()
+        .is_some_and(|t| args.topics.contains(t))
+    {
+        return Err(Exit::usage(
+            "--dead-letter-topic must not be a topic the pipeline reads",
         ));
     }
     Ok(())

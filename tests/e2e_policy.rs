@@ -307,3 +307,193 @@ fn the_limit_trips_on_a_topic_of_bad_messages() {
     );
     ch.exec(&format!("DROP DATABASE {db}"));
 }
+
+/// One record of the dead-letter topic: value and the spate.* headers.
+struct Letter {
+    value: Option<String>,
+    headers: std::collections::BTreeMap<String, String>,
+}
+
+/// Every record of partition 0 of `topic` (which has `count` records).
+fn read_letters(brokers: &str, topic: &str, count: i64) -> Vec<Letter> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::{Headers, Message};
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", unique("g_letters"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
+        .expect("partition");
+    consumer.assign(&tpl).expect("assign");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut out = Vec::new();
+    while (out.len() as i64) < count {
+        assert!(
+            Instant::now() < deadline,
+            "read {} of {count} letters",
+            out.len()
+        );
+        let Some(m) = consumer.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let m = m.expect("a record");
+        let mut headers = std::collections::BTreeMap::new();
+        if let Some(h) = m.headers() {
+            for i in 0..h.count() {
+                let hd = h.get(i);
+                let v = hd.value.map(|v| String::from_utf8_lossy(v).into_owned());
+                headers.insert(hd.key.to_owned(), v.unwrap_or_default());
+            }
+        }
+        out.push(Letter {
+            value: m.payload().map(|p| String::from_utf8_lossy(p).into_owned()),
+            headers,
+        });
+    }
+    out
+}
+
+on_both_servers!(dead_letters_hold_every_bad_message_once_and_reload);
+
+fn dead_letters_hold_every_bad_message_once_and_reload(svc: Services) {
+    let _timer = Timer::start("e2e_policy dead-letter");
+    let _lock = ch_shared_lock();
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let topic = unique("t_policy_dlq");
+    let dlq = unique("t_policy_dlq_letters");
+    let group = unique("g_policy_dlq");
+    let db = ch.fresh_db("e2e_policy_dlq");
+    let table = format!("{db}.t");
+    create_table(&ch, &table);
+    create_topic(&svc.brokers, &dlq, 1);
+    let produced = produce_mixed(&svc, &topic, |i| payload(i, kind(i)));
+    let good = (0..N).filter(|&i| kind(i) == Kind::Good).count();
+    let bad: Vec<usize> = (0..N)
+        .filter(|&i| !matches!(kind(i), Kind::Good | Kind::Tombstone))
+        .collect();
+
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let extra = [
+        "--on-error",
+        "dead-letter",
+        "--dead-letter-topic",
+        &dlq,
+        "--admin-addr",
+        &addr,
+    ];
+    let spate = spawn(
+        "policy-dlq",
+        &policy_args(&svc, &topic, &group, &table, &extra),
+    );
+    let ends: Vec<Option<i64>> = produced.counts.iter().map(|&n| Some(n)).collect();
+    wait_for(
+        "good rows in, committed = ends",
+        Duration::from_secs(90),
+        Duration::from_millis(300),
+        || {
+            let rows = ch.u64(&format!("SELECT count() FROM {table}"));
+            let c = committed(&svc.brokers, &group, &topic, PARTITIONS);
+            if rows as usize == good && c == ends {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{rows}/{good} rows, committed {c:?}\n{}",
+                    spate.stderr_so_far()
+                ))
+            }
+        },
+    );
+    let metrics = http_get(port, "/metrics").expect("/metrics answers");
+    spate.sigterm();
+    spate.wait(Duration::from_secs(30)).assert_code(0);
+    let total = metric_sum(
+        &metrics,
+        "spate_messages_rejected_total",
+        &[&format!("topic=\"{topic}\"")],
+    );
+    assert_eq!(
+        total,
+        6.0 * N as f64 / 100.0,
+        "5 kinds dead-lettered + tombstones counted"
+    );
+
+    assert_eq!(
+        end_offsets(&svc.brokers, &dlq, 1),
+        vec![bad.len() as i64],
+        "one letter per bad message"
+    );
+    let letters = read_letters(&svc.brokers, &dlq, bad.len() as i64);
+    let mut seen = std::collections::BTreeSet::new();
+    for l in &letters {
+        let h = |k: &str| l.headers.get(k).cloned().unwrap_or_default();
+        assert_eq!(h("spate.topic"), topic);
+        let at: (i32, i64) = (
+            h("spate.partition").parse().unwrap(),
+            h("spate.offset").parse().unwrap(),
+        );
+        let i = *bad
+            .iter()
+            .find(|&&i| produced.placement[i] == at)
+            .unwrap_or_else(|| panic!("letter of no bad message: {at:?} {:?}", l.headers));
+        assert!(seen.insert(i), "message {i} dead-lettered twice");
+        assert_eq!(
+            l.value.as_deref(),
+            Some(payload(i, kind(i)).as_str()),
+            "the original value"
+        );
+        let stage = if kind(i) == Kind::ServerRejects {
+            "insert"
+        } else {
+            "decode"
+        };
+        assert_eq!(h("spate.stage"), stage, "{:?}", l.headers);
+        assert!(!h("spate.error").is_empty());
+        if matches!(
+            kind(i),
+            Kind::OutOfRange | Kind::UnknownEnum | Kind::ObjectForNumber
+        ) {
+            assert!(!h("spate.column").is_empty(), "{:?}", l.headers);
+        }
+    }
+    assert_eq!(seen.len(), bad.len());
+
+    // Reload: with the throwIf column gone, `spate run` on the dead-letter
+    // topic inserts the letters the server had rejected; the ones that
+    // never decoded are skipped again (limit off: most letters are bad).
+    ch.exec(&format!("ALTER TABLE {table} DROP COLUMN chk"));
+    let mut args = policy_args(
+        &svc,
+        &dlq,
+        &unique("g_policy_reload"),
+        &table,
+        &["--until-end", "--on-error", "skip"],
+    );
+    args.extend(
+        [
+            "--max-rejected-ratio",
+            "1",
+            "--max-rejected-consecutive",
+            "0",
+        ]
+        .map(String::from),
+    );
+    run("policy-dlq-reload", &args, Duration::from_secs(60)).assert_code(0);
+    let reloaded = ch.u64(&format!(
+        "SELECT count() FROM {table} WHERE a = 13 AND _topic = '{dlq}'"
+    ));
+    assert_eq!(
+        reloaded as usize,
+        N / 100,
+        "the rejected rows, reloaded once each"
+    );
+    eprintln!(
+        "[e2e_policy] dead-letter on {}: {good} rows, {} letters, {reloaded} reloaded",
+        svc.server.label(),
+        letters.len()
+    );
+    ch.exec(&format!("DROP DATABASE {db}"));
+}

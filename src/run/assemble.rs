@@ -59,7 +59,7 @@ pub fn run(pipelines: Vec<(String, RunArgs)>) -> Result<(), Exit> {
         &io,
         &acks.0,
         &metrics,
-    );
+    )?;
     let sink_options = SinkOptions {
         limits: sinks.routes[0].limits,
     };

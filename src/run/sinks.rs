@@ -15,8 +15,9 @@ use crate::settings::{sink_spec, Validated};
 use spate_clickhouse::{EncoderFactory, PreparedSink, SinkPool, SinkSpec};
 use spate_core::metrics::Metrics;
 use spate_core::pipeline::SinkRuntime;
-use spate_core::policy::Rejections;
+use spate_core::policy::{DeadLetterSink, Rejections};
 use spate_core::sink::{AckSender, BatchLimits, ShardQueues};
+use spate_kafka::KafkaDeadLetters;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -96,7 +97,7 @@ pub(super) fn spawn_all(
     io: &tokio::runtime::Runtime,
     acks: &AckSender,
     metrics: &Metrics,
-) -> Sinks {
+) -> Result<Sinks, Exit> {
     let total_shards: usize = prepared.iter().map(PreparedSink::shards).sum();
     let budget = Budget::split(max_buffered_bytes, drivers, total_shards);
     let (queues, receivers) = ShardQueues::new(
@@ -110,7 +111,12 @@ pub(super) fn spawn_all(
     let mut routes = Vec::with_capacity(prepared.len());
     for (p, (_, a)) in prepared.into_iter().zip(pipelines) {
         let n = p.shards();
-        let rejections = Rejections::new(a.error_policy(), metrics, spate_core::clock::system());
+        let rejections = Rejections::with_dead_letters(
+            a.error_policy(),
+            metrics,
+            spate_core::clock::system(),
+            dead_letters(a)?,
+        );
         let pool = p
             .with_rejections(rejections.clone())
             .with_stall_timeout(a.stall_timeout)
@@ -139,7 +145,17 @@ pub(super) fn spawn_all(
     } else {
         SinkPool::combine(pools)
     };
-    Sinks { runtime, routes }
+    Ok(Sinks { runtime, routes })
+}
+
+/// The dead-letter destination of `--on-error dead-letter`.
+fn dead_letters(a: &RunArgs) -> Result<Option<Arc<dyn DeadLetterSink>>, Exit> {
+    let Some(topic) = &a.dead_letter_topic else {
+        return Ok(None);
+    };
+    let producer = KafkaDeadLetters::new(&a.brokers, topic, &a.properties)
+        .map_err(|e| Exit::usage(format!("--dead-letter-topic {topic}: {e}")))?;
+    Ok(Some(Arc::new(producer)))
 }
 
 /// One pipeline's batch limits: its flags, `--batch-bytes` lowered to the

@@ -23,11 +23,13 @@
 
 pub mod config;
 mod context;
+mod dead_letter;
 mod lane;
 mod rebalance;
 mod rendezvous;
 mod source;
 
 pub use config::{ConfigError, KafkaSourceConfig};
+pub use dead_letter::KafkaDeadLetters;
 pub use lane::KafkaLane;
 pub use source::KafkaSource;

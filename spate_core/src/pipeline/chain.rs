@@ -24,7 +24,7 @@ use crate::checkpoint::PendingGate;
 use crate::clock::SharedClock;
 use crate::error::{ChainError, DecodeError, MessagePosition};
 use crate::metrics::Metrics;
-use crate::policy::{decode_reason, Action, PolicyError, Rejection, Rejections, Stage};
+use crate::policy::{decode_reason, Action, DeadLetter, PolicyError, Rejection, Rejections, Stage};
 use crate::record::{Message, Offset, PartitionId};
 use crate::sink::{BatchLimits, RowEncode, ShardQueues, ShardWriter};
 use crate::source::LaneId;
@@ -101,6 +101,8 @@ pub struct EncodeChain<E: RowEncode> {
     rejections: Option<Arc<Rejections>>,
     /// Messages turned into rows since the last rejection (for the limit).
     accepted: u64,
+    /// Keep each row's original message (dead letters of server rejections).
+    keep_originals: bool,
 }
 
 impl<E: RowEncode> EncodeChain<E> {
@@ -136,6 +138,7 @@ impl<E: RowEncode> EncodeChain<E> {
             metrics: ctx.metrics.clone(),
             rejections: None,
             accepted: 0,
+            keep_originals: false,
         }
     }
 
@@ -143,8 +146,13 @@ impl<E: RowEncode> EncodeChain<E> {
     /// (the pipeline's error policy) instead of failing on the first.
     #[must_use]
     pub fn with_rejections(mut self, rejections: Arc<Rejections>) -> Self {
+        self.keep_originals = rejections.dead_letters().is_some();
         self.rejections = Some(rejections);
         self
+    }
+
+    fn original(&self, msg: &Message<'_>) -> Option<crate::sink::Original> {
+        self.keep_originals.then(|| crate::sink::Original::of(msg))
     }
 
     fn decode_error(&self, msg: &Message<'_>, failure: crate::sink::EncodeFailure) -> ChainError {
@@ -193,13 +201,29 @@ impl<E: RowEncode> EncodeChain<E> {
                 Ok(())
             }
             Ok(Action::Fail) => Err(ChainError::Decode(error)),
-            Ok(Action::DeadLetter) => Err(ChainError::Decode(DecodeError {
-                reason: format!(
-                    "{} (--on-error dead-letter has no destination in this chain)",
-                    error.reason
-                ),
-                ..error
-            })),
+            Ok(Action::DeadLetter) => {
+                let Some(dest) = policy.dead_letters() else {
+                    return Err(ChainError::Decode(DecodeError {
+                        reason: format!("{} (no dead-letter destination)", error.reason),
+                        ..error
+                    }));
+                };
+                let letter = DeadLetter::of(msg, Stage::Decode, &text, error.column.as_deref());
+                match dest.store(&letter) {
+                    Ok(()) => {
+                        self.writer.skip(slot, Offset(msg.offset));
+                        Ok(())
+                    }
+                    Err(why) => Err(ChainError::Decode(DecodeError {
+                        reason: format!(
+                            "{} (storing its dead letter in {} failed: {why})",
+                            error.reason,
+                            dest.describe()
+                        ),
+                        ..error
+                    })),
+                }
+            }
             Err(PolicyError::Limit { tripped, .. }) => Err(ChainError::Decode(DecodeError {
                 reason: format!("{tripped}; the last: {}", error.reason),
                 ..error
@@ -235,10 +259,13 @@ impl<E: RowEncode> EncodeChain<E> {
         };
         let shard = usize::from(self.slots[(hash % self.slots.len() as u64) as usize]);
         let row = &self.row;
-        let appended = self.writer.append(slot, shard, Offset(msg.offset), |out| {
-            out.extend_from_slice(row);
-            Ok::<(), std::convert::Infallible>(())
-        })?;
+        let original = self.original(msg);
+        let appended =
+            self.writer
+                .append_keeping(slot, shard, Offset(msg.offset), original, |out| {
+                    out.extend_from_slice(row);
+                    Ok::<(), std::convert::Infallible>(())
+                })?;
         match appended {
             Ok(()) => {
                 self.accepted += 1;
@@ -271,9 +298,12 @@ impl<E: RowEncode> Chain for EncodeChain<E> {
         let encoder = &mut self.encoder;
         let shard = self.shard;
         let before = self.writer.open_rows();
-        let outcome = self.writer.append(slot, shard, Offset(msg.offset), |out| {
-            encoder.encode(msg, out)
-        })?;
+        let original = self.keep_originals.then(|| crate::sink::Original::of(msg));
+        let outcome =
+            self.writer
+                .append_keeping(slot, shard, Offset(msg.offset), original, |out| {
+                    encoder.encode(msg, out)
+                })?;
         if let Err(failure) = outcome {
             return self.rejected(slot, msg, failure);
         }
@@ -586,6 +616,61 @@ mod tests {
         let e = push(&mut chain, slot, 2, &[]).unwrap_err().to_string();
         assert!(e.contains("3 consecutive messages rejected"), "{e}");
         assert!(e.contains("offset 2"), "{e}");
+    }
+
+    #[derive(Default)]
+    struct Letters(std::sync::Mutex<Vec<crate::policy::DeadLetter>>);
+
+    impl crate::policy::DeadLetterSink for Letters {
+        fn store(&self, letter: &crate::policy::DeadLetter) -> Result<(), String> {
+            self.0.lock().unwrap().push(letter.clone());
+            Ok(())
+        }
+        fn describe(&self) -> String {
+            "memory".into()
+        }
+    }
+
+    /// Under dead-letter, the bad message is stored with its error before
+    /// its offset is covered; the row-less tail is committed past.
+    #[test]
+    fn dead_letters_are_stored_before_their_offset_is_covered() {
+        let (ctx, mut rx) = ctx(1, 1000);
+        let letters = Arc::new(Letters::default());
+        let policy = crate::policy::ErrorPolicy {
+            on_error: crate::policy::OnError::DeadLetter,
+            ..Default::default()
+        };
+        let r = Rejections::with_dead_letters(
+            policy,
+            &ctx.metrics,
+            crate::clock::system(),
+            Some(letters.clone()),
+        );
+        let mut chain = EncodeChain::new(ByteEncoder { keyed: false }, &ctx).with_rejections(r);
+        let mut cp = crate::checkpoint::Checkpointer::new();
+        let gate = cp.add_lane(LaneId(1), PartitionId::new("t", 0), 1000);
+        let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), Some(gate));
+        push(&mut chain, slot, 0, &[1]).unwrap();
+        push(&mut chain, slot, 1, &[]).unwrap();
+        chain.flush().unwrap();
+        while let Some(c) = rx[0].try_recv() {
+            c.acks.iter().for_each(|a| {
+                cp.ack(a);
+            });
+        }
+        assert_eq!(cp.watermark(LaneId(1)), Some(crate::record::Watermark(2)));
+        let stored = letters.0.lock().unwrap();
+        assert_eq!(stored.len(), 1);
+        assert_eq!(
+            (stored[0].offset, stored[0].column.as_deref()),
+            (1, Some("k"))
+        );
+        assert!(
+            stored[0].error.contains("topic t partition 0 offset 1"),
+            "{:?}",
+            stored[0]
+        );
     }
 
     #[test]

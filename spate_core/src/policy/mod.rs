@@ -25,9 +25,11 @@
 //! committed only once everything before it is acknowledged; `Fail` stops
 //! the pipeline before anything at or after the message is committed.
 
+mod dead_letter;
 mod limit;
 mod rejections;
 
+pub use dead_letter::{cut, DeadLetter, DeadLetterSink};
 pub use limit::{LimitTripped, Limiter, RejectLimit};
 pub use rejections::{decode_reason, Action, Rejection, Rejections, Stage};
 

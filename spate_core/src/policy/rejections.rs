@@ -105,6 +105,7 @@ struct Inner {
 /// The error policy of one pipeline at run time (see the module docs).
 pub struct Rejections {
     policy: ErrorPolicy,
+    dead_letters: Option<Arc<dyn super::DeadLetterSink>>,
     counter: IntCounterVec,
     clock: SharedClock,
     inner: Mutex<Inner>,
@@ -122,9 +123,22 @@ impl Rejections {
     /// The runtime object of `policy`, counting on `metrics`.
     #[must_use]
     pub fn new(policy: ErrorPolicy, metrics: &Metrics, clock: SharedClock) -> Arc<Self> {
+        Self::with_dead_letters(policy, metrics, clock, None)
+    }
+
+    /// [`new`](Self::new), with the dead-letter destination of
+    /// `--on-error dead-letter`.
+    #[must_use]
+    pub fn with_dead_letters(
+        policy: ErrorPolicy,
+        metrics: &Metrics,
+        clock: SharedClock,
+        dead_letters: Option<Arc<dyn super::DeadLetterSink>>,
+    ) -> Arc<Self> {
         let RejectMetrics(counter) = metrics.extension(RejectMetrics::register);
         Arc::new(Self {
             policy,
+            dead_letters,
             counter,
             clock,
             inner: Mutex::new(Inner {
@@ -142,6 +156,12 @@ impl Rejections {
     #[must_use]
     pub fn policy(&self) -> &ErrorPolicy {
         &self.policy
+    }
+
+    /// The dead-letter destination, if one is configured.
+    #[must_use]
+    pub fn dead_letters(&self) -> Option<&Arc<dyn super::DeadLetterSink>> {
+        self.dead_letters.as_ref()
     }
 
     /// A message without a value arrived: `true` if it is skipped (and

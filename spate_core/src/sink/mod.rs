@@ -62,6 +62,45 @@ pub struct RowIndex {
     /// Per entry of the chunk's `acks` (same order): the partition of that
     /// range's lane, when the chain named it.
     pub partitions: Vec<Option<PartitionId>>,
+    /// Per row (same order as `rows`), the original message, kept only
+    /// under `--on-error dead-letter` (empty otherwise): a row the server
+    /// rejects becomes a dead letter of it.
+    pub originals: Vec<Original>,
+}
+
+/// The parts of a message a dead letter keeps.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Original {
+    /// Its key.
+    pub key: Option<Vec<u8>>,
+    /// Its value.
+    pub value: Option<Vec<u8>>,
+    /// Its timestamp (ms since the epoch).
+    pub timestamp_ms: Option<i64>,
+}
+
+impl Original {
+    /// The parts of `msg` a dead letter keeps.
+    #[must_use]
+    pub fn of(msg: &Message<'_>) -> Self {
+        Self {
+            key: msg.key.map(<[u8]>::to_vec),
+            value: msg.payload.map(<[u8]>::to_vec),
+            timestamp_ms: msg.timestamp_ms,
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        self.key.as_ref().map_or(0, Vec::len) + self.value.as_ref().map_or(0, Vec::len) + 32
+    }
+}
+
+impl RowIndex {
+    /// Bytes held by the kept originals (counted in the queue budget).
+    #[must_use]
+    pub fn originals_bytes(&self) -> usize {
+        self.originals.iter().map(Original::bytes).sum()
+    }
 }
 
 /// Where one row of a chunk ends and where it came from.

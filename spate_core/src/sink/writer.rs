@@ -76,6 +76,8 @@ struct OpenChunk {
     pieces: Vec<Piece>,
     /// Per row: where it ends and which piece it belongs to.
     index: Vec<RowOrigin>,
+    /// Per row, the original message (only while originals are kept).
+    originals: Vec<super::Original>,
 }
 
 #[derive(Debug)]
@@ -201,6 +203,20 @@ impl ShardWriter {
         offset: Offset,
         encode: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
     ) -> Result<Result<(), E>, ChainError> {
+        self.append_keeping(slot, shard, offset, None, encode)
+    }
+
+    /// [`append`](Self::append), keeping `original` with the row (under
+    /// `--on-error dead-letter`, so a row the server rejects can become a
+    /// dead letter of its message).
+    pub fn append_keeping<E>(
+        &mut self,
+        slot: usize,
+        shard: usize,
+        offset: Offset,
+        original: Option<super::Original>,
+        encode: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<Result<(), E>, ChainError> {
         let chunk = &mut self.open[shard];
         if let Err(e) = encode(&mut chunk.data) {
             return Ok(Err(e));
@@ -227,6 +243,9 @@ impl ShardWriter {
             end: chunk.data.len() as u32,
             range: piece as u32,
         });
+        if let Some(o) = original {
+            chunk.originals.push(o);
+        }
         match lane.piece[shard] {
             NO_PIECE => {
                 lane.piece[shard] = chunk.pieces.len();
@@ -379,6 +398,7 @@ impl ShardWriter {
             index: Box::new(RowIndex {
                 rows: chunk.index,
                 partitions,
+                originals: chunk.originals,
             }),
         };
         self.queues

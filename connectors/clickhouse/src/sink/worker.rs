@@ -36,7 +36,7 @@ use crate::client::InsertError;
 use bytes::Bytes;
 use spate_core::error::{FatalError, Fault};
 use spate_core::health::TransientStalls;
-use spate_core::policy::{Action, PolicyError, Rejection, Rejections, Stage};
+use spate_core::policy::{Action, DeadLetter, PolicyError, Rejection, Rejections, Stage};
 use spate_core::sink::{AckEvent, AckSender, Chunk, ShardReceiver};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -190,8 +190,15 @@ impl<C: InsertTarget> Worker<C> {
         let mut pending = isolated.map(|row| (row, first));
         loop {
             if let Some((row, error)) = pending.take() {
-                if let Err(e) = self.reject_row(chunk, row, &error, std::mem::take(&mut accepted)) {
-                    return Outcome::Failed(e);
+                let accepted = std::mem::take(&mut accepted);
+                let letter = match self.reject_row(chunk, row, &error, accepted) {
+                    Ok(letter) => letter,
+                    Err(e) => return Outcome::Failed(e),
+                };
+                if let Some(letter) = letter {
+                    if let Err(e) = self.store_dead_letter(letter).await {
+                        return Outcome::Failed(e);
+                    }
                 }
                 rejected += 1;
             }
@@ -216,15 +223,50 @@ impl<C: InsertTarget> Worker<C> {
         Outcome::Inserted { rejected }
     }
 
+    /// Store `letter` in the dead-letter destination, on a blocking task
+    /// (the destination blocks until it acknowledged it, waiting out an
+    /// outage); the chunk is acknowledged only after.
+    async fn store_dead_letter(&self, letter: DeadLetter) -> Result<(), FatalError> {
+        let dest = self
+            .rejections
+            .as_ref()
+            .and_then(|r| r.dead_letters().cloned());
+        let Some(dest) = dest else {
+            return Err(FatalError::new(
+                self.context(),
+                "no dead-letter destination",
+                Fault::Internal,
+            ));
+        };
+        let at = format!(
+            "topic {} partition {} offset {}",
+            letter.topic, letter.partition, letter.offset
+        );
+        let stored = tokio::task::spawn_blocking(move || {
+            let describe = dest.describe();
+            dest.store(&letter).map_err(|e| format!("{describe}: {e}"))
+        })
+        .await
+        .unwrap_or_else(|e| Err(format!("the dead-letter task failed: {e}")));
+        stored.map_err(|why| {
+            FatalError::new(
+                self.context(),
+                format!("storing the dead letter of the row at {at} failed: {why}"),
+                Fault::External,
+            )
+        })
+    }
+
     /// Row `row` of `chunk` was rejected alone with `error`: what the
-    /// policy makes of it (`Err` stops the pipeline).
+    /// policy makes of it: `Ok(None)` skipped, `Ok(Some)` a dead letter to
+    /// store, `Err` stops the pipeline.
     fn reject_row(
         &self,
         chunk: &Chunk,
         row: usize,
         error: &InsertError,
         accepted: u64,
-    ) -> Result<(), FatalError> {
+    ) -> Result<Option<DeadLetter>, FatalError> {
         let (partition, offset) = chunk
             .origin(row)
             .unwrap_or((None, spate_core::record::Offset(-1)));
@@ -257,9 +299,24 @@ impl<C: InsertTarget> Worker<C> {
             error: message,
         };
         match policy.reject(&rejection, accepted) {
-            Ok(Action::Skip) => Ok(()),
+            Ok(Action::Skip) => Ok(None),
             Ok(Action::Fail) => Err(fail("")),
-            Ok(Action::DeadLetter) => Err(fail(" (no dead-letter destination for inserts)")),
+            Ok(Action::DeadLetter) => match chunk.index.originals.get(row) {
+                Some(o) => Ok(Some(DeadLetter {
+                    topic: topic.to_owned(),
+                    partition: part,
+                    offset: offset.0,
+                    timestamp_ms: o.timestamp_ms,
+                    key: o.key.clone(),
+                    value: o.value.clone(),
+                    stage: Stage::Insert,
+                    error: message.to_owned(),
+                    column: None,
+                })),
+                None => Err(fail(
+                    " (its original message was not kept for a dead letter)",
+                )),
+            },
             Err(PolicyError::Limit { tripped, .. }) => Err(fail(&format!(" ({tripped})"))),
             Err(other) => Err(fail(&format!(" ({other})"))),
         }

@@ -240,6 +240,13 @@ impl Harness {
                 })
                 .collect(),
             partitions: vec![Some(spate_core::record::PartitionId::new("t", 0))],
+            originals: (0..rows)
+                .map(|i| spate_core::sink::Original {
+                    key: None,
+                    value: Some(vec![b'v', i]),
+                    timestamp_ms: Some(1000 + i64::from(i)),
+                })
+                .collect(),
         });
         let chunk = Chunk {
             shard: 0,
@@ -602,4 +609,54 @@ async fn a_retried_transient_error_is_reported_stuck_until_it_clears() {
         "cleared on success"
     );
     assert_eq!(acked_seqs(&h.events()), [0]);
+}
+
+#[derive(Default)]
+struct Letters(StdMutex<Vec<spate_core::policy::DeadLetter>>);
+
+impl spate_core::policy::DeadLetterSink for Letters {
+    fn store(&self, letter: &spate_core::policy::DeadLetter) -> Result<(), String> {
+        self.0.lock().unwrap().push(letter.clone());
+        Ok(())
+    }
+    fn describe(&self) -> String {
+        "memory".into()
+    }
+}
+
+/// Under dead-letter, each isolated row is stored as a letter of its
+/// original message (stage insert) before the chunk is acknowledged.
+#[tokio::test(start_paused = true)]
+async fn isolated_rows_become_dead_letters_of_their_messages() {
+    let metrics = Metrics::new();
+    let letters = Arc::new(Letters::default());
+    let policy = ErrorPolicy {
+        on_error: OnError::DeadLetter,
+        ..ErrorPolicy::default()
+    };
+    let rejections = Rejections::with_dead_letters(
+        policy,
+        &metrics,
+        spate_core::clock::system(),
+        Some(letters.clone()),
+    );
+    let extras = Extras {
+        rejections: Some(rejections),
+        poison: vec![4],
+        ..Extras::default()
+    };
+    let mut h = Harness::start_with(vec![vec![]], no_jitter(100, 400), extras);
+    h.push_indexed(8);
+    h.finish().await;
+    assert_eq!(acked_seqs(&h.events()), [0]);
+    let stored = letters.0.lock().unwrap();
+    assert_eq!(stored.len(), 1);
+    let l = &stored[0];
+    assert_eq!((l.topic.as_str(), l.partition, l.offset), ("t", 0, 104));
+    assert_eq!(
+        (l.value.as_deref(), l.timestamp_ms),
+        (Some(&[b'v', 4][..]), Some(1004))
+    );
+    assert_eq!(l.stage, spate_core::policy::Stage::Insert);
+    assert!(l.error.contains("throwIf"), "{l:?}");
 }
