@@ -237,6 +237,18 @@ pub struct RunArgs {
     /// timestamp and spate.* headers saying why.
     #[arg(long, env = "SPATE_DEAD_LETTER_TOPIC")]
     pub dead_letter_topic: Option<String>,
+    /// Under --on-error dead-letter: the ClickHouse table ([DB.]TABLE, on
+    /// the pipeline's first server, created when missing) that receives
+    /// each rejected message, one row with why and where it failed.
+    #[arg(long, env = "SPATE_DEAD_LETTER_TABLE")]
+    pub dead_letter_table: Option<String>,
+    /// The server of --dead-letter-table, when not the pipeline's first.
+    #[arg(
+        long,
+        env = "SPATE_DEAD_LETTER_CLICKHOUSE_URL",
+        requires = "dead_letter_table"
+    )]
+    pub dead_letter_clickhouse_url: Option<String>,
     // --- end of bad messages ---
     /// Log format.
     #[arg(long, env = "SPATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]

@@ -64,6 +64,8 @@ const PIPELINE_KEYS: &[&str] = &[
     "rejected_window",
     "max_rejected_consecutive",
     "dead_letter_topic",
+    "dead_letter_table",
+    "dead_letter_clickhouse_url",
 ];
 
 /// One way to name the servers; a pipeline or the command line that sets

@@ -141,6 +141,11 @@ fn pipeline_settings(out: &mut String, name: &str, p: &RunArgs) {
             p.max_rejected_consecutive.to_string(),
         ),
         ("dead_letter_topic", opt(p.dead_letter_topic.clone())),
+        ("dead_letter_table", opt(p.dead_letter_table.clone())),
+        (
+            "dead_letter_clickhouse_url",
+            opt(p.dead_letter_clickhouse_url.clone()),
+        ),
         ("batch_rows", p.batch_rows.to_string()),
         ("batch_bytes", p.batch_bytes.to_string()),
         ("flush_interval", quoted(&format!("{:?}", p.flush_interval))),

@@ -86,15 +86,19 @@ fn validate_error_policy(args: &RunArgs) -> Result<(), Exit> {
         return Err(Exit::usage("--rejected-window must be at least 1"));
     }
     let dead_letter = args.on_error == spate_core::policy::OnError::DeadLetter;
-    if dead_letter && args.dead_letter_topic.is_none() {
+    let destination = args.dead_letter_topic.is_some() || args.dead_letter_table.is_some();
+    if dead_letter && !destination {
         return Err(Exit::usage(
-            "--on-error dead-letter needs a destination: --dead-letter-topic TOPIC",
+            "--on-error dead-letter needs a destination: --dead-letter-topic TOPIC and/or --dead-letter-table [DB.]TABLE",
         ));
     }
-    if !dead_letter && args.dead_letter_topic.is_some() {
+    if !dead_letter && destination {
         return Err(Exit::usage(
-            "--dead-letter-topic is only used with --on-error dead-letter",
+            "--dead-letter-topic and --dead-letter-table are only used with --on-error dead-letter",
         ));
+    }
+    if let Some(t) = &args.dead_letter_table {
+        TableRef::parse(t).map_err(|e| Exit::usage(format!("--dead-letter-table: {e}")))?;
     }
     if args
         .dead_letter_topic

@@ -84,6 +84,24 @@ pub trait DeadLetterSink: Send + Sync {
     fn describe(&self) -> String;
 }
 
+/// Several destinations (`--dead-letter-topic` and `--dead-letter-table`):
+/// a letter is stored in each, in order, before it counts as stored.
+pub struct AllOf(pub Vec<std::sync::Arc<dyn DeadLetterSink>>);
+
+impl DeadLetterSink for AllOf {
+    fn store(&self, letter: &DeadLetter) -> Result<(), String> {
+        self.0.iter().try_for_each(|d| {
+            d.store(letter)
+                .map_err(|e| format!("{}: {e}", d.describe()))
+        })
+    }
+
+    fn describe(&self) -> String {
+        let all: Vec<String> = self.0.iter().map(|d| d.describe()).collect();
+        all.join(" and ")
+    }
+}
+
 /// `s` cut to at most `max` bytes, on a character boundary.
 #[must_use]
 pub fn cut(s: &str, max: usize) -> &str {

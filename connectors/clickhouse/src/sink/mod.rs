@@ -55,3 +55,11 @@ pub use pool::{PreparedSink, SinkPool};
 pub use retry::RetryPolicy;
 pub use spec::{SinkSpec, TableRef};
 pub use topology::{ShardSpec, Topology, TopologySource};
+
+/// The settings every insert of the sink sends, for the dead-letter
+/// table's inserts on `client`'s server.
+pub(crate) fn dead_letter_insert_settings(
+    client: &crate::client::ChClient,
+) -> Vec<(String, String)> {
+    settings::insert_settings(client.features())
+}
