@@ -190,6 +190,56 @@ mod tests {
         }
     }
 
+    /// The bad-message flags: a policy per pipeline, dead-letter needs a
+    /// destination, a destination needs dead-letter, limits in range.
+    #[test]
+    fn error_policy_flags_are_checked() {
+        let a = run_args(&[
+            "--topic",
+            "t",
+            "--on-error",
+            "skip",
+            "--max-rejected-consecutive",
+            "7",
+        ]);
+        let p = a.error_policy();
+        assert_eq!(p.on_error, spate_core::policy::OnError::Skip);
+        assert_eq!(p.limit.max_consecutive, 7);
+        assert!(!p.tombstones_are_errors);
+        assert!(validate(&a).is_ok());
+        for (extra, needle) in [
+            (&["--on-error", "dead-letter"][..], "needs a destination"),
+            (
+                &["--dead-letter-topic", "dlq"][..],
+                "only used with --on-error dead-letter",
+            ),
+            (
+                &["--on-error", "dead-letter", "--dead-letter-topic", "t"][..],
+                "must not be a topic",
+            ),
+            (
+                &["--on-error", "dead-letter", "--dead-letter-table", "a.b.c"][..],
+                "--dead-letter-table",
+            ),
+            (&["--max-rejected-ratio", "1.5"][..], "between 0 and 1"),
+            (&["--rejected-window", "0"][..], "at least 1"),
+        ] {
+            let mut args = vec!["--topic", "t"];
+            args.extend_from_slice(extra);
+            let e = validate(&run_args(&args)).err().expect("refused");
+            assert!(e.message().contains(needle), "{extra:?}: {}", e.message());
+        }
+        let ok = run_args(&[
+            "--topic",
+            "t",
+            "--on-error",
+            "dead-letter",
+            "--dead-letter-table",
+            "dl",
+        ]);
+        assert!(validate(&ok).is_ok());
+    }
+
     #[test]
     fn revocation_and_prefetch_are_derived_from_the_flags() {
         let v = validate(&run_args(&[
