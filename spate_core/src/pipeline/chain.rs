@@ -130,7 +130,8 @@ impl<E: RowEncode> EncodeChain<E> {
                 ctx.options.limits,
                 ctx.thread as u64 + 0x9E37_79B9,
             )
-            .with_clock(ctx.clock.clone()),
+            .with_clock(ctx.clock.clone())
+            .with_skip_shard(usize::from(slots[0])),
             shard: usize::from(slots[next_slot]),
             next_slot,
             slots,

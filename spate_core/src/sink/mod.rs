@@ -14,6 +14,14 @@
 //! until the worker is done with it (inserted or abandoned), so the queue
 //! depth bounds the memory of queued *and* in-flight data.
 //!
+//! Each chunk also carries a [`RowIndex`]: where each row ends in `data`,
+//! its offset and the partition of its range, and (under `--on-error
+//! dead-letter`) its original message. A sink uses it to insert parts of a
+//! batch and name or dead-letter the rows the server rejects; the rows it
+//! skips or dead-letters are acknowledged with the chunk, so no extra
+//! [`AckEvent`] is needed. A chunk with no rows carries only offsets the
+//! error policy skipped: the sink acknowledges it at once.
+//!
 //! The runtime sees the sink only as a [`SinkRuntime`](crate::pipeline::SinkRuntime):
 //! queue handles for capacity introspection, a drain hook and a probe.
 

@@ -18,7 +18,7 @@
 //! offset is acknowledged with the rows around it, in order. A segment
 //! made only of skipped offsets has no chunk to ride in: at the next flush
 //! (or one batch interval later) it goes out as a row-less [`Chunk`] on
-//! shard 0, which the sink acknowledges without inserting anything.
+//! the writer's skip shard, which the sink acknowledges without inserting anything.
 //!
 //! Time: a chunk's age deadline is read from the writer's injected
 //! [`Clock`] (the runtime's clock; a [`ManualClock`](crate::clock::ManualClock)
@@ -122,6 +122,8 @@ pub struct ShardWriter {
     clock: SharedClock,
     /// When the segments made only of skipped offsets go out.
     skip_deadline: Option<Instant>,
+    /// The shard whose queue carries them.
+    skip_shard: usize,
 }
 
 impl ShardWriter {
@@ -137,6 +139,7 @@ impl ShardWriter {
             rng: seed | 1,
             clock: clock::system(),
             skip_deadline: None,
+            skip_shard: 0,
         }
     }
 
@@ -144,6 +147,15 @@ impl ShardWriter {
     #[must_use]
     pub fn with_clock(mut self, clock: SharedClock) -> Self {
         self.clock = clock;
+        self
+    }
+
+    /// The same writer sending the row-less chunks of skipped offsets to
+    /// `shard` (one of its pipeline's shards: in a process of several
+    /// pipelines, shard 0 may belong to another pipeline's sink).
+    #[must_use]
+    pub fn with_skip_shard(mut self, shard: usize) -> Self {
+        self.skip_shard = shard;
         self
     }
 
@@ -304,7 +316,7 @@ impl ShardWriter {
     }
 
     /// Send the segments made only of skipped offsets, as one row-less
-    /// chunk on shard 0.
+    /// chunk on the skip shard.
     fn seal_skipped(&mut self) -> Result<(), ChainError> {
         self.skip_deadline = None;
         let acks: Vec<AckRange> = self
@@ -316,8 +328,9 @@ impl ShardWriter {
         if acks.is_empty() {
             return Ok(());
         }
+        let shard = self.skip_shard;
         let out = Chunk {
-            shard: 0,
+            shard,
             rows: 0,
             data: Vec::new(),
             acks,
@@ -326,7 +339,7 @@ impl ShardWriter {
         };
         self.queues
             .push(out)
-            .map_err(|_| ChainError::QueueClosed { shard: 0 })
+            .map_err(|_| ChainError::QueueClosed { shard })
     }
 
     /// Seal every non-empty chunk now.
