@@ -104,10 +104,12 @@ impl Original {
 }
 
 impl RowIndex {
-    /// Bytes held by the kept originals (counted in the queue budget).
+    /// Bytes the index holds (row entries and kept originals), counted in
+    /// the queue budget with the chunk's data.
     #[must_use]
-    pub fn originals_bytes(&self) -> usize {
-        self.originals.iter().map(Original::bytes).sum()
+    pub fn heap_bytes(&self) -> usize {
+        self.rows.len() * std::mem::size_of::<RowOrigin>()
+            + self.originals.iter().map(Original::bytes).sum::<usize>()
     }
 }
 

@@ -144,8 +144,8 @@ impl ShardQueues {
     /// [`is_over`](Self::is_over)).
     pub fn push(&self, mut chunk: Chunk) -> Result<(), Chunk> {
         let shard = chunk.shard;
-        // The original messages kept for dead letters count too.
-        let bytes = chunk.data.len() + chunk.index.originals_bytes();
+        // The row index (and the originals kept for dead letters) count too.
+        let bytes = chunk.data.len() + chunk.index.heap_bytes();
         let d = &self.depth[shard];
         d.bytes.fetch_add(bytes, Ordering::AcqRel);
         d.chunks.fetch_add(1, Ordering::AcqRel);
