@@ -256,13 +256,53 @@ pub struct RunArgs {
     #[arg(long, env = "SPATE_PROBE_INTERVAL", default_value = "5s", value_parser = parse_duration)]
     pub probe_interval: Duration,
     /// /healthz reports a pipeline thread whose loop has not turned for
-    /// this long.
+    /// this long; /readyz turns 503 when an insert has retried a transient
+    /// error for this long (naming the shard and the error).
     #[arg(long, env = "SPATE_STALL_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
     pub stall_timeout: Duration,
     /// librdkafka property KEY=VALUE, applied after spate's defaults
     /// (repeatable; in SPATE_PROPERTY separate them with `;`).
     #[arg(short = 'X', long = "property", env = "SPATE_PROPERTY", value_name = "KEY=VALUE", value_parser = parse_property, value_delimiter = ';')]
     pub properties: Vec<(String, String)>,
+    // --- Bad messages (the error policy; README "Bad messages") ---
+    /// What to do with a message that cannot become a row (decode error or
+    /// a row the server rejects): fail (exit 1 naming it), skip (count,
+    /// log, go on) or dead-letter.
+    #[arg(long, env = "SPATE_ON_ERROR", default_value = "fail", value_parser = parse_on_error)]
+    pub on_error: spate_core::policy::OnError,
+    /// Treat a message without a value (a tombstone) as an error instead of
+    /// skipping and counting it.
+    #[arg(long, env = "SPATE_TOMBSTONES_ARE_ERRORS")]
+    pub tombstones_are_errors: bool,
+    /// Under skip/dead-letter: fail when more than this fraction of a
+    /// window of --rejected-window messages is rejected (1 turns it off).
+    #[arg(long, env = "SPATE_MAX_REJECTED_RATIO", default_value_t = 0.1)]
+    pub max_rejected_ratio: f64,
+    /// Messages per window of --max-rejected-ratio.
+    #[arg(long, env = "SPATE_REJECTED_WINDOW", default_value_t = 1000)]
+    pub rejected_window: u64,
+    /// Under skip/dead-letter: fail when this many messages in a row are
+    /// rejected (0 turns it off).
+    #[arg(long, env = "SPATE_MAX_REJECTED_CONSECUTIVE", default_value_t = 100)]
+    pub max_rejected_consecutive: u64,
+    /// Under --on-error dead-letter: the Kafka topic (on the same brokers)
+    /// that receives each rejected message, with its key, value and
+    /// timestamp and spate.* headers saying why.
+    #[arg(long, env = "SPATE_DEAD_LETTER_TOPIC")]
+    pub dead_letter_topic: Option<String>,
+    /// Under --on-error dead-letter: the ClickHouse table ([DB.]TABLE, on
+    /// the pipeline's first server, created when missing) that receives
+    /// each rejected message, one row with why and where it failed.
+    #[arg(long, env = "SPATE_DEAD_LETTER_TABLE")]
+    pub dead_letter_table: Option<String>,
+    /// The server of --dead-letter-table, when not the pipeline's first.
+    #[arg(
+        long,
+        env = "SPATE_DEAD_LETTER_CLICKHOUSE_URL",
+        requires = "dead_letter_table"
+    )]
+    pub dead_letter_clickhouse_url: Option<String>,
+    // --- end of bad messages ---
     /// Log format.
     #[arg(long, env = "SPATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -302,4 +342,24 @@ pub struct GenArgs {
     /// Log level.
     #[arg(long, env = "SPATE_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
+}
+
+fn parse_on_error(s: &str) -> Result<spate_core::policy::OnError, String> {
+    s.parse()
+}
+
+impl RunArgs {
+    /// The error policy these flags describe.
+    #[must_use]
+    pub fn error_policy(&self) -> spate_core::policy::ErrorPolicy {
+        spate_core::policy::ErrorPolicy {
+            on_error: self.on_error,
+            tombstones_are_errors: self.tombstones_are_errors,
+            limit: spate_core::policy::RejectLimit {
+                window: self.rejected_window,
+                max_ratio: self.max_rejected_ratio,
+                max_consecutive: self.max_rejected_consecutive,
+            },
+        }
+    }
 }

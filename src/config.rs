@@ -66,6 +66,15 @@ const PIPELINE_KEYS: &[&str] = &[
     "compression",
     "insert_format",
     "delivery",
+    // bad messages (error policy)
+    "on_error",
+    "tombstones_are_errors",
+    "max_rejected_ratio",
+    "rejected_window",
+    "max_rejected_consecutive",
+    "dead_letter_topic",
+    "dead_letter_table",
+    "dead_letter_clickhouse_url",
 ];
 
 /// One way to name the servers; a pipeline or the command line that sets
@@ -514,6 +523,46 @@ password = "${SPATE_TEST_CFG_KAFKA_PW}"
         let out = expand(a.clone()).unwrap();
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].argv, a);
+    }
+
+    /// Each pipeline has its own error policy; the top level is the default.
+    #[test]
+    fn the_error_policy_is_per_pipeline() {
+        let f = file(
+            r#"
+brokers = "k:9092"
+group = "g"
+on_error = "skip"
+[[pipeline]]
+topics = ["ta"]
+table = "db.a"
+clickhouse_url = "http://ch:8123"
+[[pipeline]]
+topics = ["tb"]
+table = "db.b"
+clickhouse_url = "http://ch:8123"
+on_error = "dead-letter"
+dead_letter_topic = "tb-dlq"
+tombstones_are_errors = true
+max_rejected_ratio = 0.5
+"#,
+        );
+        let out = expand(argv(&["--config", &f.0])).unwrap();
+        let a = out[0].argv.join(" ");
+        assert!(a.contains("--on-error=skip") && !a.contains("dead"), "{a}");
+        let b = out[1].argv.join(" ");
+        for needle in [
+            "--on-error=dead-letter",
+            "--dead-letter-topic=tb-dlq",
+            "--tombstones-are-errors",
+            "--max-rejected-ratio=0.5",
+        ] {
+            assert!(b.contains(needle), "{needle}: {b}");
+        }
+        assert!(
+            !b.contains("--on-error=skip"),
+            "the pipeline's value wins: {b}"
+        );
     }
 
     #[test]

@@ -57,6 +57,7 @@ pub(crate) fn validate(args: &RunArgs) -> Result<Validated, Exit> {
     if args.batch_rows == 0 {
         return Err(Exit::usage("--batch-rows must be at least 1"));
     }
+    validate_error_policy(args)?;
     let max_poll = kafka
         .max_poll_interval_ms()
         .map_err(|e| Exit::usage(e.to_string()))?;
@@ -103,6 +104,41 @@ fn secrets(args: &RunArgs) -> Result<Option<Secret>, Exit> {
 
 /// One pipeline's sink settings, from its flags: what `run` starts the
 /// sink with and what `check` discovers the servers with.
+/// The bad-message flags' cross-checks.
+fn validate_error_policy(args: &RunArgs) -> Result<(), Exit> {
+    if !(0.0..=1.0).contains(&args.max_rejected_ratio) {
+        return Err(Exit::usage("--max-rejected-ratio must be between 0 and 1"));
+    }
+    if args.rejected_window == 0 {
+        return Err(Exit::usage("--rejected-window must be at least 1"));
+    }
+    let dead_letter = args.on_error == spate_core::policy::OnError::DeadLetter;
+    let destination = args.dead_letter_topic.is_some() || args.dead_letter_table.is_some();
+    if dead_letter && !destination {
+        return Err(Exit::usage(
+            "--on-error dead-letter needs a destination: --dead-letter-topic TOPIC and/or --dead-letter-table [DB.]TABLE",
+        ));
+    }
+    if !dead_letter && destination {
+        return Err(Exit::usage(
+            "--dead-letter-topic and --dead-letter-table are only used with --on-error dead-letter",
+        ));
+    }
+    if let Some(t) = &args.dead_letter_table {
+        TableRef::parse(t).map_err(|e| Exit::usage(format!("--dead-letter-table: {e}")))?;
+    }
+    if args
+        .dead_letter_topic
+        .as_ref()
+        .is_some_and(|t| args.topics.contains(t))
+    {
+        return Err(Exit::usage(
+            "--dead-letter-topic must not be a topic the pipeline reads",
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn sink_spec(a: &RunArgs, v: &Validated) -> SinkSpec {
     SinkSpec {
         topology: v.topology.clone(),
@@ -198,6 +234,56 @@ mod tests {
             Command::Run(a) => a,
             other => panic!("parsed as {other:?}"),
         }
+    }
+
+    /// The bad-message flags: a policy per pipeline, dead-letter needs a
+    /// destination, a destination needs dead-letter, limits in range.
+    #[test]
+    fn error_policy_flags_are_checked() {
+        let a = run_args(&[
+            "--topic",
+            "t",
+            "--on-error",
+            "skip",
+            "--max-rejected-consecutive",
+            "7",
+        ]);
+        let p = a.error_policy();
+        assert_eq!(p.on_error, spate_core::policy::OnError::Skip);
+        assert_eq!(p.limit.max_consecutive, 7);
+        assert!(!p.tombstones_are_errors);
+        assert!(validate(&a).is_ok());
+        for (extra, needle) in [
+            (&["--on-error", "dead-letter"][..], "needs a destination"),
+            (
+                &["--dead-letter-topic", "dlq"][..],
+                "only used with --on-error dead-letter",
+            ),
+            (
+                &["--on-error", "dead-letter", "--dead-letter-topic", "t"][..],
+                "must not be a topic",
+            ),
+            (
+                &["--on-error", "dead-letter", "--dead-letter-table", "a.b.c"][..],
+                "--dead-letter-table",
+            ),
+            (&["--max-rejected-ratio", "1.5"][..], "between 0 and 1"),
+            (&["--rejected-window", "0"][..], "at least 1"),
+        ] {
+            let mut args = vec!["--topic", "t"];
+            args.extend_from_slice(extra);
+            let e = validate(&run_args(&args)).err().expect("refused");
+            assert!(e.message().contains(needle), "{extra:?}: {}", e.message());
+        }
+        let ok = run_args(&[
+            "--topic",
+            "t",
+            "--on-error",
+            "dead-letter",
+            "--dead-letter-table",
+            "dl",
+        ]);
+        assert!(validate(&ok).is_ok());
     }
 
     #[test]

@@ -10,10 +10,17 @@
 //!
 //! [`SourceReadiness`] is written by the controller thread (joined the
 //! group, shutting down) and read by the admin server.
+//!
+//! [`TransientStalls`] is written by sink workers (tokio tasks) while they
+//! retry a transient error and read by the sink's readiness probe: an
+//! error that has not cleared for the stall limit turns `/readyz` 503
+//! naming the shard and the last error, so a retry loop never hides
+//! behind green health checks.
 
 use crate::clock::{self, SharedClock};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Readiness flags the controller maintains for `/readyz`.
@@ -162,10 +169,89 @@ impl Liveness {
     }
 }
 
+/// Sink work (e.g. one shard's insert worker) retrying a transient error,
+/// by name: since when, and the last error.
+#[derive(Debug)]
+pub struct TransientStalls {
+    clock: SharedClock,
+    failing: Mutex<BTreeMap<String, (Instant, String)>>,
+}
+
+impl TransientStalls {
+    /// Nothing failing, on `clock`.
+    #[must_use]
+    pub fn new(clock: SharedClock) -> Arc<Self> {
+        Arc::new(Self {
+            clock,
+            failing: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    /// `who` failed again with `error` (a retriable error): the first call
+    /// since the last [`cleared`](Self::cleared) starts its clock.
+    pub fn failing(&self, who: &str, error: &str) {
+        let now = self.clock.now();
+        let mut map = self.failing.lock().unwrap_or_else(PoisonError::into_inner);
+        match map.get_mut(who) {
+            Some((_, last)) => error.clone_into(last),
+            None => {
+                map.insert(who.to_owned(), (now, error.to_owned()));
+            }
+        }
+    }
+
+    /// `who` succeeded (or stopped trying).
+    pub fn cleared(&self, who: &str) {
+        let mut map = self.failing.lock().unwrap_or_else(PoisonError::into_inner);
+        map.remove(who);
+    }
+
+    /// What has been failing for longer than `after`, one line each:
+    /// `who: failing for Ns: last error`.
+    #[must_use]
+    pub fn stuck(&self, after: Duration) -> Vec<String> {
+        let now = self.clock.now();
+        let map = self.failing.lock().unwrap_or_else(PoisonError::into_inner);
+        map.iter()
+            .filter_map(|(who, (since, error))| {
+                let failing = now.saturating_duration_since(*since);
+                (failing > after).then(|| {
+                    format!(
+                        "{who}: a transient error has not cleared for {}s: {error}",
+                        failing.as_secs()
+                    )
+                })
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
+
+    #[test]
+    fn a_transient_error_is_stuck_after_the_limit_until_it_clears() {
+        let clock = ManualClock::new();
+        let stalls = TransientStalls::new(clock.clone());
+        let limit = Duration::from_secs(10);
+        stalls.failing("shard 1", "Code: 252. Too many parts");
+        clock.advance(Duration::from_secs(6));
+        stalls.failing("shard 1", "Code: 241. Memory limit");
+        stalls.failing("shard 2", "Code: 202. Too many queries");
+        assert!(stalls.stuck(limit).is_empty());
+        clock.advance(Duration::from_secs(5));
+        assert_eq!(
+            stalls.stuck(limit),
+            ["shard 1: a transient error has not cleared for 11s: Code: 241. Memory limit"],
+            "the first failure starts the clock, the last error is named"
+        );
+        stalls.cleared("shard 1");
+        assert!(stalls.stuck(limit).is_empty());
+        clock.advance(Duration::from_secs(6));
+        assert_eq!(stalls.stuck(limit).len(), 1, "shard 2 now");
+    }
 
     #[test]
     fn a_silent_thread_is_named_until_it_beats_or_finishes() {

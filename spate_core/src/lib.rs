@@ -36,6 +36,8 @@ pub mod health;
 pub mod metrics;
 #[cfg(not(loom))]
 pub mod pipeline;
+#[cfg(not(loom))]
+pub mod policy;
 pub mod record;
 pub mod sink;
 pub mod source;

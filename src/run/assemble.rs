@@ -58,7 +58,8 @@ pub fn run(pipelines: Vec<(String, RunArgs)>) -> Result<(), Exit> {
         drivers,
         &io,
         &acks.0,
-    );
+        &metrics,
+    )?;
     let sink_options = SinkOptions {
         limits: sinks.routes[0].limits,
     };

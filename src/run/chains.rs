@@ -28,7 +28,8 @@ pub(super) fn factory(routes: Vec<Route>) -> ChainFactory {
                 },
                 ..ctx.clone()
             };
-            let mut chain = EncodeChain::with_slots(encoder, &ctx, route.slots.clone());
+            let mut chain = EncodeChain::with_slots(encoder, &ctx, route.slots.clone())
+                .with_rejections(route.rejections.clone());
             if let Some(plans) = &route.plans {
                 chain = chain.exactly_once(plans.clone());
             }

@@ -12,10 +12,13 @@
 use crate::cli::RunArgs;
 use crate::exit::Exit;
 use crate::settings::{sink_spec, Validated};
+use spate_clickhouse::{ChClient, ChClientOptions, ChDeadLetters, RetryPolicy, TableRef};
 use spate_clickhouse::{EncoderFactory, PreparedSink, SinkPool, SinkSpec};
 use spate_core::metrics::Metrics;
 use spate_core::pipeline::SinkRuntime;
+use spate_core::policy::{AllOf, DeadLetterSink, Rejections};
 use spate_core::sink::{AckSender, BatchLimits, ShardQueues};
+use spate_kafka::KafkaDeadLetters;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,6 +33,8 @@ pub(super) struct Route {
     pub topics: Vec<String>,
     /// Exactly-once: the recorded blocks the chain replays.
     pub plans: Option<Arc<dyn spate_core::sink::BlockPlans>>,
+    /// The pipeline's error policy (decode side; the sink has its share).
+    pub rejections: Arc<Rejections>,
 }
 
 /// Every pipeline's sink, spawned: the runtime's half, and one route per
@@ -94,7 +99,8 @@ pub(super) fn spawn_all(
     drivers: usize,
     io: &tokio::runtime::Runtime,
     acks: &AckSender,
-) -> Sinks {
+    metrics: &Metrics,
+) -> Result<Sinks, Exit> {
     let total_shards: usize = prepared.iter().map(PreparedSink::shards).sum();
     let budget = Budget::split(max_buffered_bytes, drivers, total_shards);
     let (queues, receivers) = ShardQueues::new(
@@ -108,13 +114,22 @@ pub(super) fn spawn_all(
     let mut routes = Vec::with_capacity(prepared.len());
     for (p, (_, a)) in prepared.into_iter().zip(pipelines) {
         let n = p.shards();
-        let pool = p.spawn(
-            &queues,
-            receivers.by_ref().take(n).collect(),
-            offset,
-            io.handle(),
-            acks,
+        let rejections = Rejections::with_dead_letters(
+            a.error_policy(),
+            metrics,
+            spate_core::clock::system(),
+            dead_letters(a, io)?,
         );
+        let pool = p
+            .with_rejections(rejections.clone())
+            .with_stall_timeout(a.stall_timeout)
+            .spawn(
+                &queues,
+                receivers.by_ref().take(n).collect(),
+                offset,
+                io.handle(),
+                acks,
+            );
         offset += n;
         routes.push(Route {
             encoders: pool.encoder_factory(),
@@ -122,6 +137,7 @@ pub(super) fn spawn_all(
             limits: batch_limits(a, &budget, drivers, total_shards),
             topics: a.topics.clone(),
             plans: pool.block_plans(),
+            rejections,
         });
         pools.push(pool);
     }
@@ -133,7 +149,66 @@ pub(super) fn spawn_all(
     } else {
         SinkPool::combine(pools)
     };
-    Sinks { runtime, routes }
+    Ok(Sinks { runtime, routes })
+}
+
+/// The dead-letter destinations of `--on-error dead-letter`: the topic,
+/// the table (created when missing), or both.
+fn dead_letters(
+    a: &RunArgs,
+    io: &tokio::runtime::Runtime,
+) -> Result<Option<Arc<dyn DeadLetterSink>>, Exit> {
+    let mut all: Vec<Arc<dyn DeadLetterSink>> = Vec::new();
+    if let Some(topic) = &a.dead_letter_topic {
+        let producer = KafkaDeadLetters::new(&a.brokers, topic, &a.properties)
+            .map_err(|e| Exit::usage(format!("--dead-letter-topic {topic}: {e}")))?;
+        all.push(Arc::new(producer));
+    }
+    if let Some(table) = &a.dead_letter_table {
+        all.push(Arc::new(dead_letter_table(a, table, io)?));
+    }
+    Ok(match all.len() {
+        0 => None,
+        1 => all.pop(),
+        _ => Some(Arc::new(AllOf(all))),
+    })
+}
+
+/// The dead-letter table on the pipeline's first server.
+fn dead_letter_table(
+    a: &RunArgs,
+    table: &str,
+    io: &tokio::runtime::Runtime,
+) -> Result<ChDeadLetters, Exit> {
+    let bad = |e: String| Exit::usage(format!("--dead-letter-table {table}: {e}"));
+    let table_ref = TableRef::parse(table).map_err(|e| bad(e.to_string()))?;
+    let url = a
+        .dead_letter_clickhouse_url
+        .clone()
+        .or_else(|| a.clickhouse_url.clone())
+        .or_else(|| {
+            a.shards
+                .first()
+                .and_then(|s| s.split(',').next().map(str::to_owned))
+        })
+        .ok_or_else(|| bad("no ClickHouse server named".into()))?;
+    let opts = ChClientOptions {
+        insert_timeout: a.insert_timeout,
+        ..ChClientOptions::default()
+    };
+    io.block_on(async {
+        let client = ChClient::connect_with(&url, a.user.as_deref(), a.password.as_deref(), opts)
+            .await
+            .map_err(|e| bad(e.to_string()))?;
+        ChDeadLetters::prepare(
+            client,
+            table_ref,
+            RetryPolicy::default(),
+            io.handle().clone(),
+        )
+        .await
+        .map_err(|e| bad(e.to_string()))
+    })
 }
 
 /// One pipeline's batch limits: its flags, `--batch-bytes` lowered to the

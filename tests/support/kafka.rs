@@ -107,6 +107,10 @@ fn metadata_client(brokers: &str) -> BaseConsumer {
         .expect("metadata client")
 }
 
+/// A [`Msg::payload`] that produces a message without a value (a
+/// tombstone, a delete on a compacted topic).
+pub const TOMBSTONE: &str = "\u{0}tombstone";
+
 /// One message to produce.
 pub struct Msg {
     pub partition: i32,
@@ -217,9 +221,10 @@ pub fn produce_at(
             m.partition < partitions,
             "message {i}: partition out of range"
         );
-        let mut rec = BaseRecord::with_opaque_to(topic, i)
-            .partition(m.partition)
-            .payload(&m.payload);
+        let mut rec = BaseRecord::with_opaque_to(topic, i).partition(m.partition);
+        if m.payload != TOMBSTONE {
+            rec = rec.payload(&m.payload);
+        }
         if let Some(k) = &m.key {
             rec = rec.key(k);
         }

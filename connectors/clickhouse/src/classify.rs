@@ -110,6 +110,23 @@ const REPLICA: &[u32] = &[
     999, // KEEPER_EXCEPTION
 ];
 
+/// The codes of [`DATA`] that blame rows of the batch (not the table, the
+/// statement or the user): a batch failing with one of these is bisected
+/// until the rows that fail alone are isolated; the error policy decides
+/// what happens to them. 252 "too many partitions for single INSERT block"
+/// is a property of the batch too: its halves span fewer partitions.
+const ROWS: &[u32] = &[
+    6, 7, 26, 27, 38, 41, 53, 69, 70, 72, 117, 131, 190, 321, 349, 395, 407, 469,
+];
+
+/// Whether server error `code` with message `body` blames rows of the
+/// batch (see [`ROWS`]): bisecting the batch isolates them.
+#[must_use]
+pub fn is_row_error(code: u32, body: &str) -> bool {
+    ROWS.contains(&code)
+        || (code == 252 && body.to_ascii_lowercase().contains(PARTITIONS_PER_BLOCK))
+}
+
 /// Code 252 TOO_MANY_PARTS has two meanings: "Too many parts (N). Merges
 /// are processing significantly slower than inserts" passes once merges
 /// catch up; "Too many partitions for single INSERT block" is a property
@@ -311,6 +328,66 @@ mod tests {
             // The code decides whatever the status.
             assert_eq!(remedy(Some(400), body), *want, "400: {body}");
             assert_eq!(remedy(Some(200), body), *want, "200: {body}");
+        }
+    }
+
+    /// The row errors are data errors (given up, never retried), and the
+    /// schema, statement and profile errors are not row errors: bisecting
+    /// cannot help them.
+    #[test]
+    fn row_errors_are_a_subset_of_the_data_errors() {
+        for c in ROWS {
+            assert!(DATA.contains(c), "{c}");
+            assert_eq!(code_remedy(*c, ""), Some(GiveUp), "{c}");
+        }
+        for c in [
+            16, 44, 47, 60, 62, 73, 81, 115, 158, 164, 307, 396, 452, 497,
+        ] {
+            assert!(!is_row_error(c, ""), "{c}");
+        }
+        let partitions = "Code: 252. DB::Exception: Too many partitions for single INSERT block (more than 100). (TOO_MANY_PARTS)";
+        assert!(is_row_error(252, partitions));
+        assert!(!is_row_error(252, "Code: 252. DB::Exception: Too many parts (300). Merges are processing significantly slower than inserts. (TOO_MANY_PARTS)"));
+    }
+
+    /// Texts measured on the two test servers (18.16.1 and 26.9.2) by
+    /// making each error happen: (text, remedy, blames rows). 18.16 has no
+    /// CHECK constraints (469), no `max_partitions_per_insert_block`, no
+    /// `accurateCast` (321); those codes are covered by the 26.9 texts and
+    /// the `server_messages` table above.
+    #[test]
+    fn measured_server_texts() {
+        let cases: &[(&str, Remedy, bool)] = &[
+            // 18.16.1
+            ("Code: 395, e.displayText() = DB::Exception: Value passed to 'throwIf' function is non zero, e.what() = DB::Exception", GiveUp, true),
+            ("Code: 407, e.displayText() = DB::Exception: Decimal convert overflow, e.what() = DB::Exception", GiveUp, true),
+            ("Code: 190, e.displayText() = DB::Exception: Arrays passed to arrayMap must have equal size, e.what() = DB::Exception", GiveUp, true),
+            ("Code: 70, e.displayText() = DB::Exception: Cannot convert NULL to a non-nullable type: while converting source column NULL to destination column d, e.what() = DB::Exception", GiveUp, true),
+            ("Code: 6, e.displayText() = DB::Exception: Cannot parse string 'abc' as UInt8: syntax error at begin of string. Note: there are toUInt8OrZero and toUInt8OrNull functions, which returns zero/NULL instead of throwing exception., e.what() = DB::Exception", GiveUp, true),
+            ("Code: 164, e.displayText() = DB::Exception: Cannot insert into table in readonly mode, e.what() = DB::Exception", GiveUp, false),
+            ("Code: 396, e.displayText() = DB::Exception: Limit for result exceeded, max rows: 1.00, current rows: 10.00, e.what() = DB::Exception", GiveUp, false),
+            ("Code: 115, e.displayText() = DB::Exception: Unknown setting max_partitions_per_insert_block, e.what() = DB::Exception", GiveUp, false),
+            ("Code: 62, e.displayText() = DB::Exception: Syntax error: failed at position 50: CHECK x > 0) ENGINE = MergeTree ORDER BY x. Expected one of: COMMENT, DEFAULT, MATERIALIZED, ALIAS, ClosingRoundBracket, Comma, token, e.what() = DB::Exception", GiveUp, false),
+            ("Code: 60, e.displayText() = DB::Exception: Table cls.c doesn't exist., e.what() = DB::Exception", GiveUp, false),
+            // 26.9.2
+            ("Code: 395. DB::Exception: Value passed to 'throwIf' function is non-zero: while executing 'FUNCTION throwIf(1_UInt8 :: 1) -> throwIf(1_UInt8) UInt8 : 2'. (FUNCTION_THROW_IF_VALUE_IS_NON_ZERO) (version 26.9.2.1)", GiveUp, true),
+            ("Code: 407. DB::Exception: Decimal convert overflow. Float is out of Decimal range: In scope SELECT toDecimal32(10000000000., 2). (DECIMAL_OVERFLOW) (version 26.9.2.1)", GiveUp, true),
+            ("Code: 190. DB::Exception: Arrays passed to arrayMap must have equal size. Argument 3 has size 2 which differs with the size of another argument, 1. (SIZES_OF_ARRAYS_DONT_MATCH) (version 26.9.2.1)", GiveUp, true),
+            ("Code: 70. DB::Exception: Value in column Int8 cannot be safely converted into type UInt8: In scope SELECT accurateCast(-1, 'UInt8'). (CANNOT_CONVERT_TYPE) (version 26.9.2.1)", GiveUp, true),
+            ("Code: 469. DB::Exception: Constraint `positive` for table cls.c (d7098d6d-2da4-4557-99eb-e9d765a366da) is violated at row 1. Expression: (x > 0). Column values: x = -1. (VIOLATED_CONSTRAINT) (version 26.9.2.1)", GiveUp, true),
+            ("Code: 252. DB::Exception: Too many partitions for single INSERT block (more than 1). The limit is controlled by 'max_partitions_per_insert_block' setting. Large number of partitions is a common misconception. (TOO_MANY_PARTS) (version 26.9.2.1)", GiveUp, true),
+            ("Code: 164. DB::Exception: default: Cannot execute query in readonly mode. (READONLY) (version 26.9.2.1)", GiveUp, false),
+            ("Code: 158. DB::Exception: Limit for rows (controlled by 'max_rows_to_read' setting) exceeded, max rows: 1.00, current rows: 10.00. (TOO_MANY_ROWS) (version 26.9.2.1)", GiveUp, false),
+            ("Code: 396. DB::Exception: Limit for result exceeded, max rows: 1.00, current rows: 10.00. (TOO_MANY_ROWS_OR_BYTES) (version 26.9.2.1)", GiveUp, false),
+            ("Code: 307. DB::Exception: Limit for rows or bytes to read exceeded, max bytes: 1.00 B, current bytes: 80.00 B: While executing NumbersRange. (TOO_MANY_BYTES) (version 26.9.2.1)", GiveUp, false),
+            ("Code: 69. DB::Exception: Scale 100 is out of bounds (max scale: 18): In scope SELECT toDateTime64('2020-01-01', 100). (ARGUMENT_OUT_OF_BOUND) (version 26.9.2.1)", GiveUp, true),
+        ];
+        for (body, want, rows) in cases {
+            for status in [Some(200), Some(400), Some(500)] {
+                assert_eq!(remedy(status, body), *want, "{status:?}: {body}");
+            }
+            let code = parse_code(body).expect("a code");
+            assert_eq!(is_row_error(code, body), *rows, "{body}");
         }
     }
 

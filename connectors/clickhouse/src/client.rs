@@ -131,6 +131,16 @@ impl InsertError {
         }
     }
 
+    /// Whether the server blamed rows of the batch (a data error: see
+    /// [`crate::classify::is_row_error`]): bisecting the batch isolates them.
+    #[must_use]
+    pub fn is_row_error(&self) -> bool {
+        self.class == ErrorClass::Fatal
+            && self
+                .code
+                .is_some_and(|c| crate::classify::is_row_error(c, &self.message))
+    }
+
     /// Whether the replica itself looks unreachable or unable to take
     /// writes, so the insert should move to the shard's next replica.
     /// Errors about the data are never failed over.

@@ -26,6 +26,7 @@
 
 pub mod classify;
 pub mod client;
+pub mod dead_letter;
 pub mod encode;
 pub mod metrics;
 pub mod schema;
@@ -36,6 +37,7 @@ pub mod types;
 
 pub use classify::{classify, code_remedy, parse_code, remedy, ErrorClass, Remedy};
 pub use client::{ChClient, ChClientOptions, ClientError, InsertError};
+pub use dead_letter::ChDeadLetters;
 pub use encode::{EncoderOptions, NativeLayout, RowEncoder, RowError, SchemaError, TransposeError};
 pub use metrics::ChMetrics;
 pub use schema::{Column, DefaultKind, ServerFeatures, VersionError};

@@ -29,6 +29,7 @@
 pub mod config;
 pub mod connect;
 mod context;
+mod dead_letter;
 mod fetch_error;
 mod lane;
 mod rebalance;
@@ -36,5 +37,6 @@ mod rendezvous;
 mod source;
 
 pub use config::{ConfigError, KafkaSourceConfig, DEFAULTS, REFUSED};
+pub use dead_letter::KafkaDeadLetters;
 pub use lane::KafkaLane;
 pub use source::KafkaSource;

@@ -11,6 +11,12 @@
 //!
 //! - [`EncodeChain`]: the standard chain, a sink's [`RowEncode`] in front
 //!   of a [`ShardWriter`], routing through a weighted slot table.
+//!
+//! A message that cannot become a row (a decode failure, or a tombstone)
+//! goes to the pipeline's [`Rejections`] when the chain has one
+//! ([`EncodeChain::with_rejections`]): skipped offsets are covered by the
+//! lane's segment ([`ShardWriter::skip`]); without a policy, or under
+//! `fail`, it is the chain's error and stops the pipeline.
 //! - [`TopicChains`]: one chain per pipeline of a process, chosen by the
 //!   lane's topic.
 
@@ -18,6 +24,7 @@ use crate::checkpoint::PendingGate;
 use crate::clock::SharedClock;
 use crate::error::{ChainError, DecodeError, MessagePosition};
 use crate::metrics::Metrics;
+use crate::policy::{decode_reason, Action, DeadLetter, PolicyError, Rejection, Rejections, Stage};
 use crate::record::{Message, Offset, PartitionId};
 use crate::sink::{BatchLimits, RowEncode, ShardQueues, ShardWriter};
 use crate::source::LaneId;
@@ -91,6 +98,11 @@ pub struct EncodeChain<E: RowEncode> {
     keyed: bool,
     row: Vec<u8>,
     metrics: Arc<Metrics>,
+    rejections: Option<Arc<Rejections>>,
+    /// Messages turned into rows since the last rejection (for the limit).
+    accepted: u64,
+    /// Keep each row's original message (dead letters of server rejections).
+    keep_originals: bool,
 }
 
 impl<E: RowEncode> EncodeChain<E> {
@@ -118,12 +130,16 @@ impl<E: RowEncode> EncodeChain<E> {
                 ctx.options.limits,
                 ctx.thread as u64 + 0x9E37_79B9,
             )
-            .with_clock(ctx.clock.clone()),
+            .with_clock(ctx.clock.clone())
+            .with_skip_shard(usize::from(slots[0])),
             shard: usize::from(slots[next_slot]),
             next_slot,
             slots,
             row: Vec::with_capacity(512),
             metrics: ctx.metrics.clone(),
+            rejections: None,
+            accepted: 0,
+            keep_originals: false,
         }
     }
 
@@ -136,20 +152,106 @@ impl<E: RowEncode> EncodeChain<E> {
         self
     }
 
+    /// The same chain handing bad messages and tombstones to `rejections`
+    /// (the pipeline's error policy) instead of failing on the first.
+    #[must_use]
+    pub fn with_rejections(mut self, rejections: Arc<Rejections>) -> Self {
+        self.keep_originals = rejections.dead_letters().is_some();
+        self.rejections = Some(rejections);
+        self
+    }
+
+    fn original(&self, msg: &Message<'_>) -> Option<crate::sink::Original> {
+        self.keep_originals.then(|| crate::sink::Original::of(msg))
+    }
+
     fn decode_error(&self, msg: &Message<'_>, failure: crate::sink::EncodeFailure) -> ChainError {
+        ChainError::Decode(self.decode_failure(msg, failure))
+    }
+
+    fn decode_failure(
+        &self,
+        msg: &Message<'_>,
+        failure: crate::sink::EncodeFailure,
+    ) -> DecodeError {
         self.metrics.decode_errors.inc();
-        ChainError::Decode(DecodeError {
+        DecodeError {
             position: MessagePosition::of(msg),
             column: failure.column,
             value: failure.value,
             reason: failure.reason,
-        })
+        }
+    }
+
+    /// `msg` did not become a row: what the policy makes of it.
+    fn rejected(
+        &mut self,
+        slot: usize,
+        msg: &Message<'_>,
+        failure: crate::sink::EncodeFailure,
+    ) -> Result<(), ChainError> {
+        let Some(policy) = self.rejections.clone() else {
+            return Err(self.decode_error(msg, failure));
+        };
+        let reason = decode_reason(&failure.reason);
+        let error = self.decode_failure(msg, failure);
+        let text = error.to_string();
+        let rejection = Rejection {
+            stage: Stage::Decode,
+            topic: msg.topic,
+            partition: msg.partition,
+            offset: msg.offset,
+            column: error.column.as_deref(),
+            reason,
+            error: &text,
+        };
+        match policy.reject(&rejection, std::mem::take(&mut self.accepted)) {
+            Ok(Action::Skip) => self.writer.skip(slot, Offset(msg.offset)),
+            Ok(Action::Fail) => Err(ChainError::Decode(error)),
+            Ok(Action::DeadLetter) => {
+                let Some(dest) = policy.dead_letters() else {
+                    return Err(ChainError::Decode(DecodeError {
+                        reason: format!("{} (no dead-letter destination)", error.reason),
+                        ..error
+                    }));
+                };
+                let letter = DeadLetter::of(msg, Stage::Decode, &text, error.column.as_deref());
+                match dest.store(&letter) {
+                    Ok(()) => self.writer.skip(slot, Offset(msg.offset)),
+                    Err(why) => Err(ChainError::Decode(DecodeError {
+                        reason: format!(
+                            "{} (storing its dead letter in {} failed: {why})",
+                            error.reason,
+                            dest.describe()
+                        ),
+                        ..error
+                    })),
+                }
+            }
+            Err(PolicyError::Limit { tripped, .. }) => Err(ChainError::Decode(DecodeError {
+                reason: format!("{tripped}; the last: {}", error.reason),
+                ..error
+            })),
+        }
+    }
+
+    /// A message without a value: skipped when the policy says so.
+    fn tombstone_skipped(&mut self, slot: usize, msg: &Message<'_>) -> Result<bool, ChainError> {
+        let skipped = msg.payload.is_none()
+            && self
+                .rejections
+                .as_ref()
+                .is_some_and(|r| r.tombstone(msg.topic, msg.partition, msg.offset));
+        if skipped {
+            self.writer.skip(slot, Offset(msg.offset))?;
+        }
+        Ok(skipped)
     }
 
     fn push_keyed(&mut self, slot: usize, msg: &Message<'_>) -> Result<(), ChainError> {
         self.row.clear();
         if let Err(failure) = self.encoder.encode(msg, &mut self.row) {
-            return Err(self.decode_error(msg, failure));
+            return self.rejected(slot, msg, failure);
         }
         let Some(hash) = self.encoder.route_hash(&self.row) else {
             let failure = crate::sink::EncodeFailure {
@@ -161,12 +263,18 @@ impl<E: RowEncode> EncodeChain<E> {
         };
         let shard = usize::from(self.slots[(hash % self.slots.len() as u64) as usize]);
         let row = &self.row;
-        let appended = self.writer.append(slot, shard, Offset(msg.offset), |out| {
-            out.extend_from_slice(row);
-            Ok::<(), std::convert::Infallible>(())
-        })?;
+        let original = self.original(msg);
+        let appended =
+            self.writer
+                .append_keeping(slot, shard, Offset(msg.offset), original, |out| {
+                    out.extend_from_slice(row);
+                    Ok::<(), std::convert::Infallible>(())
+                })?;
         match appended {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.accepted += 1;
+                Ok(())
+            }
             Err(never) => match never {},
         }
     }
@@ -184,18 +292,25 @@ impl<E: RowEncode> Chain for EncodeChain<E> {
     }
 
     fn push(&mut self, slot: usize, msg: &Message<'_>) -> Result<(), ChainError> {
+        if self.tombstone_skipped(slot, msg)? {
+            return Ok(());
+        }
         if self.keyed {
             return self.push_keyed(slot, msg);
         }
         let encoder = &mut self.encoder;
         let shard = self.shard;
         let before = self.writer.open_rows();
-        let outcome = self.writer.append(slot, shard, Offset(msg.offset), |out| {
-            encoder.encode(msg, out)
-        })?;
+        let original = self.keep_originals.then(|| crate::sink::Original::of(msg));
+        let outcome =
+            self.writer
+                .append_keeping(slot, shard, Offset(msg.offset), original, |out| {
+                    encoder.encode(msg, out)
+                })?;
         if let Err(failure) = outcome {
-            return Err(self.decode_error(msg, failure));
+            return self.rejected(slot, msg, failure);
         }
+        self.accepted += 1;
         if self.writer.open_rows() <= before && self.slots.len() > 1 {
             // The chunk was sealed: the next slot's shard takes the next batch.
             self.next_slot = (self.next_slot + 1) % self.slots.len();
@@ -412,6 +527,153 @@ mod tests {
         assert!(err.to_string().contains("offset 1"), "{err}");
         chain.flush().unwrap();
         assert_eq!(drain(&mut rx[0]).len() + drain(&mut rx[1]).len(), 1);
+    }
+
+    fn with_policy(
+        ctx: &ChainCtx,
+        on_error: crate::policy::OnError,
+        keyed: bool,
+    ) -> EncodeChain<ByteEncoder> {
+        let policy = crate::policy::ErrorPolicy {
+            on_error,
+            tombstones_are_errors: false,
+            limit: crate::policy::RejectLimit {
+                window: 100,
+                max_ratio: 1.0,
+                max_consecutive: 3,
+            },
+        };
+        let r = Rejections::new(policy, &ctx.metrics, crate::clock::system());
+        EncodeChain::new(ByteEncoder { keyed }, ctx).with_rejections(r)
+    }
+
+    fn tombstone(chain: &mut dyn Chain, slot: usize, offset: i64) -> Result<(), ChainError> {
+        let msg = Message {
+            topic: "t",
+            partition: 0,
+            offset,
+            timestamp_ms: None,
+            key: None,
+            payload: None,
+        };
+        chain.push(slot, &msg)
+    }
+
+    /// Under `skip`, bad messages and tombstones leave no row, are counted,
+    /// and their offsets are covered: acknowledging every chunk moves the
+    /// watermark past the last of them.
+    #[test]
+    fn skipped_messages_and_tombstones_are_counted_and_committed_past() {
+        for keyed in [false, true] {
+            let (ctx, mut rx) = ctx(1, 1000);
+            let mut chain = with_policy(&ctx, crate::policy::OnError::Skip, keyed);
+            let mut cp = crate::checkpoint::Checkpointer::new();
+            let gate = cp.add_lane(LaneId(1), PartitionId::new("t", 0), 1000);
+            let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), Some(gate));
+            push(&mut chain, slot, 0, &[1]).unwrap();
+            push(&mut chain, slot, 1, &[]).unwrap();
+            tombstone(&mut chain, slot, 2).unwrap();
+            push(&mut chain, slot, 3, &[2]).unwrap();
+            push(&mut chain, slot, 4, &[]).unwrap();
+            tombstone(&mut chain, slot, 5).unwrap();
+            chain.flush().unwrap();
+            let mut rows = 0;
+            while let Some(c) = rx[0].try_recv() {
+                rows += c.rows;
+                c.acks.iter().for_each(|a| {
+                    cp.ack(a);
+                });
+            }
+            assert_eq!(rows, 2, "keyed {keyed}");
+            assert_eq!(
+                cp.watermark(LaneId(1)),
+                Some(crate::record::Watermark(6)),
+                "keyed {keyed}"
+            );
+            let text = ctx.metrics.encode_text();
+            for needle in [
+                "spate_messages_rejected_total{reason=\"invalid_value\",stage=\"decode\",topic=\"t\"} 2",
+                "spate_messages_rejected_total{reason=\"tombstone\",stage=\"decode\",topic=\"t\"} 2",
+            ] {
+                assert!(text.contains(needle), "keyed {keyed}: {needle} in\n{text}");
+            }
+        }
+    }
+
+    #[test]
+    fn fail_stops_at_the_first_bad_message_and_the_limit_names_itself() {
+        let (ctx, _rx) = ctx(1, 1000);
+        let mut chain = with_policy(&ctx, crate::policy::OnError::Fail, false);
+        let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), None);
+        tombstone(&mut chain, slot, 0).unwrap();
+        let e = push(&mut chain, slot, 1, &[]).unwrap_err().to_string();
+        assert!(
+            e.contains("topic t partition 0 offset 1, column `k`"),
+            "{e}"
+        );
+
+        let mut chain = with_policy(&ctx, crate::policy::OnError::Skip, false);
+        let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), None);
+        push(&mut chain, slot, 0, &[]).unwrap();
+        push(&mut chain, slot, 1, &[]).unwrap();
+        let e = push(&mut chain, slot, 2, &[]).unwrap_err().to_string();
+        assert!(e.contains("3 consecutive messages rejected"), "{e}");
+        assert!(e.contains("offset 2"), "{e}");
+    }
+
+    #[derive(Default)]
+    struct Letters(std::sync::Mutex<Vec<crate::policy::DeadLetter>>);
+
+    impl crate::policy::DeadLetterSink for Letters {
+        fn store(&self, letter: &crate::policy::DeadLetter) -> Result<(), String> {
+            self.0.lock().unwrap().push(letter.clone());
+            Ok(())
+        }
+        fn describe(&self) -> String {
+            "memory".into()
+        }
+    }
+
+    /// Under dead-letter, the bad message is stored with its error before
+    /// its offset is covered; the row-less tail is committed past.
+    #[test]
+    fn dead_letters_are_stored_before_their_offset_is_covered() {
+        let (ctx, mut rx) = ctx(1, 1000);
+        let letters = Arc::new(Letters::default());
+        let policy = crate::policy::ErrorPolicy {
+            on_error: crate::policy::OnError::DeadLetter,
+            ..Default::default()
+        };
+        let r = Rejections::with_dead_letters(
+            policy,
+            &ctx.metrics,
+            crate::clock::system(),
+            Some(letters.clone()),
+        );
+        let mut chain = EncodeChain::new(ByteEncoder { keyed: false }, &ctx).with_rejections(r);
+        let mut cp = crate::checkpoint::Checkpointer::new();
+        let gate = cp.add_lane(LaneId(1), PartitionId::new("t", 0), 1000);
+        let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), Some(gate));
+        push(&mut chain, slot, 0, &[1]).unwrap();
+        push(&mut chain, slot, 1, &[]).unwrap();
+        chain.flush().unwrap();
+        while let Some(c) = rx[0].try_recv() {
+            c.acks.iter().for_each(|a| {
+                cp.ack(a);
+            });
+        }
+        assert_eq!(cp.watermark(LaneId(1)), Some(crate::record::Watermark(2)));
+        let stored = letters.0.lock().unwrap();
+        assert_eq!(stored.len(), 1);
+        assert_eq!(
+            (stored[0].offset, stored[0].column.as_deref()),
+            (1, Some("k"))
+        );
+        assert!(
+            stored[0].error.contains("topic t partition 0 offset 1"),
+            "{:?}",
+            stored[0]
+        );
     }
 
     #[test]

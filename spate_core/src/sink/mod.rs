@@ -14,6 +14,14 @@
 //! until the worker is done with it (inserted or abandoned), so the queue
 //! depth bounds the memory of queued *and* in-flight data.
 //!
+//! Each chunk also carries a [`RowIndex`]: where each row ends in `data`,
+//! its offset and the partition of its range, and (under `--on-error
+//! dead-letter`) its original message. A sink uses it to insert parts of a
+//! batch and name or dead-letter the rows the server rejects; the rows it
+//! skips or dead-letters are acknowledged with the chunk, so no extra
+//! [`AckEvent`] is needed. A chunk with no rows carries only offsets the
+//! error policy skipped: the sink acknowledges it at once.
+//!
 //! The runtime sees the sink only as a [`SinkRuntime`](crate::pipeline::SinkRuntime):
 //! queue handles for capacity introspection, a drain hook and a probe.
 
@@ -24,6 +32,9 @@ mod writer;
 pub use blocks::BlockPlans;
 pub use queue::{shard_bit, QueueDepths, QueueTicket, ShardQueues, ShardReceiver};
 pub use writer::{BatchLimits, ShardWriter};
+
+#[cfg(test)]
+mod index_tests;
 
 use crate::checkpoint::AckRange;
 use crate::error::FatalError;
@@ -52,6 +63,133 @@ pub struct Chunk {
     pub spans: Box<[ChunkSpan]>,
     /// Releases the chunk's bytes from its queue's depth when dropped.
     pub ticket: Option<QueueTicket>,
+    /// Where each row ends in `data` and where it came from, so a sink can
+    /// isolate the rows the server rejects (empty when the producer of the
+    /// chunk did not record it: the chunk is then one unit). Boxed: the
+    /// chunk itself stays small as it moves through the queues.
+    pub index: Box<RowIndex>,
+}
+
+/// Per-row metadata of a [`Chunk`], filled by the [`ShardWriter`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RowIndex {
+    /// One entry per row, in order.
+    pub rows: Vec<RowOrigin>,
+    /// Per entry of the chunk's `acks` (same order): the partition of that
+    /// range's lane, when the chain named it.
+    pub partitions: Vec<Option<PartitionId>>,
+    /// Per row (same order as `rows`), the original message, kept only
+    /// under `--on-error dead-letter` (empty otherwise): a row the server
+    /// rejects becomes a dead letter of it.
+    pub originals: Vec<Original>,
+}
+
+/// The parts of a message a dead letter keeps.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Original {
+    /// Its key.
+    pub key: Option<Vec<u8>>,
+    /// Its value.
+    pub value: Option<Vec<u8>>,
+    /// Its timestamp (ms since the epoch).
+    pub timestamp_ms: Option<i64>,
+}
+
+impl Original {
+    /// The parts of `msg` a dead letter keeps.
+    #[must_use]
+    pub fn of(msg: &Message<'_>) -> Self {
+        Self {
+            key: msg.key.map(<[u8]>::to_vec),
+            value: msg.payload.map(<[u8]>::to_vec),
+            timestamp_ms: msg.timestamp_ms,
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        self.key.as_ref().map_or(0, Vec::len) + self.value.as_ref().map_or(0, Vec::len) + 32
+    }
+}
+
+impl RowIndex {
+    /// Bytes the index holds (row entries and kept originals), counted in
+    /// the queue budget with the chunk's data.
+    #[must_use]
+    pub fn heap_bytes(&self) -> usize {
+        self.rows.len() * std::mem::size_of::<RowOrigin>()
+            + self.originals.iter().map(Original::bytes).sum::<usize>()
+    }
+}
+
+/// Where one row of a chunk ends and where it came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowOrigin {
+    /// The message's offset.
+    pub offset: Offset,
+    /// End of the row's bytes in the chunk's `data` (exclusive).
+    pub end: u32,
+    /// Index into the chunk's `acks` of the range the row belongs to.
+    pub range: u32,
+}
+
+impl Chunk {
+    /// Whether every row's boundaries are known (rows can be isolated).
+    #[must_use]
+    pub fn is_indexed(&self) -> bool {
+        self.rows > 0 && self.index.rows.len() as u64 == self.rows
+    }
+
+    /// The bytes of rows `rows` (indexes into the row index).
+    ///
+    /// # Panics
+    /// If the chunk is not [indexed](Self::is_indexed) or the range is out
+    /// of bounds.
+    #[must_use]
+    pub fn row_bytes(&self, rows: std::ops::Range<usize>) -> &[u8] {
+        let start = match rows.start {
+            0 => 0,
+            i => self.index.rows[i - 1].end as usize,
+        };
+        let end = self.index.rows[rows.end - 1].end as usize;
+        &self.data[start..end]
+    }
+
+    /// The partition and offset row `row` came from (the partition is
+    /// `None` when the chain did not name it).
+    #[must_use]
+    pub fn origin(&self, row: usize) -> Option<(Option<&PartitionId>, Offset)> {
+        let o = self.index.rows.get(row)?;
+        let partition = self
+            .index
+            .partitions
+            .get(o.range as usize)
+            .and_then(Option::as_ref);
+        Some((partition, o.offset))
+    }
+
+    /// The partitions and offset ranges the chunk carries, for error
+    /// messages: `topic t partition 0 offsets 10..=19, ...`.
+    #[must_use]
+    pub fn describe_ranges(&self) -> String {
+        let parts: Vec<String> = self
+            .acks
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                let at = self
+                    .index
+                    .partitions
+                    .get(i)
+                    .and_then(Option::as_ref)
+                    .map_or_else(
+                        || format!("lane {}", a.lane.0),
+                        |p| format!("topic {} partition {}", p.topic, p.partition),
+                    );
+                format!("{at} offsets {}..={}", a.start.0, a.end.0)
+            })
+            .collect();
+        parts.join(", ")
+    }
 }
 
 /// The rows of one partition in a [`Chunk`]: offsets `first..=last`

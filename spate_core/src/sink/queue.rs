@@ -141,10 +141,11 @@ impl ShardQueues {
     }
 
     /// Queue a chunk. Never blocks; backpressure is the caller's job (see
-    /// [`is_over`](Self::is_over)).
-    pub fn push(&self, mut chunk: Chunk) -> Result<(), Chunk> {
+    /// [`is_over`](Self::is_over)). A closed queue hands the chunk back.
+    pub fn push(&self, mut chunk: Chunk) -> Result<(), Box<Chunk>> {
         let shard = chunk.shard;
-        let bytes = chunk.data.len();
+        // The row index (and the originals kept for dead letters) count too.
+        let bytes = chunk.data.len() + chunk.index.heap_bytes();
         let d = &self.depth[shard];
         d.bytes.fetch_add(bytes, Ordering::AcqRel);
         d.chunks.fetch_add(1, Ordering::AcqRel);
@@ -158,7 +159,7 @@ impl ShardQueues {
         self.senders[shard].send(chunk).map_err(|e| {
             let mut c = e.0;
             c.ticket = None; // releases the accounting
-            c
+            Box::new(c)
         })
     }
 
@@ -241,6 +242,7 @@ mod tests {
             acks: Vec::new(),
             spans: Box::default(),
             ticket: None,
+            index: Box::default(),
         }
     }
 

@@ -23,6 +23,12 @@
 //! has its own open block instead of sharing the shards' open chunks, so a
 //! chunk holds one partition's rows, cut where an earlier owner cut it
 //! (see [`super::blocks`]).
+//! Skipped messages (the error policy's `Skip`): [`skip`](ShardWriter::skip)
+//! extends the lane's open segment over the offset without a row, so the
+//! offset is acknowledged with the rows around it, in order. A segment
+//! made only of skipped offsets has no chunk to ride in: at the next flush
+//! (or one batch interval later) it goes out as a row-less [`Chunk`] on
+//! the writer's skip shard, which the sink acknowledges without inserting anything.
 //!
 //! Time: a chunk's age deadline is read from the writer's injected
 //! [`Clock`] (the runtime's clock; a [`ManualClock`](crate::clock::ManualClock)
@@ -30,7 +36,7 @@
 //! of the same clock.
 
 use super::blocks::{Before, BlockPlans, LaneBlock};
-use super::{Chunk, ChunkSpan, ShardQueues};
+use super::{Chunk, ChunkSpan, RowIndex, RowOrigin, ShardQueues};
 use crate::checkpoint::{AckRange, PendingGate};
 use crate::clock::{self, SharedClock};
 use crate::error::ChainError;
@@ -83,6 +89,10 @@ struct OpenChunk {
     rows: u64,
     deadline: Option<Instant>,
     pieces: Vec<Piece>,
+    /// Per row: where it ends and which piece it belongs to.
+    index: Vec<RowOrigin>,
+    /// Per row, the original message (only while originals are kept).
+    originals: Vec<super::Original>,
 }
 
 #[derive(Debug)]
@@ -113,6 +123,8 @@ struct LaneState {
     fed: u64,
     /// Exactly-once: the lane's own open block.
     block: Option<LaneBlock>,
+    /// The open segment covers skipped offsets (see [`ShardWriter::skip`]).
+    skipped: bool,
 }
 
 /// Batches encoded rows per shard and pushes sealed chunks.
@@ -126,6 +138,10 @@ pub struct ShardWriter {
     clock: SharedClock,
     /// Exactly-once: where replayed blocks are looked up.
     plans: Option<Arc<dyn BlockPlans>>,
+    /// When the segments made only of skipped offsets go out.
+    skip_deadline: Option<Instant>,
+    /// The shard whose queue carries them.
+    skip_shard: usize,
 }
 
 impl ShardWriter {
@@ -141,6 +157,8 @@ impl ShardWriter {
             rng: seed | 1,
             clock: clock::system(),
             plans: None,
+            skip_deadline: None,
+            skip_shard: 0,
         }
     }
 
@@ -158,6 +176,15 @@ impl ShardWriter {
     #[must_use]
     pub fn with_clock(mut self, clock: SharedClock) -> Self {
         self.clock = clock;
+        self
+    }
+
+    /// The same writer sending the row-less chunks of skipped offsets to
+    /// `shard` (one of its pipeline's shards: in a process of several
+    /// pipelines, shard 0 may belong to another pipeline's sink).
+    #[must_use]
+    pub fn with_skip_shard(mut self, shard: usize) -> Self {
+        self.skip_shard = shard;
         self
     }
 
@@ -200,6 +227,7 @@ impl ShardWriter {
             sealed: Vec::new(),
             fed: 0,
             block: self.plans.is_some().then(LaneBlock::default),
+            skipped: false,
         };
         if let Some(slot) = self.lanes.iter().position(Option::is_none) {
             self.lanes[slot] = Some(state);
@@ -207,6 +235,14 @@ impl ShardWriter {
         } else {
             self.lanes.push(Some(state));
             self.lanes.len() - 1
+        }
+    }
+
+    /// Name the partition lane `slot` reads: sealed chunks then say which
+    /// partition each row came from ([`Chunk::origin`]).
+    pub fn set_partition(&mut self, slot: usize, partition: PartitionId) {
+        if let Some(Some(l)) = self.lanes.get_mut(slot) {
+            l.partition = Some(partition);
         }
     }
 
@@ -237,7 +273,23 @@ impl ShardWriter {
         offset: Offset,
         encode: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
     ) -> Result<Result<(), E>, ChainError> {
+        self.append_keeping(slot, shard, offset, None, encode)
+    }
+
+    /// [`append`](Self::append), keeping `original` with the row (under
+    /// `--on-error dead-letter`, so a row the server rejects can become a
+    /// dead letter of its message).
+    pub fn append_keeping<E>(
+        &mut self,
+        slot: usize,
+        shard: usize,
+        offset: Offset,
+        original: Option<super::Original>,
+        encode: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<Result<(), E>, ChainError> {
         if self.plans.is_some() {
+            // Exactly-once blocks keep no originals: a row the server
+            // rejects fails the pipeline (see README, exactly-once).
             return self.append_block(slot, shard, offset, encode);
         }
         let chunk = &mut self.open[shard];
@@ -257,6 +309,18 @@ impl ShardWriter {
             .expect("append to a registered lane");
         lane.end = offset;
         lane.fed |= super::queue::shard_bit(shard);
+        let piece = match lane.piece[shard] {
+            NO_PIECE => chunk.pieces.len(),
+            i => i,
+        };
+        chunk.index.push(RowOrigin {
+            offset,
+            end: chunk.data.len() as u32,
+            range: piece as u32,
+        });
+        if let Some(o) = original {
+            chunk.originals.push(o);
+        }
         match lane.piece[shard] {
             NO_PIECE => {
                 lane.piece[shard] = chunk.pieces.len();
@@ -280,10 +344,39 @@ impl ShardWriter {
         if let Some(g) = &lane.gate {
             g.dispatched(1);
         }
-        if chunk.rows >= self.limits.rows || chunk.data.len() >= self.limits.bytes {
+        // Row ends are u32 in the index: seal well before that overflows.
+        if chunk.rows >= self.limits.rows
+            || chunk.data.len() >= self.limits.bytes
+            || chunk.data.len() >= (u32::MAX / 2) as usize
+        {
             self.seal(shard)?;
         }
         Ok(Ok(()))
+    }
+
+    /// The message at `offset` of lane `slot` yields no row but is done
+    /// with (the error policy skipped it): the lane's open segment covers
+    /// it, so it is acknowledged once that segment is, never before the
+    /// rows read ahead of it.
+    ///
+    /// Exactly-once: the lane's open block is sealed first, so the skip's
+    /// row-less segment never takes a sequence number ahead of rows read
+    /// before it (a replay skips the same offset and cuts the same block).
+    pub fn skip(&mut self, slot: usize, offset: Offset) -> Result<(), ChainError> {
+        if self.block(slot).is_some_and(|b| b.rows > 0) {
+            self.seal_block(slot)?;
+        }
+        let lane = self.lanes[slot]
+            .as_mut()
+            .expect("skip on a registered lane");
+        lane.end = offset;
+        if lane.open_parts == 0 && !lane.skipped {
+            lane.skipped = true;
+            if self.skip_deadline.is_none() {
+                self.skip_deadline = Some(self.clock.now() + self.limits.interval);
+            }
+        }
+        Ok(())
     }
 
     /// Seal chunks whose age limit passed.
@@ -298,7 +391,38 @@ impl ShardWriter {
                 self.seal_block(slot)?;
             }
         }
+        if self.skip_deadline.is_some_and(|d| d <= now) {
+            self.seal_skipped()?;
+        }
         Ok(())
+    }
+
+    /// Send the segments made only of skipped offsets, as one row-less
+    /// chunk on the skip shard.
+    fn seal_skipped(&mut self) -> Result<(), ChainError> {
+        self.skip_deadline = None;
+        let acks: Vec<AckRange> = self
+            .lanes
+            .iter_mut()
+            .flatten()
+            .filter_map(LaneState::close_skipped)
+            .collect();
+        if acks.is_empty() {
+            return Ok(());
+        }
+        let shard = self.skip_shard;
+        let out = Chunk {
+            shard,
+            rows: 0,
+            data: Vec::new(),
+            acks,
+            ticket: None,
+            spans: Box::default(),
+            index: Box::default(),
+        };
+        self.queues
+            .push(out)
+            .map_err(|_| ChainError::QueueClosed { shard })
     }
 
     /// Seal every non-empty chunk now.
@@ -316,6 +440,9 @@ impl ShardWriter {
             {
                 self.seal_block(slot)?;
             }
+        }
+        if self.skip_deadline.is_some() {
+            self.seal_skipped()?;
         }
         Ok(())
     }
@@ -454,6 +581,7 @@ impl ShardWriter {
             }],
             spans: spans.into(),
             ticket: None,
+            index: Box::default(),
         };
         self.queues
             .push(chunk)
@@ -466,9 +594,16 @@ impl ShardWriter {
         // Keep the next buffer about the size of the last one, so the
         // steady state does not re-grow it row by row.
         self.open[shard].data = Vec::with_capacity(capacity.min(self.limits.bytes + (1 << 16)));
+        self.open[shard].index = Vec::with_capacity(chunk.index.len());
         let mut acks = Vec::with_capacity(chunk.pieces.len());
+        let mut partitions = Vec::with_capacity(chunk.pieces.len());
         for piece in &chunk.pieces {
             let lane = self.lanes.get_mut(piece.slot).and_then(Option::as_mut);
+            let partition = lane
+                .as_ref()
+                .filter(|l| l.id == piece.lane)
+                .and_then(|l| l.partition.clone());
+            partitions.push(partition);
             let range = match lane {
                 Some(lane) if lane.id == piece.lane => lane.seal_piece(piece, shard),
                 // The lane was removed without a flush: acknowledge as a
@@ -492,6 +627,11 @@ impl ShardWriter {
             acks,
             spans: spans_of(&chunk.pieces).into(),
             ticket: None,
+            index: Box::new(RowIndex {
+                rows: chunk.index,
+                partitions,
+                originals: chunk.originals,
+            }),
         };
         self.queues
             .push(out)
@@ -500,6 +640,26 @@ impl ShardWriter {
 }
 
 impl LaneState {
+    /// The open segment, if it holds skipped offsets and no rows, as a
+    /// one-part row-less range; closes it.
+    fn close_skipped(&mut self) -> Option<AckRange> {
+        if !self.skipped || self.open_parts > 0 {
+            return None;
+        }
+        self.skipped = false;
+        let range = AckRange {
+            lane: self.id,
+            seq: self.seq,
+            parts: 1,
+            part: 0,
+            start: self.end,
+            end: self.end,
+            rows: 0,
+        };
+        self.seq += 1;
+        Some(range)
+    }
+
     fn seal_piece(&mut self, piece: &Piece, shard: usize) -> AckRange {
         if piece.seq == self.seq {
             // First seal touching the open segment: close it.
@@ -523,6 +683,7 @@ impl LaneState {
             };
             self.seq += 1;
             self.open_parts = 0;
+            self.skipped = false;
             self.piece.iter_mut().for_each(|p| *p = NO_PIECE);
             range
         } else {

@@ -216,6 +216,93 @@ fn exactly_once_cuts_one_partition_per_chunk_at_recorded_offsets() {
     assert_eq!(gate.pending(), 0, "the unsent replay's rows are released");
 }
 
+/// Exactly-once and a skipped offset (a tombstone, a skipped bad
+/// message): the open block is sealed before the skip takes a sequence
+/// number, so the watermark never passes rows read before the skip.
+#[test]
+fn exactly_once_seals_the_open_block_before_a_skip() {
+    let (q, mut rx) = ShardQueues::new(1, 1 << 20, 1 << 19);
+    let mut w = ShardWriter::new(q, limits(100), 1).exactly_once(Arc::new(Recorded(9, vec![])));
+    let mut cp = Checkpointer::new();
+    let gate = cp.add_lane(LaneId(1), PartitionId::new("t", 0), 1000);
+    let slot = w.add_partition_lane(LaneId(1), PartitionId::new("t", 0), Some(gate));
+    w.append(slot, 0, Offset(0), row).unwrap().unwrap();
+    w.append(slot, 0, Offset(1), row).unwrap().unwrap();
+    w.skip(slot, Offset(2)).unwrap();
+    let block = rx[0].try_recv().expect("the block is sealed by the skip");
+    assert_eq!(
+        (block.rows, block.acks[0].seq, block.acks[0].end),
+        (2, 0, Offset(1))
+    );
+    w.flush().unwrap();
+    let skipped = rx[0].try_recv().expect("the row-less segment");
+    assert_eq!(
+        (skipped.rows, skipped.acks[0].seq, skipped.acks[0].end),
+        (0, 1, Offset(2))
+    );
+    cp.ack(&skipped.acks[0]);
+    assert_eq!(
+        cp.watermark(LaneId(1)),
+        None,
+        "the skip waits for the block"
+    );
+    cp.ack(&block.acks[0]);
+    assert_eq!(cp.watermark(LaneId(1)), Some(Watermark(3)));
+}
+
+/// Skipped offsets ride in the segment of the rows around them; a run of
+/// skips with no row after it goes out as a row-less chunk at the next
+/// flush or tick, acknowledged in order.
+#[test]
+fn skipped_offsets_are_acknowledged_in_order_only() {
+    let (q, mut rx) = ShardQueues::new(1, 1 << 20, 1 << 19);
+    let clock = ManualClock::new();
+    let mut l = limits(3);
+    l.interval = Duration::from_millis(100);
+    let mut w = ShardWriter::new(q, l, 1).with_clock(clock.clone());
+    let mut cp = Checkpointer::new();
+    let gate = cp.add_lane(LaneId(1), PartitionId::new("t", 0), 1000);
+    let slot = w.add_lane(LaneId(1), Some(gate));
+    w.append(slot, 0, Offset(0), row).unwrap().unwrap();
+    w.skip(slot, Offset(1)).unwrap();
+    w.append(slot, 0, Offset(2), row).unwrap().unwrap();
+    w.skip(slot, Offset(3)).unwrap();
+    w.append(slot, 0, Offset(4), row).unwrap().unwrap(); // seals [0..=4]
+    let first = rx[0].try_recv().unwrap();
+    assert_eq!((first.rows, first.acks[0].end), (3, Offset(4)));
+    // A trailing run of skips: nothing goes out before the interval.
+    w.skip(slot, Offset(5)).unwrap();
+    w.skip(slot, Offset(6)).unwrap();
+    w.tick(clock.now()).unwrap();
+    assert!(rx[0].try_recv().is_none());
+    clock.advance(Duration::from_millis(100));
+    w.tick(clock.now()).unwrap();
+    let skipped = rx[0].try_recv().expect("the row-less segment");
+    assert_eq!((skipped.rows, skipped.data.len()), (0, 0));
+    assert_eq!(
+        (
+            skipped.acks[0].seq,
+            skipped.acks[0].end,
+            skipped.acks[0].rows
+        ),
+        (1, Offset(6), 0)
+    );
+    // Acknowledged out of order: the skips wait for the rows before.
+    cp.ack(&skipped.acks[0]);
+    assert_eq!(cp.watermark(LaneId(1)), None);
+    cp.ack(&first.acks[0]);
+    assert_eq!(cp.watermark(LaneId(1)), Some(Watermark(7)));
+    // A skip then a row: one segment, no row-less chunk.
+    w.skip(slot, Offset(7)).unwrap();
+    w.append(slot, 0, Offset(8), row).unwrap().unwrap();
+    w.flush().unwrap();
+    let c = rx[0].try_recv().unwrap();
+    assert_eq!((c.rows, c.acks[0].seq, c.acks[0].end), (1, 2, Offset(8)));
+    assert!(rx[0].try_recv().is_none(), "no row-less chunk");
+    cp.ack(&c.acks[0]);
+    assert_eq!(cp.watermark(LaneId(1)), Some(Watermark(9)));
+}
+
 /// Rows of one lane spread over two shards: the watermark moves only
 /// once both shards' chunks holding the segment are acknowledged.
 #[test]

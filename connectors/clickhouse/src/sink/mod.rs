@@ -23,7 +23,11 @@
 //! - [`retry`]: the backoff policy and the pure retry/failover decision.
 //! - [`events`]: what an insert logs and counts, one struct per event.
 //! - [`worker`]: one insert worker: take a chunk, insert it until it is in
-//!   or the error is not retriable, acknowledge.
+//!   or the error is not retriable, acknowledge; a batch the server rejects
+//!   for its rows is bisected ([`isolate`]) and the isolated rows go to the
+//!   pipeline's error policy (skip, dead letter, fail); a transient error
+//!   is reported in the stall table `/readyz` reads.
+//! - [`isolate`]: the pure bisection plan of a rejected batch.
 //! - [`probe`]: the readiness probe.
 //! - [`encoder`]: the encoder adapter for the driver threads.
 //! - [`pool`]: lifecycle: prepare, spawn, drain, hand over the runtime half.
@@ -39,6 +43,7 @@ mod error;
 mod events;
 mod fault;
 mod intent;
+mod isolate;
 mod pool;
 mod probe;
 mod retry;
@@ -57,3 +62,11 @@ pub use pool::{PreparedSink, SinkPool};
 pub use retry::RetryPolicy;
 pub use spec::{SinkSpec, TableRef};
 pub use topology::{ShardSpec, Topology, TopologySource};
+
+/// The settings every insert of the sink sends, for the dead-letter
+/// table's inserts on `client`'s server.
+pub(crate) fn dead_letter_insert_settings(
+    client: &crate::client::ChClient,
+) -> Vec<(String, String)> {
+    settings::insert_settings(client.features())
+}

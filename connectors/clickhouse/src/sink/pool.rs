@@ -44,6 +44,15 @@ pub struct SinkPool {
     shared: Arc<PoolShared>,
     io: tokio::runtime::Handle,
     intents: Option<Arc<IntentLog>>,
+    stalls: Option<Stalls>,
+}
+
+/// The workers' stall table and how long a transient error may last
+/// before `/readyz` turns 503.
+#[derive(Clone)]
+struct Stalls {
+    table: Arc<spate_core::health::TransientStalls>,
+    after: Duration,
 }
 
 impl SinkPool {
@@ -123,6 +132,8 @@ impl SinkPool {
             workers_per_shard: spec.workers_per_shard.max(1),
             retry: spec.retry,
             intents,
+            rejections: None,
+            stalls: None,
         })
     }
 
@@ -213,6 +224,7 @@ impl SinkPool {
             shared,
             io,
             shards,
+            stalls,
             ..
         } = self;
         let drain_shared = shared.clone();
@@ -222,7 +234,16 @@ impl SinkPool {
         let probe = Arc::new(move || {
             let shards = shards.clone();
             let shared = probe_shared.clone();
-            Box::pin(async move { probe_shards(&shards, &shared).await })
+            let stalls = stalls.clone();
+            Box::pin(async move {
+                let probed = probe_shards(&shards, &shared).await;
+                let stuck = stalls.map_or_else(Vec::new, |s| s.table.stuck(s.after));
+                match (probed, stuck.is_empty()) {
+                    (probed, true) => probed,
+                    (Ok(()), false) => Err(stuck.join("; ")),
+                    (Err(e), false) => Err(format!("{e}; {}", stuck.join("; "))),
+                }
+            })
                 as std::pin::Pin<Box<dyn std::future::Future<Output = ProbeResult> + Send>>
         });
         SinkRuntime {
@@ -243,9 +264,31 @@ pub struct PreparedSink {
     workers_per_shard: usize,
     retry: RetryPolicy,
     intents: Option<Arc<IntentLog>>,
+    rejections: Option<Arc<spate_core::policy::Rejections>>,
+    stalls: Option<Stalls>,
 }
 
 impl PreparedSink {
+    /// Make the readiness probe fail, naming the shard and the last error,
+    /// while an insert has been retrying a transient error for longer than
+    /// `after` (`--stall-timeout`).
+    #[must_use]
+    pub fn with_stall_timeout(mut self, after: Duration) -> Self {
+        self.stalls = Some(Stalls {
+            table: spate_core::health::TransientStalls::new(spate_core::clock::system()),
+            after,
+        });
+        self
+    }
+
+    /// Hand the rows the server rejects to `rejections` (the pipeline's
+    /// error policy) instead of failing on the first.
+    #[must_use]
+    pub fn with_rejections(mut self, rejections: Arc<spate_core::policy::Rejections>) -> Self {
+        self.rejections = Some(rejections);
+        self
+    }
+
     /// How many shard queues this sink needs.
     #[must_use]
     pub fn shards(&self) -> usize {
@@ -278,6 +321,8 @@ impl PreparedSink {
                     shared: self.shared.clone(),
                     retry: self.retry,
                     intents: self.intents.clone(),
+                    rejections: self.rejections.clone(),
+                    stalls: self.stalls.as_ref().map(|s| s.table.clone()),
                 };
                 workers.push(io.spawn(worker.run()));
             }
@@ -292,6 +337,7 @@ impl PreparedSink {
             shared: self.shared,
             io: io.clone(),
             intents: self.intents,
+            stalls: self.stalls,
         }
     }
 }

@@ -18,6 +18,15 @@
 //! acknowledged. When the drain deadline passes (`abandon`), the worker
 //! abandons what it holds and stops.
 //!
+//! A data error (the server blames rows: [`InsertError::is_row_error`])
+//! is not the end of the chunk: the worker bisects it
+//! ([`super::isolate::Bisection`]) until the rows that fail alone are
+//! isolated, inserting every other row once, and hands each isolated row
+//! to the pipeline's error policy ([`Rejections`]): under `skip` the chunk
+//! is then acknowledged whole; under `fail` (or without a policy) the
+//! first isolated row fails the pipeline, named by topic, partition and
+//! offset.
+//!
 //! Receives `Chunk`s from its `ShardReceiver` (shared with the shard's
 //! other workers), sends `AckEvent`s to the controller.
 
@@ -27,6 +36,7 @@ use super::events::{
 };
 use super::fault;
 use super::intent::IntentLog;
+use super::isolate::Bisection;
 use super::retry::{Attempts, Next, RetryPolicy};
 use super::settings::{dedup_token, takes_dedup_token, DEDUP_TOKEN};
 use super::shard::{PoolShared, Shard};
@@ -35,7 +45,10 @@ use crate::classify::ErrorClass;
 use crate::client::InsertError;
 use bytes::Bytes;
 use spate_core::error::{FatalError, Fault};
+use spate_core::health::TransientStalls;
+use spate_core::policy::{Action, DeadLetter, PolicyError, Rejection, Rejections, Stage};
 use spate_core::sink::{AckEvent, AckSender, Chunk, ShardReceiver};
+use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,10 +65,28 @@ pub(crate) struct Worker<C> {
     pub(crate) retry: RetryPolicy,
     /// Exactly-once: record each chunk's intent before its first attempt.
     pub(crate) intents: Option<Arc<IntentLog>>,
+    /// The pipeline's error policy for rows the server rejects (`None`:
+    /// fail on the first).
+    pub(crate) rejections: Option<Arc<Rejections>>,
+    /// Where a retried transient error is reported for `/readyz`.
+    pub(crate) stalls: Option<Arc<TransientStalls>>,
 }
 
 enum Outcome {
+    /// Every row is in, or was rejected and taken care of by the policy
+    /// (`rejected` of them).
+    Inserted {
+        rejected: u64,
+    },
+    Failed(FatalError),
+    Abandoned,
+}
+
+/// How one insert of some rows ended.
+enum Attempt {
     Inserted,
+    /// The server blamed rows of the batch.
+    RowError(InsertError),
     Failed(FatalError),
     Abandoned,
 }
@@ -76,8 +107,14 @@ impl<C: InsertTarget> Worker<C> {
                     self.abandon_chunk(chunk);
                     continue;
                 }
+                if chunk.rows == 0 {
+                    // Offsets the error policy skipped, with no row to
+                    // insert: done with as soon as they arrive here.
+                    let _ = self.acks.send(AckEvent::Acked(chunk.acks));
+                    continue;
+                }
                 match self.insert(&chunk).await {
-                    Outcome::Inserted => self.acknowledge(chunk),
+                    Outcome::Inserted { rejected } => self.acknowledge(chunk, rejected),
                     Outcome::Failed(error) => {
                         self.shared.failed.store(true, Ordering::Release);
                         let _ = self.acks.send(AckEvent::Fatal {
@@ -106,17 +143,16 @@ impl<C: InsertTarget> Worker<C> {
         }
     }
 
-    fn acknowledge(&self, chunk: Chunk) {
+    fn acknowledge(&self, chunk: Chunk, rejected: u64) {
+        let rows = chunk.rows - rejected;
         ChunkInserted {
             site: self.shared.site(&self.shard.label),
-            rows: chunk.rows,
+            rows,
             bytes: chunk.data.len(),
         }
         .emit();
         self.shared.inserted_chunks.fetch_add(1, Ordering::AcqRel);
-        self.shared
-            .inserted_rows
-            .fetch_add(chunk.rows, Ordering::AcqRel);
+        self.shared.inserted_rows.fetch_add(rows, Ordering::AcqRel);
         let _ = self.acks.send(AckEvent::Acked(chunk.acks));
     }
 
@@ -128,24 +164,32 @@ impl<C: InsertTarget> Worker<C> {
         let _ = self.acks.send(AckEvent::Abandoned(chunk.acks));
     }
 
-    /// The bytes every attempt of `chunk` sends (made once).
-    fn body(&self, chunk: &Chunk) -> Result<Bytes, FatalError> {
+    /// The bytes every attempt of `rows` (whole encoded rows) sends (made
+    /// once).
+    fn body(&self, rows: &[u8]) -> Result<Bytes, FatalError> {
         match &self.shared.native {
             Some(layout) => layout
-                .transpose(&chunk.data)
+                .transpose(rows)
                 .map(Bytes::from)
                 .map_err(|e| FatalError::new(self.context(), e.to_string(), Fault::Internal)),
-            None => Ok(Bytes::copy_from_slice(&chunk.data)),
+            None => Ok(Bytes::copy_from_slice(rows)),
         }
     }
 
     /// The per-chunk settings: its deduplication token, where the server
     /// takes one and the chunk's messages are known.
-    fn chunk_settings(&self, chunk: &Chunk) -> Vec<(String, String)> {
+    /// The insert settings of `chunk` (or of rows `part` of it, while
+    /// bisecting: each part gets a token of its own, or the server would
+    /// drop the second half as a repeat of the first).
+    fn chunk_settings(&self, chunk: &Chunk, part: Option<&Range<usize>>) -> Vec<(String, String)> {
         if !takes_dedup_token(&self.shared.query.settings) {
             return Vec::new();
         }
         dedup_token(chunk.shard, &chunk.spans)
+            .map(|t| match part {
+                Some(r) => format!("{t}-rows{}-{}", r.start, r.end),
+                None => t,
+            })
             .map(|t| vec![(DEDUP_TOKEN.to_string(), t)])
             .unwrap_or_default()
     }
@@ -157,20 +201,201 @@ impl<C: InsertTarget> Worker<C> {
         )
     }
 
+    /// Insert `chunk`, isolating the rows the server rejects.
     async fn insert(&mut self, chunk: &Chunk) -> Outcome {
-        let body = match self.body(chunk) {
+        let body = match self.body(&chunk.data) {
             Ok(body) => body,
             Err(e) => return Outcome::Failed(e),
         };
+        match self.attempt(chunk, body, None).await {
+            Attempt::Inserted => Outcome::Inserted { rejected: 0 },
+            Attempt::RowError(e) if chunk.is_indexed() => self.isolate(chunk, e).await,
+            Attempt::RowError(e) => Outcome::Failed(self.rejected(chunk, &e)),
+            Attempt::Failed(e) => Outcome::Failed(e),
+            Attempt::Abandoned => Outcome::Abandoned,
+        }
+    }
+
+    /// `chunk` failed whole with `first`, a row error: bisect it, hand
+    /// each isolated row to the policy.
+    async fn isolate(&mut self, chunk: &Chunk, first: InsertError) -> Outcome {
+        let (mut bisection, isolated) = Bisection::after_failure(chunk.rows as usize);
+        let mut rejected = 0u64;
+        let mut accepted = 0u64;
+        let mut pending = isolated.map(|row| (row, first));
+        loop {
+            if let Some((row, error)) = pending.take() {
+                let accepted = std::mem::take(&mut accepted);
+                let letter = match self.reject_row(chunk, row, &error, accepted) {
+                    Ok(letter) => letter,
+                    Err(e) => return Outcome::Failed(e),
+                };
+                if let Some(letter) = letter {
+                    if let Err(e) = self.store_dead_letter(letter).await {
+                        return Outcome::Failed(e);
+                    }
+                }
+                rejected += 1;
+            }
+            let Some(range) = bisection.next() else { break };
+            let body = match self.body(chunk.row_bytes(range.clone())) {
+                Ok(body) => body,
+                Err(e) => return Outcome::Failed(e),
+            };
+            match self.attempt(chunk, body, Some(&range)).await {
+                Attempt::Inserted => accepted += range.len() as u64,
+                Attempt::RowError(e) => pending = bisection.failed(range).map(|row| (row, e)),
+                Attempt::Failed(e) => return Outcome::Failed(e),
+                Attempt::Abandoned => return Outcome::Abandoned,
+            }
+        }
+        tracing::info!(
+            rows = chunk.rows,
+            rejected,
+            inserts = bisection.inserts(),
+            "batch bisected: the rows the server rejects were isolated"
+        );
+        Outcome::Inserted { rejected }
+    }
+
+    /// Store `letter` in the dead-letter destination, on a blocking task
+    /// (the destination blocks until it acknowledged it, waiting out an
+    /// outage); the chunk is acknowledged only after.
+    async fn store_dead_letter(&self, letter: DeadLetter) -> Result<(), FatalError> {
+        let dest = self
+            .rejections
+            .as_ref()
+            .and_then(|r| r.dead_letters().cloned());
+        let Some(dest) = dest else {
+            return Err(FatalError::new(
+                self.context(),
+                "no dead-letter destination",
+                Fault::Internal,
+            ));
+        };
+        let at = format!(
+            "topic {} partition {} offset {}",
+            letter.topic, letter.partition, letter.offset
+        );
+        let stored = tokio::task::spawn_blocking(move || {
+            let describe = dest.describe();
+            dest.store(&letter).map_err(|e| format!("{describe}: {e}"))
+        })
+        .await
+        .unwrap_or_else(|e| Err(format!("the dead-letter task failed: {e}")));
+        stored.map_err(|why| {
+            FatalError::new(
+                self.context(),
+                format!("storing the dead letter of the row at {at} failed: {why}"),
+                Fault::External,
+            )
+        })
+    }
+
+    /// Row `row` of `chunk` was rejected alone with `error`: what the
+    /// policy makes of it: `Ok(None)` skipped, `Ok(Some)` a dead letter to
+    /// store, `Err` stops the pipeline.
+    fn reject_row(
+        &self,
+        chunk: &Chunk,
+        row: usize,
+        error: &InsertError,
+        accepted: u64,
+    ) -> Result<Option<DeadLetter>, FatalError> {
+        let (partition, offset) = chunk
+            .origin(row)
+            .unwrap_or((None, spate_core::record::Offset(-1)));
+        let (topic, part) = partition.map_or(("?", -1), |p| (&*p.topic, p.partition));
+        let message = cut(super::events::first_line(&error.message), 300);
+        let reason = error
+            .code
+            .map_or_else(|| "server".to_owned(), |c| format!("code_{c}"));
+        let fail = |why: &str| {
+            FatalError::new(
+                self.context(),
+                format!(
+                    "the server rejected the row at topic {topic} partition {part} offset {}{}{why}: {message}",
+                    offset.0,
+                    error.code.map(|c| format!(" with code {c}")).unwrap_or_default(),
+                ),
+                Fault::User,
+            )
+        };
+        let Some(policy) = &self.rejections else {
+            return Err(fail(""));
+        };
+        let rejection = Rejection {
+            stage: Stage::Insert,
+            topic,
+            partition: part,
+            offset: offset.0,
+            column: None,
+            reason: &reason,
+            error: message,
+        };
+        match policy.reject(&rejection, accepted) {
+            Ok(Action::Skip) => Ok(None),
+            Ok(Action::Fail) => Err(fail("")),
+            Ok(Action::DeadLetter) => match chunk.index.originals.get(row) {
+                Some(o) => Ok(Some(DeadLetter {
+                    topic: topic.to_owned(),
+                    partition: part,
+                    offset: offset.0,
+                    timestamp_ms: o.timestamp_ms,
+                    key: o.key.clone(),
+                    value: o.value.clone(),
+                    stage: Stage::Insert,
+                    error: message.to_owned(),
+                    column: None,
+                })),
+                None => Err(fail(
+                    " (its original message was not kept for a dead letter)",
+                )),
+            },
+            Err(PolicyError::Limit { tripped, .. }) => Err(fail(&format!(" ({tripped})"))),
+            Err(other) => Err(fail(&format!(" ({other})"))),
+        }
+    }
+
+    /// One insert of `rows` rows of `chunk` (`body`), retried and failed
+    /// over as the error calls for, until it is in or cannot be. While it
+    /// retries, the worker is reported failing in the stall table.
+    async fn attempt(
+        &mut self,
+        chunk: &Chunk,
+        body: Bytes,
+        part: Option<&Range<usize>>,
+    ) -> Attempt {
+        let outcome = self.attempt_until_settled(chunk, body, part).await;
+        if let Some(stalls) = &self.stalls {
+            stalls.cleared(&self.stall_name());
+        }
+        outcome
+    }
+
+    fn stall_name(&self) -> String {
+        format!(
+            "{} shard {} worker {}",
+            self.shared.table, self.shard.label, self.index
+        )
+    }
+
+    async fn attempt_until_settled(
+        &mut self,
+        chunk: &Chunk,
+        body: Bytes,
+        part: Option<&Range<usize>>,
+    ) -> Attempt {
+        let rows = part.map_or(chunk.rows, |r| r.len() as u64);
         let (shard, shared) = (self.shard.clone(), self.shared.clone());
         let site = shared.site(&shard.label);
         let preferred = shard.preferred.load(Ordering::Relaxed);
         let mut attempts = Attempts::new(shard.replicas.len(), preferred);
-        let extra = self.chunk_settings(chunk);
+        let extra = self.chunk_settings(chunk, part);
         match self.record_intent(chunk).await {
             Ok(()) => {}
-            Err(Some(e)) => return Outcome::Failed(e),
-            Err(None) => return Outcome::Abandoned,
+            Err(Some(e)) => return Attempt::Failed(e),
+            Err(None) => return Attempt::Abandoned,
         }
         let nth = self.test_faults(&body, &extra, attempts.replica()).await;
         loop {
@@ -189,41 +414,48 @@ impl<C: InsertTarget> Worker<C> {
                     attempts.timed_out();
                     Err(timed_out(timeout, attempts.timeout(&self.retry)))
                 }),
-                _ = self.abandon.changed() => return Outcome::Abandoned,
+                _ = self.abandon.changed() => return Attempt::Abandoned,
             };
             let error = match result {
                 Ok(()) => {
                     InsertSucceeded {
                         site,
                         replica: &target.url,
-                        rows: chunk.rows,
+                        rows,
                         elapsed: started.elapsed(),
                         attempt: attempts.attempt(),
                     }
                     .emit();
                     shard.preferred.store(replica, Ordering::Relaxed);
                     fault::hit(fault::Point::AfterAck, nth);
-                    return Outcome::Inserted;
+                    return Attempt::Inserted;
                 }
+                Err(e) if e.is_row_error() => return Attempt::RowError(e),
                 Err(e) => e,
             };
             let attempt = attempts.attempt();
             let backoff = match self.after_failure(chunk, &mut attempts, site, &target.url, &error)
             {
                 Ok(backoff) => backoff,
-                Err(failure) => return Outcome::Failed(failure),
+                Err(failure) => return Attempt::Failed(failure),
             };
+            if let Some(stalls) = &self.stalls {
+                stalls.failing(
+                    &self.stall_name(),
+                    super::events::first_line(&error.message),
+                );
+            }
             if let Some(backoff) = backoff {
                 InsertBackoff {
                     attempt,
                     error: &error,
                     replica: &target.url,
                     backoff,
-                    rows: chunk.rows,
+                    rows,
                 }
                 .emit();
                 if self.pause(backoff).await.is_err() {
-                    return Outcome::Abandoned;
+                    return Attempt::Abandoned;
                 }
             }
         }
@@ -249,7 +481,7 @@ impl<C: InsertTarget> Worker<C> {
                     error,
                 }
                 .emit();
-                Err(self.rejected(chunk, url, error))
+                Err(self.rejected_at(chunk, url, error))
             }
             Next::Failover { to, backoff } => {
                 InsertAttemptFailed {
@@ -340,20 +572,42 @@ impl<C: InsertTarget> Worker<C> {
         }
     }
 
-    fn rejected(&self, chunk: &Chunk, url: &str, e: &InsertError) -> FatalError {
+    /// The fatal error of `chunk` failing on replica `url` with `e`: names
+    /// the rows' topics, partitions and offset ranges, and the server's
+    /// message cut short.
+    fn rejected_at(&self, chunk: &Chunk, url: &str, e: &InsertError) -> FatalError {
         FatalError::new(
             self.context(),
             format!(
-                "insert of {} rows into {url} failed{}: {}",
+                "insert of {} rows ({}) into {url} failed{}: {}",
                 chunk.rows,
+                chunk.describe_ranges(),
                 e.code
                     .map(|c| format!(" with code {c}"))
                     .unwrap_or_default(),
-                super::events::first_line(&e.message)
+                cut(super::events::first_line(&e.message), 300)
             ),
             Fault::User,
         )
     }
+
+    /// [`rejected_at`](Self::rejected_at) for a row error whose rows could
+    /// not be isolated (the chunk has no row index).
+    fn rejected(&self, chunk: &Chunk, e: &InsertError) -> FatalError {
+        self.rejected_at(chunk, &self.shard.label, e)
+    }
+}
+
+/// `s` cut to at most `max` bytes (on a character boundary), marked.
+fn cut(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
 }
 
 /// The error of an attempt that timed out; the next one waits `next`.

@@ -10,6 +10,7 @@ use crate::sink::shard::Replica;
 use crate::sink::target::InsertQuery;
 use spate_core::checkpoint::AckRange;
 use spate_core::metrics::Metrics;
+use spate_core::policy::{ErrorPolicy, OnError, Rejections};
 use spate_core::record::Offset;
 use spate_core::sink::{ack_channel, AckReceiver, ChunkSpan, ShardQueues};
 use spate_core::source::LaneId;
@@ -44,6 +45,9 @@ struct Fake {
     url: String,
     answers: Arc<StdMutex<VecDeque<Answer>>>,
     log: Arc<StdMutex<Vec<Attempt>>>,
+    /// A body holding any of these bytes is rejected with [`THROW_IF`]
+    /// (after the script is used up): the server blaming rows.
+    poison: Arc<Vec<u8>>,
 }
 
 impl InsertTarget for Fake {
@@ -54,6 +58,7 @@ impl InsertTarget for Fake {
         extra: &[(String, String)],
         timeout: Duration,
     ) -> impl std::future::Future<Output = Result<(), InsertError>> + Send {
+        let poisoned = body.iter().any(|b| self.poison.contains(b));
         self.log.lock().unwrap().push(Attempt {
             url: self.url.clone(),
             body,
@@ -61,13 +66,14 @@ impl InsertTarget for Fake {
             extra: extra.to_vec(),
             timeout,
         });
-        // An empty script confirms.
-        let answer = self
-            .answers
-            .lock()
-            .unwrap()
-            .pop_front()
-            .unwrap_or(Answer::Ok);
+        // An empty script confirms, unless the body is poisoned.
+        let answer = self.answers.lock().unwrap().pop_front().unwrap_or_else(|| {
+            if poisoned {
+                server(THROW_IF)
+            } else {
+                Answer::Ok
+            }
+        });
         async move {
             match answer {
                 Answer::Ok => Ok(()),
@@ -121,6 +127,15 @@ fn no_jitter(initial_ms: u64, max_ms: u64) -> RetryPolicy {
     }
 }
 
+#[derive(Default)]
+struct Extras {
+    rejections: Option<Arc<Rejections>>,
+    poison: Vec<u8>,
+    stalls: Option<Arc<spate_core::health::TransientStalls>>,
+    /// The sink's insert settings.
+    settings: Vec<(String, String)>,
+}
+
 struct Harness {
     queues: Option<ShardQueues>,
     acks: AckReceiver,
@@ -134,15 +149,19 @@ struct Harness {
 impl Harness {
     /// One shard whose replicas answer from `scripts`, one worker.
     fn start(scripts: Vec<Vec<Answer>>, retry: RetryPolicy) -> Harness {
-        Harness::start_with(scripts, retry, Vec::new())
+        Self::start_with(scripts, retry, Extras::default())
     }
 
-    /// [`start`](Self::start) with the sink's insert `settings`.
-    fn start_with(
-        scripts: Vec<Vec<Answer>>,
-        retry: RetryPolicy,
-        settings: Vec<(String, String)>,
-    ) -> Harness {
+    /// [`start`](Self::start) with an error policy, poisoned bytes, a
+    /// stall table or insert settings.
+    fn start_with(scripts: Vec<Vec<Answer>>, retry: RetryPolicy, extras: Extras) -> Harness {
+        let Extras {
+            rejections,
+            poison,
+            stalls,
+            settings,
+        } = extras;
+        let poison = Arc::new(poison);
         let log = Arc::new(StdMutex::new(Vec::new()));
         let replicas = (scripts.into_iter().enumerate())
             .map(|(i, script)| {
@@ -153,6 +172,7 @@ impl Harness {
                         url,
                         answers: Arc::new(StdMutex::new(script.into())),
                         log: log.clone(),
+                        poison: poison.clone(),
                     },
                 }
             })
@@ -179,6 +199,8 @@ impl Harness {
             shared: shared.clone(),
             retry,
             intents: None,
+            rejections,
+            stalls,
         };
         Harness {
             queues: Some(queues),
@@ -215,10 +237,53 @@ impl Harness {
             acks: vec![ack],
             spans: spans.into(),
             ticket: None,
+            index: Default::default(),
         };
         let pushed = self.queues.as_ref().map(|q| q.push(chunk));
         assert!(matches!(pushed, Some(Ok(()))), "queue closed");
         data
+    }
+
+    /// Queue `rows` one-byte rows `0, 1, …` at offsets `100, 101, …` of
+    /// partition `t`/0, with their row index.
+    fn push_indexed(&self, rows: u8) {
+        let data: Vec<u8> = (0..rows).collect();
+        let index = Box::new(spate_core::sink::RowIndex {
+            rows: (0..rows)
+                .map(|i| spate_core::sink::RowOrigin {
+                    offset: Offset(100 + i64::from(i)),
+                    end: u32::from(i) + 1,
+                    range: 0,
+                })
+                .collect(),
+            partitions: vec![Some(spate_core::record::PartitionId::new("t", 0))],
+            originals: (0..rows)
+                .map(|i| spate_core::sink::Original {
+                    key: None,
+                    value: Some(vec![b'v', i]),
+                    timestamp_ms: Some(1000 + i64::from(i)),
+                })
+                .collect(),
+        });
+        let chunk = Chunk {
+            shard: 0,
+            rows: u64::from(rows),
+            data,
+            acks: vec![AckRange {
+                lane: LaneId(1),
+                seq: 0,
+                parts: 1,
+                part: 0,
+                start: Offset(100),
+                end: Offset(100 + i64::from(rows) - 1),
+                rows: u64::from(rows),
+            }],
+            spans: Box::default(),
+            ticket: None,
+            index,
+        };
+        let pushed = self.queues.as_ref().map(|q| q.push(chunk));
+        assert!(matches!(pushed, Some(Ok(()))), "queue closed");
     }
 
     /// Close the queue and wait for the worker to finish what it holds.
@@ -461,7 +526,14 @@ async fn timed_out_attempts_grow_their_timeout_and_keep_the_token() {
         Answer::Hang,
         Answer::Ok,
     ];
-    let mut h = Harness::start_with(vec![script], retry, settings);
+    let mut h = Harness::start_with(
+        vec![script],
+        retry,
+        Extras {
+            settings,
+            ..Extras::default()
+        },
+    );
     let spans = vec![ChunkSpan {
         partition: spate_core::record::PartitionId::new("t", 2),
         first: Offset(0),
@@ -503,13 +575,204 @@ async fn no_token_without_server_support_or_spans() {
         last: Offset(1),
         rows: 2,
     }];
-    let mut h = Harness::start_with(vec![vec![]], no_jitter(100, 100), old);
+    let mut h = Harness::start_with(
+        vec![vec![]],
+        no_jitter(100, 100),
+        Extras {
+            settings: old,
+            ..Extras::default()
+        },
+    );
     h.push_spans(0, 2, spans);
     h.finish().await;
-    let mut g = Harness::start_with(vec![vec![]], no_jitter(100, 100), new);
+    let mut g = Harness::start_with(
+        vec![vec![]],
+        no_jitter(100, 100),
+        Extras {
+            settings: new,
+            ..Extras::default()
+        },
+    );
     g.push(0, 2);
     g.finish().await;
     for a in h.attempts().iter().chain(g.attempts().iter()) {
         assert!(a.extra.is_empty(), "{:?}", a.extra);
     }
+}
+fn skip_policy(metrics: &Metrics) -> Arc<Rejections> {
+    let policy = ErrorPolicy {
+        on_error: OnError::Skip,
+        ..ErrorPolicy::default()
+    };
+    Rejections::new(policy, metrics, spate_core::clock::system())
+}
+
+/// Rows the server rejects are isolated by bisection: each other row is
+/// inserted exactly once, the chunk is acknowledged whole under `skip`,
+/// and each isolated row is counted with its code.
+#[tokio::test(start_paused = true)]
+async fn a_rejected_batch_is_bisected_and_only_the_bad_rows_are_skipped() {
+    let metrics = Metrics::new();
+    let policy = skip_policy(&metrics);
+    let extras = Extras {
+        rejections: Some(policy),
+        poison: vec![3, 7],
+        ..Extras::default()
+    };
+    let mut h = Harness::start_with(vec![vec![]], no_jitter(100, 400), extras);
+    h.push_indexed(10);
+    h.finish().await;
+    let attempts = h.attempts();
+    let mut inserted = vec![0; 10];
+    for a in &attempts {
+        if !a.body.iter().any(|b| [3, 7].contains(b)) {
+            a.body.iter().for_each(|&b| inserted[usize::from(b)] += 1);
+        }
+    }
+    assert_eq!(inserted, [1, 1, 1, 0, 1, 1, 1, 0, 1, 1], "{attempts:?}");
+    assert!(
+        attempts.len() <= 1 + 2 * 2 * 4,
+        "{} inserts",
+        attempts.len()
+    );
+    assert_eq!(acked_seqs(&h.events()), [0]);
+    let rejected = metrics.encode_text();
+    assert!(
+        rejected.contains(
+            "spate_messages_rejected_total{reason=\"code_395\",stage=\"insert\",topic=\"t\"} 2"
+        ),
+        "{rejected}"
+    );
+    let m = &h.shared.metrics;
+    assert_eq!(m.rows_inserted.with_label_values(&["db.t", "1"]).get(), 8);
+}
+
+/// Without a policy (`fail`), the first isolated row fails the pipeline,
+/// named by topic, partition and offset with the server's message.
+#[tokio::test(start_paused = true)]
+async fn under_fail_the_isolated_row_is_named() {
+    let extras = Extras {
+        poison: vec![6],
+        ..Extras::default()
+    };
+    let mut h = Harness::start_with(vec![vec![]], no_jitter(100, 400), extras);
+    h.push_indexed(10);
+    h.finish().await;
+    let events = h.events();
+    let [AckEvent::Fatal { error, ranges }] = events.as_slice() else {
+        panic!("{events:?}");
+    };
+    assert_eq!(ranges[0].seq, 0);
+    for needle in ["topic t partition 0 offset 106", "code 395", "throwIf"] {
+        assert!(error.reason.contains(needle), "{needle}: {}", error.reason);
+    }
+}
+
+/// A config error is not bisected: one attempt, and the error names the
+/// chunk's partitions and offset ranges.
+#[tokio::test(start_paused = true)]
+async fn a_config_error_names_the_offset_range_without_bisecting() {
+    let mut h = Harness::start(vec![vec![server(READONLY_USER)]], no_jitter(100, 400));
+    h.push_indexed(10);
+    h.finish().await;
+    assert_eq!(h.attempts().len(), 1);
+    let events = h.events();
+    let [AckEvent::Fatal { error, .. }] = events.as_slice() else {
+        panic!("{events:?}");
+    };
+    assert!(
+        error
+            .reason
+            .contains("topic t partition 0 offsets 100..=109")
+            && error.reason.contains("code 164"),
+        "{}",
+        error.reason
+    );
+}
+
+/// While a transient error is retried the worker is in the stall table
+/// with the last error; once the insert succeeds it is gone.
+#[tokio::test(start_paused = true)]
+async fn a_retried_transient_error_is_reported_stuck_until_it_clears() {
+    let clock = spate_core::clock::ManualClock::new();
+    let stalls = spate_core::health::TransientStalls::new(clock.clone());
+    let gate = Arc::new(Notify::new());
+    let script = vec![
+        server(TOO_MANY_QUERIES),
+        server(TOO_MANY_QUERIES),
+        Answer::OkAfter(gate.clone()),
+    ];
+    let extras = Extras {
+        stalls: Some(stalls.clone()),
+        ..Extras::default()
+    };
+    let mut h = Harness::start_with(vec![script], no_jitter(100, 400), extras);
+    h.push(0, 3);
+    // Two failures and their backoffs pass; the third attempt hangs.
+    tokio::time::sleep(ms(1000)).await;
+    clock.advance(Duration::from_secs(61));
+    let stuck = stalls.stuck(Duration::from_secs(60));
+    assert_eq!(stuck.len(), 1, "{stuck:?}");
+    assert!(
+        stuck[0].starts_with("db.t shard 1 worker 0: a transient error has not cleared for 61s")
+            && stuck[0].contains("Too many simultaneous queries"),
+        "{stuck:?}"
+    );
+    gate.notify_one();
+    h.finish().await;
+    assert!(
+        stalls.stuck(Duration::ZERO).is_empty(),
+        "cleared on success"
+    );
+    assert_eq!(acked_seqs(&h.events()), [0]);
+}
+
+#[derive(Default)]
+struct Letters(StdMutex<Vec<spate_core::policy::DeadLetter>>);
+
+impl spate_core::policy::DeadLetterSink for Letters {
+    fn store(&self, letter: &spate_core::policy::DeadLetter) -> Result<(), String> {
+        self.0.lock().unwrap().push(letter.clone());
+        Ok(())
+    }
+    fn describe(&self) -> String {
+        "memory".into()
+    }
+}
+
+/// Under dead-letter, each isolated row is stored as a letter of its
+/// original message (stage insert) before the chunk is acknowledged.
+#[tokio::test(start_paused = true)]
+async fn isolated_rows_become_dead_letters_of_their_messages() {
+    let metrics = Metrics::new();
+    let letters = Arc::new(Letters::default());
+    let policy = ErrorPolicy {
+        on_error: OnError::DeadLetter,
+        ..ErrorPolicy::default()
+    };
+    let rejections = Rejections::with_dead_letters(
+        policy,
+        &metrics,
+        spate_core::clock::system(),
+        Some(letters.clone()),
+    );
+    let extras = Extras {
+        rejections: Some(rejections),
+        poison: vec![4],
+        ..Extras::default()
+    };
+    let mut h = Harness::start_with(vec![vec![]], no_jitter(100, 400), extras);
+    h.push_indexed(8);
+    h.finish().await;
+    assert_eq!(acked_seqs(&h.events()), [0]);
+    let stored = letters.0.lock().unwrap();
+    assert_eq!(stored.len(), 1);
+    let l = &stored[0];
+    assert_eq!((l.topic.as_str(), l.partition, l.offset), ("t", 0, 104));
+    assert_eq!(
+        (l.value.as_deref(), l.timestamp_ms),
+        (Some(&[b'v', 4][..]), Some(1004))
+    );
+    assert_eq!(l.stage, spate_core::policy::Stage::Insert);
+    assert!(l.error.contains("throwIf"), "{l:?}");
 }

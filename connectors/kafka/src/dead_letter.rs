@@ -1,0 +1,202 @@
+//! The dead-letter topic (`--dead-letter-topic`): a [`DeadLetterSink`]
+//! over an rdkafka producer on the source's brokers, with `acks=all` and
+//! idempotence, so a stored letter survives a broker failure and is never
+//! written twice by the producer's own retries.
+//!
+//! [`KafkaDeadLetters::store`] is called from driver threads (decode
+//! rejections) and from blocking tasks of the sink's runtime (rows the
+//! server rejected). It queues the record and blocks until librdkafka's
+//! background thread reports its delivery through the context's callback
+//! (a one-shot std channel per record). A failed delivery is sent again
+//! after a pause, forever, unless the error says it can never succeed: an
+//! unavailable topic applies backpressure to the caller and nothing is
+//! dropped.
+
+use rdkafka::config::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
+use rdkafka::ClientContext;
+use spate_core::policy::{DeadLetter, DeadLetterSink};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// Pause before sending a letter again after a failed delivery.
+const RETRY_PAUSE: Duration = Duration::from_millis(500);
+
+/// Delivery results, back to the waiting `store`.
+struct Deliveries;
+
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = Box<mpsc::SyncSender<Result<(), KafkaError>>>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, done: Self::DeliveryOpaque) {
+        let _ = done.send(result.as_ref().map(|_| ()).map_err(|(e, _)| e.clone()));
+    }
+}
+
+/// The dead-letter topic's producer.
+pub struct KafkaDeadLetters {
+    producer: ThreadedProducer<Deliveries>,
+    topic: String,
+}
+
+impl KafkaDeadLetters {
+    /// A producer of `topic` on `brokers`, with the user's librdkafka
+    /// `properties` (the source's `-X`, for security settings) applied
+    /// before the settings a dead letter needs.
+    ///
+    /// # Errors
+    /// librdkafka refused the configuration.
+    pub fn new(
+        brokers: &str,
+        topic: &str,
+        properties: &[(String, String)],
+    ) -> Result<Self, KafkaError> {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", brokers);
+        for (k, v) in properties.iter().filter(|(k, _)| is_shared(k)) {
+            c.set(k, v);
+        }
+        // A dead letter counts as acknowledged once stored: every in-sync
+        // replica must have it, and the producer's retries must not
+        // duplicate it.
+        c.set("acks", "all")
+            .set("enable.idempotence", "true")
+            // One letter at a time per caller: no batching delay.
+            .set("linger.ms", "0")
+            .set("message.timeout.ms", "30000")
+            .set("client.id", "spate-dead-letters");
+        let producer = c.create_with_context(Deliveries)?;
+        Ok(Self {
+            producer,
+            topic: topic.to_owned(),
+        })
+    }
+
+    fn send_once(&self, letter: &DeadLetter) -> Result<(), KafkaError> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        let extra = letter.headers();
+        let mut headers = OwnedHeaders::new_with_capacity(extra.len());
+        for (key, value) in &extra {
+            headers = headers.insert(Header {
+                key,
+                value: Some(value.as_bytes()),
+            });
+        }
+        let mut record = BaseRecord::with_opaque_to(&self.topic, Box::new(tx)).headers(headers);
+        if let Some(k) = &letter.key {
+            record = record.key(k);
+        }
+        if let Some(v) = &letter.value {
+            record = record.payload(v);
+        }
+        if let Some(ts) = letter.timestamp_ms {
+            record = record.timestamp(ts);
+        }
+        loop {
+            match self.producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    record = r;
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err((e, _)) => return Err(e),
+            }
+        }
+        rx.recv().unwrap_or_else(|_| {
+            Err(KafkaError::MessageProduction(
+                RDKafkaErrorCode::MessageTimedOut,
+            ))
+        })
+    }
+}
+
+impl DeadLetterSink for KafkaDeadLetters {
+    fn store(&self, letter: &DeadLetter) -> Result<(), String> {
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            match self.send_once(letter) {
+                Ok(()) => return Ok(()),
+                Err(e) if is_permanent(&e) => return Err(e.to_string()),
+                Err(e) => {
+                    tracing::warn!(topic = %self.topic, attempt, error = %e, "dead letter not stored yet; retrying");
+                    std::thread::sleep(RETRY_PAUSE);
+                }
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!("topic {}", self.topic)
+    }
+}
+
+/// Errors a retry cannot fix: the topic is missing or may not be written,
+/// the record is too large.
+fn is_permanent(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::UnknownTopicOrPartition
+                | RDKafkaErrorCode::UnknownTopic
+                | RDKafkaErrorCode::TopicAuthorizationFailed
+                | RDKafkaErrorCode::MessageSizeTooLarge
+                | RDKafkaErrorCode::InvalidRecord
+        )
+    )
+}
+
+/// Whether a user property applies to a producer too (connection and
+/// security settings), not only to the consumer.
+fn is_shared(key: &str) -> bool {
+    const PREFIXES: &[&str] = &[
+        "security.",
+        "ssl.",
+        "sasl.",
+        "socket.",
+        "broker.",
+        "client.dns",
+        "api.version",
+        "enable.ssl",
+    ];
+    PREFIXES.iter().any(|p| key.starts_with(p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_connection_settings_reach_the_producer() {
+        for k in [
+            "security.protocol",
+            "sasl.mechanism",
+            "ssl.ca.location",
+            "socket.timeout.ms",
+        ] {
+            assert!(is_shared(k), "{k}");
+        }
+        for k in [
+            "session.timeout.ms",
+            "group.id",
+            "auto.offset.reset",
+            "enable.auto.commit",
+        ] {
+            assert!(!is_shared(k), "{k}");
+        }
+    }
+
+    #[test]
+    fn a_missing_topic_is_permanent_a_timeout_is_not() {
+        assert!(is_permanent(&KafkaError::MessageProduction(
+            RDKafkaErrorCode::UnknownTopicOrPartition
+        )));
+        assert!(!is_permanent(&KafkaError::MessageProduction(
+            RDKafkaErrorCode::MessageTimedOut
+        )));
+    }
+}

@@ -1,0 +1,152 @@
+//! Dead letters: the original message of a rejected row, plus why and
+//! where it was rejected, for a [`DeadLetterSink`] (a Kafka topic, in the
+//! Kafka connector). The chain (driver threads) and the insert workers
+//! (the sink's I/O runtime, through a blocking task) hand letters to the
+//! sink and go on only once it stored them, so a dead letter counts as
+//! acknowledged exactly when its destination acknowledged it: the offset
+//! is then covered like a skipped one. An unavailable destination blocks
+//! the caller (backpressure); nothing is dropped.
+
+use super::Stage;
+use crate::record::Message;
+
+/// One rejected message, owned (it may cross threads).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// Where the message was read.
+    pub topic: String,
+    /// Its partition.
+    pub partition: i32,
+    /// Its offset.
+    pub offset: i64,
+    /// Its timestamp (ms since the epoch), if any.
+    pub timestamp_ms: Option<i64>,
+    /// Its key.
+    pub key: Option<Vec<u8>>,
+    /// Its value (`None` for a tombstone).
+    pub value: Option<Vec<u8>>,
+    /// The stage that rejected it.
+    pub stage: Stage,
+    /// The error, cut short.
+    pub error: String,
+    /// The column, when known.
+    pub column: Option<String>,
+}
+
+impl DeadLetter {
+    /// The letter of `msg`, rejected at `stage` with `error`.
+    #[must_use]
+    pub fn of(msg: &Message<'_>, stage: Stage, error: &str, column: Option<&str>) -> Self {
+        Self {
+            topic: msg.topic.to_owned(),
+            partition: msg.partition,
+            offset: msg.offset,
+            timestamp_ms: msg.timestamp_ms,
+            key: msg.key.map(<[u8]>::to_vec),
+            value: msg.payload.map(<[u8]>::to_vec),
+            stage,
+            error: cut(error, 1000).to_owned(),
+            column: column.map(str::to_owned),
+        }
+    }
+
+    /// The headers a dead-letter record carries besides the original's:
+    /// `spate.error`, `spate.stage`, `spate.topic`, `spate.partition`,
+    /// `spate.offset` and, when known, `spate.column`.
+    #[must_use]
+    pub fn headers(&self) -> Vec<(&'static str, String)> {
+        let mut h = vec![
+            ("spate.error", self.error.clone()),
+            ("spate.stage", self.stage.as_str().to_owned()),
+            ("spate.topic", self.topic.clone()),
+            ("spate.partition", self.partition.to_string()),
+            ("spate.offset", self.offset.to_string()),
+        ];
+        if let Some(c) = &self.column {
+            h.push(("spate.column", c.clone()));
+        }
+        h
+    }
+}
+
+/// A dead-letter destination.
+pub trait DeadLetterSink: Send + Sync {
+    /// Store `letter`, returning once the destination acknowledged it,
+    /// waiting (and retrying) while it is unavailable. Blocks the calling
+    /// thread.
+    ///
+    /// # Errors
+    /// Only when the letter can never be stored (e.g. the topic does not
+    /// exist or may not be written); the pipeline then stops.
+    fn store(&self, letter: &DeadLetter) -> Result<(), String>;
+
+    /// What the destination is, for logs and errors (`topic dlq`).
+    fn describe(&self) -> String;
+}
+
+/// Several destinations (`--dead-letter-topic` and `--dead-letter-table`):
+/// a letter is stored in each, in order, before it counts as stored.
+pub struct AllOf(pub Vec<std::sync::Arc<dyn DeadLetterSink>>);
+
+impl DeadLetterSink for AllOf {
+    fn store(&self, letter: &DeadLetter) -> Result<(), String> {
+        self.0.iter().try_for_each(|d| {
+            d.store(letter)
+                .map_err(|e| format!("{}: {e}", d.describe()))
+        })
+    }
+
+    fn describe(&self) -> String {
+        let all: Vec<String> = self.0.iter().map(|d| d.describe()).collect();
+        all.join(" and ")
+    }
+}
+
+/// `s` cut to at most `max` bytes, on a character boundary.
+#[must_use]
+pub fn cut(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_letter_keeps_the_message_and_names_where_it_failed() {
+        let msg = Message {
+            topic: "events",
+            partition: 3,
+            offset: 77,
+            timestamp_ms: Some(1_700_000_000_000),
+            key: Some(b"k"),
+            payload: Some(b"{\"a\": 300}"),
+        };
+        let l = DeadLetter::of(&msg, Stage::Decode, &"é".repeat(600), Some("a"));
+        assert_eq!(l.value.as_deref(), Some(&b"{\"a\": 300}"[..]));
+        assert_eq!(l.key.as_deref(), Some(&b"k"[..]));
+        assert_eq!(l.error.len(), 1000, "cut on a character boundary");
+        let h = l.headers();
+        let names: Vec<&str> = h.iter().map(|(n, _)| *n).collect();
+        assert_eq!(
+            names,
+            [
+                "spate.error",
+                "spate.stage",
+                "spate.topic",
+                "spate.partition",
+                "spate.offset",
+                "spate.column"
+            ]
+        );
+        assert_eq!(h[1].1, "decode");
+        assert_eq!((h[3].1.as_str(), h[4].1.as_str()), ("3", "77"));
+    }
+}
