@@ -6,6 +6,8 @@
 //! workers on a tokio runtime) and watches it from the test thread; the
 //! CPU test reads `/proc/self/task/*` for the controller's CPU time.
 
+mod tenure;
+
 use super::fakes::{recording_sink, FakeSource};
 use super::tests::{data, io, now, options, start, WAIT};
 use super::*;
