@@ -59,6 +59,9 @@ pub(crate) struct Shared {
     pub(crate) refused: Vec<(Vec<(PartitionId, Watermark)>, String)>,
     /// A callback hit something the pipeline cannot survive.
     pub(crate) fatal: Option<String>,
+    /// An assignment arrived (possibly empty) since the source last looked:
+    /// the member joined its group.
+    pub(crate) joined: bool,
 }
 
 pub(crate) struct SpateContext {

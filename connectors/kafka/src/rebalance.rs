@@ -68,6 +68,7 @@ impl SpateContext {
             return;
         };
         let mut shared = lock(&self.shared);
+        shared.joined = true;
         for partition in partitions(tpl) {
             let Some(queue) = consumer.split_partition_queue(&partition.topic, partition.partition)
             else {

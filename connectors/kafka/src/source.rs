@@ -188,7 +188,7 @@ impl KafkaSource {
 
     /// Turn what the callbacks and the lanes recorded into events.
     fn gather_events(&mut self) -> Result<Vec<SourceEvent<KafkaLane>>, SourceError> {
-        let (split, lost, revoked, fatal, refused) = {
+        let (split, lost, revoked, fatal, refused, joined) = {
             let mut shared = lock(&self.consumer.context().shared);
             (
                 std::mem::take(&mut shared.new_lanes),
@@ -196,6 +196,7 @@ impl KafkaSource {
                 std::mem::take(&mut shared.revoked),
                 shared.fatal.take(),
                 std::mem::take(&mut shared.refused),
+                std::mem::take(&mut shared.joined),
             )
         };
         if let Some(f) = fatal {
@@ -216,6 +217,11 @@ impl KafkaSource {
         if !new_lanes.is_empty() {
             self.unknown_since = None;
             events.push(SourceEvent::Assigned(new_lanes));
+        } else if joined {
+            // An empty assignment (a standby member: more members than
+            // partitions) still means joined: ready, and for a bounded run
+            // the start of its idle grace period.
+            events.push(SourceEvent::Assigned(Vec::new()));
         }
         self.gather_lane_ends(&mut events);
         Ok(events)

@@ -19,6 +19,9 @@
 //! acknowledgements until the revoke deadline, hand back their watermarks
 //! for the source to commit before it gives the partitions up.
 //!
+//! A bounded run (`idle_exit`) ends as drained once the member, joined,
+//! has held no lane for the whole grace period.
+//!
 //! *Draining*: stop polling the source, send `Shutdown` to every driver,
 //! tell main (which joins the drivers and drains the sink), keep folding
 //! acknowledgements, and once main reports the sink drained run the final
@@ -48,6 +51,8 @@ pub(crate) struct ControllerConfig {
     pub shutdown_timeout: Duration,
     pub revoke_timeout: Duration,
     pub pending_ceiling: i64,
+    /// End a run that holds no lane this long after joining.
+    pub idle_exit: Option<Duration>,
 }
 
 /// Controller → main.
@@ -114,6 +119,8 @@ pub(crate) struct Core<L> {
     confirmed: BTreeMap<PartitionId, Watermark>,
     /// Partitions with per-partition gauges set (removed once not owned).
     gauged: HashSet<PartitionId>,
+    /// Since when this member, joined, holds no lane (`idle_exit`).
+    idle_since: Option<Instant>,
     metrics: Arc<Metrics>,
     readiness: Arc<SourceReadiness>,
     config: ControllerConfig,
@@ -154,6 +161,7 @@ impl<S: Source> Controller<S> {
                 committed: BTreeMap::new(),
                 confirmed: BTreeMap::new(),
                 gauged: HashSet::new(),
+                idle_since: None,
                 metrics: env.metrics,
                 readiness: links.readiness,
                 config,
@@ -188,6 +196,9 @@ impl<S: Source> Controller<S> {
             }
             if self.core.drained {
                 tracing::info!("source drained; finishing");
+                return;
+            }
+            if self.core.idle_expired() {
                 return;
             }
             match self
@@ -313,11 +324,38 @@ impl<L: Lane> Core<L> {
         }
     }
 
+    /// A bounded run (`idle_exit` set) whose member joined and has held
+    /// no lane for the whole grace period ends: a standby member, or one
+    /// stripped of its partitions before they retired, has nothing to
+    /// read, and its partitions' ends are another member's to reach.
+    fn idle_expired(&mut self) -> bool {
+        let Some(grace) = self.config.idle_exit else {
+            return false;
+        };
+        if !self.home.is_empty() || !self.readiness.joined.load(Ordering::Acquire) {
+            self.idle_since = None;
+            return false;
+        }
+        let now = self.clock.now();
+        let since = *self.idle_since.get_or_insert(now);
+        if now.duration_since(since) < grace {
+            return false;
+        }
+        tracing::info!(
+            grace_s = grace.as_secs_f64(),
+            "this member has held no partition since it joined the group or lost its last one, for the whole grace period; the bounded run (--until-end) ends here, exit 0 (the group's other members read the partitions to their ends)"
+        );
+        self.drained = true;
+        true
+    }
+
     fn on_source_event(&mut self, event: SourceEvent<L>) {
         match event {
             SourceEvent::Assigned(lanes) => {
                 self.readiness.joined.store(true, Ordering::Release);
-                self.metrics.rebalances.with_label_values(&["assign"]).inc();
+                if !lanes.is_empty() {
+                    self.metrics.rebalances.with_label_values(&["assign"]).inc();
+                }
                 for lane in lanes {
                     self.add_lane(lane);
                 }

@@ -6,6 +6,7 @@
 //! workers on a tokio runtime) and watches it from the test thread; the
 //! CPU test reads `/proc/self/task/*` for the controller's CPU time.
 
+mod standby;
 mod tenure;
 
 use super::fakes::{recording_sink, FakeSource};

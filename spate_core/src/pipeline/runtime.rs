@@ -51,6 +51,11 @@ pub struct RuntimeOptions {
     pub revoke_timeout: Duration,
     /// Pending-row ceiling per lane (the `PendingGate`).
     pub pending_ceiling: i64,
+    /// A bounded run whose member holds no partition for this long after
+    /// joining its group (a standby member: more members than partitions,
+    /// or stripped of its partitions before they retired) ends, exit 0.
+    /// `None`: never (unbounded runs).
+    pub idle_exit: Option<Duration>,
     /// Where to serve `/metrics`, `/healthz`, `/readyz`.
     pub admin_addr: Option<SocketAddr>,
     /// Sink probe period.
@@ -79,6 +84,7 @@ impl RuntimeOptions {
             shutdown_timeout: Duration::from_secs(30),
             revoke_timeout: Duration::from_secs(2),
             pending_ceiling: 2_000_000,
+            idle_exit: None,
             admin_addr: None,
             probe_interval: Duration::from_secs(5),
             stall_timeout: Duration::from_secs(60),
@@ -519,6 +525,7 @@ fn spawn_controller<S: Source>(
         shutdown_timeout: options.shutdown_timeout,
         revoke_timeout: options.revoke_timeout,
         pending_ceiling: options.pending_ceiling,
+        idle_exit: options.idle_exit,
     };
     let controller = Controller::new(source, links, env, config);
     std::thread::Builder::new()

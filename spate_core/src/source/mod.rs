@@ -83,7 +83,9 @@ pub trait Lane: Send + 'static {
 /// Events a source reports to the controller.
 pub enum SourceEvent<L> {
     /// New lanes to hand to drivers (partitions assigned). Each lane's
-    /// pause state at the source is already explicit (resumed).
+    /// pause state at the source is already explicit (resumed). Also sent
+    /// empty when the member joined with no partition (a standby member):
+    /// it is joined, hence ready.
     Assigned(Vec<L>),
     /// These lanes reached the end of their input: flush their tails now
     /// (`ThreadControl::FlushNow`) so their unit of work can complete.
