@@ -30,7 +30,12 @@ const MARGIN: Duration = Duration::from_secs(4);
 fn signal(pid: i32, sig: libc::c_int) {
     // SAFETY: plain kill(2) on the broker's pid from its PID file.
     let rc = unsafe { libc::kill(pid, sig) };
-    assert_eq!(rc, 0, "kill {sig} {pid}: {}", std::io::Error::last_os_error());
+    assert_eq!(
+        rc,
+        0,
+        "kill {sig} {pid}: {}",
+        std::io::Error::last_os_error()
+    );
 }
 
 #[test]

@@ -25,7 +25,9 @@
 //! *Draining*: stop polling the source, send `Shutdown` to every driver,
 //! tell main (which joins the drivers and drains the sink), keep folding
 //! acknowledgements, and once main reports the sink drained run the final
-//! drain + commit + `flush_commits`.
+//! drain + commit + `flush_commits`, every wait of the source bounded by
+//! the shutdown deadline (`Source::shutdown_deadline`), and send main the
+//! exit before the source is dropped.
 
 use super::control::{DriverEvent, ThreadControl, ThreadEnv};
 use super::resume::ResumeRetry;
@@ -63,7 +65,16 @@ pub(crate) enum ToMain {
         barrier: DrainBarrier,
         deadline: Instant,
     },
+    /// The final commit is done (or failed): the exit, sent before the
+    /// source is dropped, whose close may wait on an unanswering broker.
+    Finished(ControllerExit),
 }
+
+/// The final commit gets at least this long, even when the drain used the
+/// whole shutdown budget: a missed final commit turns acknowledged rows
+/// into duplicates. Main waits for the controller's exit this much past
+/// the shutdown deadline (plus a grace).
+pub(crate) const FINAL_COMMIT_FLOOR: Duration = Duration::from_secs(2);
 
 /// Main → controller.
 pub(crate) enum FromMain {
@@ -174,12 +185,17 @@ impl<S: Source> Controller<S> {
         }
     }
 
-    pub(crate) fn run(mut self) -> ControllerExit {
+    /// Consume, drain, and hand main the exit; the source is dropped last
+    /// (closing a Kafka consumer waits on the broker), so main never waits
+    /// for it past the deadline.
+    pub(crate) fn run(mut self) {
         self.consume();
         // The shutdown sequence is bounded by its own deadline; liveness
         // watches the steady state.
         self.heartbeat.finish();
-        self.drain_and_stop()
+        let exit = self.drain_and_stop();
+        let _ = self.to_main.send(ToMain::Finished(exit));
+        drop(self);
     }
 
     /// State `Consuming`.
@@ -230,7 +246,7 @@ impl<S: Source> Controller<S> {
     }
 
     /// States `Draining` and `Stopped`.
-    fn drain_and_stop(mut self) -> ControllerExit {
+    fn drain_and_stop(&mut self) -> ControllerExit {
         self.core
             .readiness
             .shutting_down
@@ -664,7 +680,10 @@ impl<L: Lane> Core<L> {
     ) -> Option<String> {
         // At least a couple of seconds, even when the drain used the budget:
         // a missed final commit turns acknowledged rows into duplicates.
-        let deadline = deadline.max(self.clock.now() + Duration::from_secs(2));
+        let deadline = deadline.max(self.clock.now() + FINAL_COMMIT_FLOOR);
+        // Every wait of the source from here on ends by then, also one on
+        // a broker that stopped answering.
+        source.shutdown_deadline(Instant::now() + clock::until(&*self.clock, deadline));
         let mut error = None;
         loop {
             let watermarks = self.checkpointer.watermarks();
@@ -694,7 +713,7 @@ impl<L: Lane> Core<L> {
                 }
             }
         }
-        let budget = clock::until(&*self.clock, deadline).max(Duration::from_secs(1));
+        let budget = clock::until(&*self.clock, deadline);
         if let Err(e) = source.flush_commits(budget) {
             tracing::error!(error = %e, "waiting for outstanding commits failed");
             error.get_or_insert(e.to_string());

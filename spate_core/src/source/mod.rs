@@ -194,6 +194,12 @@ pub trait Source: Send + 'static {
     /// Wait, up to `timeout`, for outstanding asynchronous commits.
     fn flush_commits(&mut self, timeout: Duration) -> Result<(), SourceError>;
 
+    /// The shutdown began and must end by `deadline`: from now on no call
+    /// (a synchronous [`commit`](Self::commit), `flush_commits`) waits
+    /// past it; one that would fails instead (retriable), and nothing it
+    /// did not confirm counts as committed. Default: nothing waits.
+    fn shutdown_deadline(&mut self, _deadline: std::time::Instant) {}
+
     /// The latest known end offset (high watermark: the offset the next
     /// message written will get) of partitions this source reads, for the
     /// lag metrics. Default: none known.

@@ -259,6 +259,7 @@ impl PreparedSink {
                     abandon: abandon_rx.clone(),
                     shared: self.shared.clone(),
                     retry: self.retry,
+                    depths: queues.depth_view(),
                 };
                 workers.push(io.spawn(worker.run()));
             }

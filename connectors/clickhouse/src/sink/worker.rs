@@ -25,7 +25,7 @@ use super::target::InsertTarget;
 use crate::client::InsertError;
 use bytes::Bytes;
 use spate_core::error::{FatalError, Fault};
-use spate_core::sink::{AckEvent, AckSender, Chunk, ShardReceiver};
+use spate_core::sink::{AckEvent, AckSender, Chunk, QueueDepths, ShardReceiver};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,6 +40,8 @@ pub(crate) struct Worker<C> {
     pub(crate) abandon: watch::Receiver<bool>,
     pub(crate) shared: Arc<PoolShared>,
     pub(crate) retry: RetryPolicy,
+    /// Where the body of the chunk in flight is counted (see `insert`).
+    pub(crate) depths: QueueDepths,
 }
 
 enum Outcome {
@@ -135,6 +137,11 @@ impl<C: InsertTarget> Worker<C> {
             Ok(body) => body,
             Err(e) => return Outcome::Failed(e),
         };
+        // The chunk is counted in its queue's depth until acknowledged;
+        // its wire body and the client's compressed copy of it live as
+        // long: count them too, or the budget misses two copies per
+        // insert in flight.
+        let _in_flight = self.depths.charge(chunk.shard, 2 * body.len());
         let (shard, shared) = (self.shard.clone(), self.shared.clone());
         let site = shared.site(&shard.label);
         let preferred = shard.preferred.load(Ordering::Relaxed);

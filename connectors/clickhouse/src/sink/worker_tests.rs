@@ -162,6 +162,7 @@ impl Harness {
             abandon: abandon_rx,
             shared: shared.clone(),
             retry,
+            depths: queues.depth_view(),
         };
         Harness {
             queues: Some(queues),
