@@ -168,15 +168,17 @@ impl KafkaSourceConfig {
                 (per_partition / 1024).max(1).to_string(),
             )
             .set("fetch.message.max.bytes", per_partition.to_string())
-            // One fetch response over every partition of a broker: the
-            // whole prefetch budget at most (librdkafka raises it to
-            // message.max.bytes if lower, so a large message still fits).
-            .set(
-                "fetch.max.bytes",
-                (self.prefetch_kbytes * 1024)
-                    .clamp(1 << 20, 50 << 20)
-                    .to_string(),
-            )
+            // One fetch response over every partition of a broker: one
+            // partition's share too. A broker that ignores the
+            // per-partition limit (the test broker answers with a
+            // partition's whole backlog, measured 4.5 MB for a 64 KiB
+            // limit) then still brings at most a share per partition, so
+            // 64 partitions cannot take 64 whole responses. librdkafka
+            // raises fetch.max.bytes to message.max.bytes, hence both; a
+            // record batch larger than the limit is still returned whole
+            // (KIP-74), so nothing stalls.
+            .set("fetch.max.bytes", per_partition.to_string())
+            .set("message.max.bytes", per_partition.to_string())
             // After a partition's prefetch queue was found full, librdkafka
             // waits this long before it considers fetching it again (1 s by
             // default). With the small per-partition prefetch a small budget
@@ -259,7 +261,7 @@ mod tests {
             .unwrap()
             .parse()
             .unwrap();
-        assert_eq!(fetch_max, 8 << 20);
+        assert_eq!(fetch_max, 64 << 10);
     }
 
     #[test]
