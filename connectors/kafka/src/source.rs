@@ -14,6 +14,17 @@
 //! sends no commit callbacks back, so an asynchronous commit counts as
 //! committed once sent, until refused.
 //!
+//! Shutdown: once `shutdown_deadline` is set, synchronous commits go out
+//! with their own reply queue, polled with the time left
+//! (`commit_within`): a broker that stops answering fails the final
+//! commit instead of hanging the process. An empty assignment is reported
+//! as `Assigned([])`: the member joined (a standby member is ready).
+//!
+//! Prefetch: librdkafka's limits apply per partition and are fixed when
+//! the consumer is created, so the prefetch budget is split over the
+//! subscribed topics' partitions, read from a short-lived metadata client
+//! at start (`subscribed_partitions`).
+//!
 //! Polling (`poll_events`, on the controller thread): the consumer poll,
 //! and so every rdkafka callback, runs on a scoped `spate-kafka-poll`
 //! thread, while the controller thread waits for it and serves the
