@@ -260,6 +260,7 @@ impl KafkaSource {
                     s.queue,
                     self.until_end,
                     self.ended_tx.clone(),
+                    s.fence,
                 )
                 .ok_or_else(|| SourceError::Fatal(format!("no fetch queue for {partition}")))
             })
