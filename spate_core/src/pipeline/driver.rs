@@ -181,6 +181,17 @@ impl<L: Lane> Driver<L> {
             if entry.ended || entry.paused || entry.gate.as_ref().is_some_and(|g| !g.is_open()) {
                 continue;
             }
+            // A turn over many lanes moves a lot: a lane feeding a shard
+            // that went over its high-water mark during this turn waits
+            // (the turn's backpressure check pauses it), or the queue
+            // overshoots the budget by a turn's worth.
+            let over = self.queues.over_mask();
+            if over != 0 {
+                entry.feeds |= self.chain.take_shards_fed(entry.slot);
+                if entry.feeds & over != 0 {
+                    continue;
+                }
+            }
             // Polled under the gate's tenure: a revocation's close waits
             // for this poll, so a poll never straddles a re-assignment of
             // the partition (whose new lane shares the fetch queue).
