@@ -190,7 +190,10 @@ pub struct RunArgs {
     #[arg(long, env = "SPATE_KAFKA_PASSWORD_FILE", value_name = "FILE")]
     pub kafka_password_file: Option<PathBuf>,
     /// Bounded run: stop each partition at its end (partition EOF), flush,
-    /// commit, and exit 0 once everything is acknowledged.
+    /// commit, and exit 0 once everything is acknowledged. A member that
+    /// holds no partition for one session timeout (session.timeout.ms,
+    /// 45 s by default) after joining its group (more members than
+    /// partitions, or its partitions moved to other members) also exits 0.
     #[arg(long, env = "SPATE_UNTIL_END")]
     pub until_end: bool,
     /// Reject messages with keys that are not columns of the table

@@ -204,12 +204,12 @@ fn kafka_config(args: &RunArgs) -> Result<KafkaSourceConfig, Exit> {
         until_end: args.until_end,
         properties: args.properties.clone(),
         revoke_timeout: Duration::from_secs(10),
-        // A quarter of the budget for librdkafka's prefetch, spread over
-        // up to 8 partitions (each partition has its own prefetch queue).
+        // A quarter of the budget for librdkafka's prefetch, split by the
+        // source over the topics' partitions (each has its own queue).
         // The limit librdkafka applies counts payload bytes only, and a
         // queued small message costs about as much again in its own
         // structures, so the limit is half the share: an eighth.
-        prefetch_kbytes: args.max_buffered_bytes / 8 / 8 / 1024,
+        prefetch_kbytes: args.max_buffered_bytes / 8 / 1024,
     };
     let session_ms = kafka
         .session_timeout_ms()
@@ -297,7 +297,7 @@ mod tests {
         .unwrap();
         // A third of the default 45 s session timeout, capped at 10 s.
         assert_eq!(v.kafka.revoke_timeout, Duration::from_secs(10));
-        assert_eq!(v.kafka.prefetch_kbytes, (256 << 20) / 64 / 1024);
+        assert_eq!(v.kafka.prefetch_kbytes, (256 << 20) / 8 / 1024);
         assert_eq!(v.table.to_string(), "db.t");
         assert!(matches!(v.topology, TopologySource::Single(ref u) if u == "http://ch:8123"));
         let a = run_args(&["--topic", "t", "-X", "session.timeout.ms=9000"]);

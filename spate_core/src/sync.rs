@@ -4,9 +4,9 @@
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 #[cfg(loom)]
-pub(crate) use loom::sync::{Arc, Condvar, Mutex};
+pub(crate) use loom::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 #[cfg(not(loom))]
-pub(crate) use std::sync::{Arc, Condvar, Mutex};
+pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard};

@@ -109,6 +109,13 @@ fn set_runtime_options(
     options.admin_addr = args.admin_addr;
     options.probe_interval = args.probe_interval;
     options.stall_timeout = args.stall_timeout;
+    // A bounded run whose member holds no partition for one session
+    // timeout after joining (a standby member) ends: see --until-end.
+    options.idle_exit = args
+        .until_end
+        .then(|| kafka.session_timeout_ms().ok())
+        .flatten()
+        .map(Duration::from_millis);
     // A lane may have at most this many rows dispatched and unacknowledged:
     // a few batches' worth, so one partition cannot hog the budget.
     let batch_rows = pipelines

@@ -25,8 +25,11 @@ pub struct KafkaSourceConfig {
     pub properties: Vec<(String, String)>,
     /// The runtime's revoke budget; must stay below `session.timeout.ms`.
     pub revoke_timeout: Duration,
-    /// librdkafka's prefetch per partition (`queued.max.messages.kbytes`),
-    /// derived from the memory budget.
+    /// librdkafka's prefetch over every partition this member may read,
+    /// derived from the memory budget. librdkafka applies its limits per
+    /// partition (each lane's queue is split off), so the source divides
+    /// this by the subscribed topics' partition count (see
+    /// [`KafkaSourceConfig::client_config_for`]).
     pub prefetch_kbytes: usize,
 }
 
@@ -64,6 +67,13 @@ pub const REFUSED: &[(&str, &str)] = &[
         "always false: spate commits only what ClickHouse acknowledged",
     ),
 ];
+/// Partitions the prefetch budget is split over when the subscribed
+/// topics' partition count is not known.
+pub const DEFAULT_PREFETCH_PARTITIONS: usize = 8;
+
+/// Smallest prefetch limit (and fetch size) per partition: below this a
+/// partition's throughput drops for little memory saved.
+pub const PREFETCH_FLOOR: usize = 32 << 10;
 
 /// Invalid Kafka settings.
 #[derive(Debug, thiserror::Error)]
@@ -172,9 +182,27 @@ impl KafkaSourceConfig {
         keys.iter().any(|k| self.property(k).is_some())
     }
 
-    /// The librdkafka configuration: spate's defaults, then the user's.
+    /// The librdkafka configuration for up to
+    /// [`DEFAULT_PREFETCH_PARTITIONS`] partitions.
     #[must_use]
     pub fn client_config(&self) -> ClientConfig {
+        self.client_config_for(DEFAULT_PREFETCH_PARTITIONS)
+    }
+
+    /// Per partition, the prefetch limit and the most one fetch brings, in
+    /// bytes: half of the partition's share of `prefetch_kbytes` each (a
+    /// partition's queue can hold its limit plus one fetch response), at
+    /// least [`PREFETCH_FLOOR`].
+    #[must_use]
+    pub fn prefetch_per_partition(&self, partitions: usize) -> usize {
+        (self.prefetch_kbytes * 1024 / partitions.max(1) / 2).clamp(PREFETCH_FLOOR, 64 << 20)
+    }
+
+    /// The librdkafka configuration for a member that may read
+    /// `partitions` partitions: spate's defaults, then the user's.
+    #[must_use]
+    pub fn client_config_for(&self, partitions: usize) -> ClientConfig {
+        let per_partition = self.prefetch_per_partition(partitions);
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", &self.brokers)
             .set("group.id", &self.group)
@@ -193,12 +221,26 @@ impl KafkaSourceConfig {
                 "enable.partition.eof",
                 if self.until_end { "true" } else { "false" },
             )
-            // Lanes poll their partition queues; each one's prefetch is a
-            // share of the memory budget, so memory stays bounded.
+            // Lanes poll their partition queues, and librdkafka applies
+            // these per partition: each partition's queue holds up to its
+            // limit plus one fetch response, both a share of the prefetch
+            // budget, so memory stays bounded whatever the partition count.
             .set(
                 "queued.max.messages.kbytes",
-                self.prefetch_kbytes.clamp(1024, 65536).to_string(),
+                (per_partition / 1024).max(1).to_string(),
             )
+            .set("fetch.message.max.bytes", per_partition.to_string())
+            // One fetch response over every partition of a broker: one
+            // partition's share too. A broker that ignores the
+            // per-partition limit (the test broker answers with a
+            // partition's whole backlog, measured 4.5 MB for a 64 KiB
+            // limit) then still brings at most a share per partition, so
+            // 64 partitions cannot take 64 whole responses. librdkafka
+            // raises fetch.max.bytes to message.max.bytes, hence both; a
+            // record batch larger than the limit is still returned whole
+            // (KIP-74), so nothing stalls.
+            .set("fetch.max.bytes", per_partition.to_string())
+            .set("message.max.bytes", per_partition.to_string())
             // After a partition's prefetch queue was found full, librdkafka
             // waits this long before it considers fetching it again (1 s by
             // default). With the small per-partition prefetch a small budget
@@ -251,6 +293,37 @@ mod tests {
         let cc = c.client_config();
         assert_eq!(cc.get("partition.assignment.strategy"), Some("range"));
         assert_eq!(cc.get("enable.auto.commit"), Some("false"));
+    }
+
+    #[test]
+    fn the_prefetch_budget_holds_whatever_the_partition_count() {
+        let mut c = cfg();
+        // 64 MiB budget: an eighth for the prefetch.
+        c.prefetch_kbytes = (64 << 20) / 8 / 1024;
+        for partitions in [1, 8, 64, 256] {
+            let cc = c.client_config_for(partitions);
+            let limit: usize = cc
+                .get("queued.max.messages.kbytes")
+                .unwrap()
+                .parse()
+                .unwrap();
+            let fetch: usize = cc.get("fetch.message.max.bytes").unwrap().parse().unwrap();
+            let per_partition = limit * 1024 + fetch;
+            let floor = 2 * PREFETCH_FLOOR;
+            assert!(
+                per_partition * partitions <= (c.prefetch_kbytes * 1024).max(floor * partitions),
+                "{partitions} partitions: {per_partition} bytes each"
+            );
+        }
+        assert_eq!(c.prefetch_per_partition(64), 64 << 10);
+        assert_eq!(c.prefetch_per_partition(100_000), PREFETCH_FLOOR);
+        let fetch_max: usize = c
+            .client_config_for(64)
+            .get("fetch.max.bytes")
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(fetch_max, 64 << 10);
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! threads keep the consumer alive but do not touch this state.
 
 use crate::connect::{record_error, Diagnosed, FailureLog};
+use crate::lane::Fence;
 use crate::rendezvous::Request;
 use crossbeam_channel::Sender;
 use rdkafka::consumer::base_consumer::PartitionQueue;
@@ -21,7 +22,7 @@ use spate_core::record::{PartitionId, Watermark};
 use spate_core::source::LaneId;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
 /// A partition just assigned: its queue split off the consumer queue
@@ -30,6 +31,8 @@ pub(crate) struct SplitPartition {
     pub(crate) id: LaneId,
     pub(crate) partition: PartitionId,
     pub(crate) queue: PartitionQueue<SpateContext>,
+    /// The lane's tenure, ended by [`forget`].
+    pub(crate) fence: Arc<Fence>,
 }
 
 /// A revocation, sent by the rebalance callback to the controller thread,
@@ -47,6 +50,8 @@ pub(crate) struct Shared {
     pub(crate) lanes: HashMap<PartitionId, LaneId>,
     /// Lane → partition, for the current assignment.
     pub(crate) by_id: HashMap<LaneId, PartitionId>,
+    /// Lane → its tenure, for the current assignment.
+    pub(crate) fences: HashMap<LaneId, Arc<Fence>>,
     /// Lanes taken away without a revoke (assignment lost).
     pub(crate) lost: Vec<LaneId>,
     /// Lanes revoked (already drained and committed through the revoker).
@@ -60,6 +65,9 @@ pub(crate) struct Shared {
     pub(crate) refused: Vec<(Vec<(PartitionId, Watermark)>, String)>,
     /// A callback hit something the pipeline cannot survive.
     pub(crate) fatal: Option<String>,
+    /// An assignment arrived (possibly empty) since the source last looked:
+    /// the member joined its group.
+    pub(crate) joined: bool,
 }
 
 pub(crate) struct SpateContext {
@@ -111,6 +119,11 @@ pub(crate) fn forget(shared: &mut Shared, partitions: &[PartitionId]) {
     for p in partitions {
         if let Some(id) = shared.lanes.remove(p) {
             shared.by_id.remove(&id);
+            // Before the callback returns, so before librdkafka gives the
+            // partition up: the lane takes nothing of a later assignment.
+            if let Some(fence) = shared.fences.remove(&id) {
+                fence.end();
+            }
         }
         shared.committed.remove(p);
         shared.sent.remove(p);

@@ -68,6 +68,7 @@ impl SpateContext {
             return;
         };
         let mut shared = lock(&self.shared);
+        shared.joined = true;
         for partition in partitions(tpl) {
             let Some(queue) = consumer.split_partition_queue(&partition.topic, partition.partition)
             else {
@@ -78,10 +79,13 @@ impl SpateContext {
             tracing::info!(%partition, lane = %id, "partition assigned");
             shared.lanes.insert(partition.clone(), id);
             shared.by_id.insert(id, partition.clone());
+            let fence = std::sync::Arc::new(crate::lane::Fence::new());
+            shared.fences.insert(id, fence.clone());
             shared.new_lanes.push(SplitPartition {
                 id,
                 partition,
                 queue,
+                fence,
             });
         }
     }

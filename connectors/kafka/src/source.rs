@@ -22,6 +22,16 @@
 //! keeps trying. Later, such a failure that keeps coming for
 //! [`CONNECT_FAILURE_PERSIST`] (a password rotated under a running
 //! pipeline) fails the pipeline instead of being retried forever.
+//! Shutdown: once `shutdown_deadline` is set, synchronous commits go out
+//! with their own reply queue, polled with the time left
+//! (`commit_within`): a broker that stops answering fails the final
+//! commit instead of hanging the process. An empty assignment is reported
+//! as `Assigned([])`: the member joined (a standby member is ready).
+//!
+//! Prefetch: librdkafka's limits apply per partition and are fixed when
+//! the consumer is created, so the prefetch budget is split over the
+//! subscribed topics' partitions, read from a short-lived metadata client
+//! at start (`subscribed_partitions`).
 //!
 //! Polling (`poll_events`, on the controller thread): the consumer poll,
 //! and so every rdkafka callback, runs on a scoped `spate-kafka-poll`
@@ -32,7 +42,7 @@
 //! keeps its order (stop lanes, drain barrier with deadline, synchronous
 //! commit, unassign) without lending the revoker to the callback.
 
-use crate::config::{ConfigError, KafkaSourceConfig};
+use crate::config::{ConfigError, KafkaSourceConfig, DEFAULT_PREFETCH_PARTITIONS};
 use crate::connect::{self, ConnectFailure, Probe};
 use crate::context::{commit_list, lock, record_max, RevokeRequest, SpateContext, SplitPartition};
 use crate::fetch_error::{disposition, Disposition};
@@ -65,6 +75,8 @@ pub struct KafkaSource {
     /// Since when the broker has been answering "unknown topic" with no
     /// partition assigned yet.
     unknown_since: Option<Instant>,
+    /// Set once the shutdown began: no synchronous commit waits past it.
+    deadline: Option<Instant>,
 }
 
 /// How long a bounded run waits for subscribed topics to exist before it
@@ -119,8 +131,14 @@ impl KafkaSource {
         config.validate()?;
         let (ended_tx, ended_rx) = unbounded();
         let context = SpateContext::new(config.revoke_timeout + REVOKE_REPLY_GRACE);
+        let partitions = subscribed_partitions(config);
+        tracing::info!(
+            partitions,
+            prefetch_per_partition = config.prefetch_per_partition(partitions),
+            "prefetch budget split over the subscribed topics' partitions"
+        );
         let consumer: BaseConsumer<SpateContext> = config
-            .client_config()
+            .client_config_for(partitions)
             .create_with_context(context)
             .map_err(|e| ConfigError::Client(e.to_string()))?;
         startup_probe(&consumer, &config.brokers)?;
@@ -140,6 +158,7 @@ impl KafkaSource {
             drained_reported: false,
             topics: config.topics.clone(),
             unknown_since: None,
+            deadline: None,
         })
     }
 
@@ -230,7 +249,7 @@ impl KafkaSource {
 
     /// Turn what the callbacks and the lanes recorded into events.
     fn gather_events(&mut self) -> Result<Vec<SourceEvent<KafkaLane>>, SourceError> {
-        let (split, lost, revoked, fatal, refused) = {
+        let (split, lost, revoked, fatal, refused, joined) = {
             let mut shared = lock(&self.consumer.context().shared);
             (
                 std::mem::take(&mut shared.new_lanes),
@@ -238,6 +257,7 @@ impl KafkaSource {
                 std::mem::take(&mut shared.revoked),
                 shared.fatal.take(),
                 std::mem::take(&mut shared.refused),
+                std::mem::take(&mut shared.joined),
             )
         };
         if let Some(f) = fatal {
@@ -258,6 +278,11 @@ impl KafkaSource {
         if !new_lanes.is_empty() {
             self.unknown_since = None;
             events.push(SourceEvent::Assigned(new_lanes));
+        } else if joined {
+            // An empty assignment (a standby member: more members than
+            // partitions) still means joined: ready, and for a bounded run
+            // the start of its idle grace period.
+            events.push(SourceEvent::Assigned(Vec::new()));
         }
         self.gather_lane_ends(&mut events);
         Ok(events)
@@ -276,6 +301,7 @@ impl KafkaSource {
                     s.queue,
                     self.until_end,
                     self.ended_tx.clone(),
+                    s.fence,
                 )
                 .ok_or_else(|| SourceError::Fatal(format!("no fetch queue for {partition}")))
             })
@@ -481,9 +507,15 @@ impl Source for KafkaSource {
             CommitMode::Async
         };
         tracing::debug!(?owned, sync, "committing");
-        self.consumer
-            .commit(&tpl, mode)
-            .map_err(|e| SourceError::Transient(format!("commit: {e}")))?;
+        match self.deadline {
+            // Shutting down: wait for the broker's answer no longer than
+            // the shutdown's budget.
+            Some(deadline) if sync => commit_within(&self.consumer, &tpl, deadline)?,
+            _ => self
+                .consumer
+                .commit(&tpl, mode)
+                .map_err(|e| SourceError::Transient(format!("commit: {e}")))?,
+        }
         let mut shared = lock(&self.consumer.context().shared);
         for (p, w) in &owned {
             if sync {
@@ -503,12 +535,16 @@ impl Source for KafkaSource {
         if unconfirmed.is_empty() {
             return Ok(());
         }
-        let started = Instant::now();
+        let by = Instant::now() + timeout;
+        let outer = self.deadline;
+        self.deadline = Some(outer.map_or(by, |d| d.min(by)));
         let result = self.commit(&unconfirmed, true);
-        if started.elapsed() > timeout {
-            tracing::warn!(elapsed = ?started.elapsed(), "confirming commits took longer than the budget");
-        }
+        self.deadline = outer;
         result
+    }
+
+    fn shutdown_deadline(&mut self, deadline: Instant) {
+        self.deadline = Some(deadline);
     }
 
     fn high_watermarks(&mut self) -> Vec<(PartitionId, Offset)> {
@@ -519,5 +555,127 @@ impl Source for KafkaSource {
             .filter(|(p, _)| owned.lanes.contains_key(*p))
             .map(|(p, &hw)| (p.clone(), Offset(hw)))
             .collect()
+    }
+}
+
+/// How long start-up waits for the subscribed topics' metadata.
+const METADATA_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The subscribed topics' partition count (every partition may end up
+/// with this member), from a short-lived metadata client: librdkafka's
+/// prefetch limits are fixed when the consumer is created, and applied per
+/// partition. Falls back to [`DEFAULT_PREFETCH_PARTITIONS`] if the
+/// metadata is not available (a topic not created yet); partitions added
+/// later keep the start-time share.
+fn subscribed_partitions(config: &KafkaSourceConfig) -> usize {
+    // No group: this client never joins, and closes at once.
+    let mut client_config = config.client_config();
+    client_config.remove("group.id");
+    let client: Result<BaseConsumer, _> = client_config.create();
+    let Ok(client) = client else {
+        return DEFAULT_PREFETCH_PARTITIONS;
+    };
+    let mut total = 0;
+    for topic in &config.topics {
+        match client.fetch_metadata(Some(topic.as_str()), METADATA_TIMEOUT) {
+            Ok(m) => {
+                total += m
+                    .topics()
+                    .iter()
+                    .filter(|t| t.error().is_none())
+                    .map(|t| t.partitions().len())
+                    .sum::<usize>();
+            }
+            Err(e) => {
+                tracing::warn!(topic, error = %e, "no metadata for the prefetch budget; assuming {DEFAULT_PREFETCH_PARTITIONS} partitions");
+                return DEFAULT_PREFETCH_PARTITIONS;
+            }
+        }
+    }
+    if total == 0 {
+        DEFAULT_PREFETCH_PARTITIONS
+    } else {
+        total
+    }
+}
+
+/// A synchronous commit that waits for the broker's answer until
+/// `deadline` at most (`BaseConsumer::commit` in sync mode waits forever
+/// for a broker that stopped answering): the commit goes out with its own
+/// reply queue, which is polled with the time left. Without an answer in
+/// time the commit counts as failed: nothing unconfirmed is recorded as
+/// committed.
+fn commit_within(
+    consumer: &BaseConsumer<SpateContext>,
+    tpl: &TopicPartitionList,
+    deadline: Instant,
+) -> Result<(), SourceError> {
+    use rdkafka::bindings as rdsys;
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(SourceError::Transient(
+            "commit: the shutdown deadline passed".into(),
+        ));
+    }
+    let rk = consumer.client().native_ptr();
+    // SAFETY: `rk` is the live client; the queue is ours and destroyed
+    // below (librdkafka keeps its own reference for a pending reply).
+    let queue = unsafe { rdsys::rd_kafka_queue_new(rk) };
+    if queue.is_null() {
+        return Err(SourceError::Transient("commit: no reply queue".into()));
+    }
+    let _queue = QueueGuard(queue);
+    // SAFETY: valid client, list and queue; with a queue and the event API
+    // the result arrives as an OFFSET_COMMIT event on it.
+    let err =
+        unsafe { rdsys::rd_kafka_commit_queue(rk, tpl.ptr(), queue, None, std::ptr::null_mut()) };
+    if err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+        return Err(SourceError::Transient(format!(
+            "commit: {}",
+            KafkaError::ConsumerCommit(err.into())
+        )));
+    }
+    let ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX).max(1);
+    // SAFETY: our queue; a non-null event is destroyed below.
+    let event = unsafe { rdsys::rd_kafka_queue_poll(queue, ms) };
+    if event.is_null() {
+        return Err(SourceError::Transient(format!(
+            "commit: no answer from the broker within {left:?} (shutdown deadline)"
+        )));
+    }
+    // SAFETY: a live event; its partition list lives as long as it does.
+    let answer = unsafe {
+        let mut answer = match rdsys::rd_kafka_event_error(event) {
+            rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR => Ok(()),
+            e => Err(KafkaError::ConsumerCommit(e.into()).to_string()),
+        };
+        let list = rdsys::rd_kafka_event_topic_partition_list(event);
+        if answer.is_ok() && !list.is_null() {
+            let n = usize::try_from((*list).cnt).unwrap_or(0);
+            for i in 0..n {
+                let e = &*(*list).elems.add(i);
+                if e.err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+                    answer = Err(format!(
+                        "partition {}: {}",
+                        e.partition,
+                        KafkaError::ConsumerCommit(e.err.into())
+                    ));
+                    break;
+                }
+            }
+        }
+        rdsys::rd_kafka_event_destroy(event);
+        answer
+    };
+    answer.map_err(|e| SourceError::Transient(format!("commit: {e}")))
+}
+
+/// Destroys a reply queue of [`commit_within`].
+struct QueueGuard(*mut rdkafka::bindings::rd_kafka_queue_t);
+
+impl Drop for QueueGuard {
+    fn drop(&mut self) {
+        // SAFETY: created by rd_kafka_queue_new, destroyed once.
+        unsafe { rdkafka::bindings::rd_kafka_queue_destroy(self.0) }
     }
 }

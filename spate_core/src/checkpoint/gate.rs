@@ -6,8 +6,17 @@
 //! fewer than `ceiling` rows pending and not closed. Closing is one-way:
 //! a revoked lane's gate never reopens, even when late acknowledgements
 //! release rows after the close.
+//!
+//! Tenure: the driver polls a lane while holding the gate's tenure
+//! ([`PendingGate::admit`]), and [`PendingGate::close`] waits for a tenure
+//! held at that moment. So once `close` returns (the controller forgets a
+//! revoked lane before the source gives the partition up), no poll of the
+//! old lane is running or can start: the old and the new lane of a
+//! re-assigned partition share the client's fetch queue, and a poll that
+//! straddled the re-assignment would hand the new assignment's messages
+//! out under the old lane, whose acknowledgements are ignored.
 
-use crate::sync::{Arc, AtomicBool, AtomicI64, Ordering};
+use crate::sync::{Arc, AtomicBool, AtomicI64, Mutex, MutexGuard, Ordering};
 
 /// Shared pending-row counter with a ceiling and a one-way close.
 #[derive(Clone, Debug)]
@@ -20,6 +29,15 @@ struct Inner {
     pending: AtomicI64,
     ceiling: i64,
     closed: AtomicBool,
+    /// Held for the whole of each poll of the lane, and by `close`.
+    tenure: Mutex<()>,
+}
+
+/// Proof that the lane's gate is not closed, held while the lane is
+/// polled: [`PendingGate::close`] waits until it is dropped.
+#[must_use]
+pub struct Tenure<'a> {
+    _held: MutexGuard<'a, ()>,
 }
 
 impl PendingGate {
@@ -31,6 +49,7 @@ impl PendingGate {
                 pending: AtomicI64::new(0),
                 ceiling: ceiling.max(1),
                 closed: AtomicBool::new(false),
+                tenure: Mutex::new(()),
             }),
         }
     }
@@ -58,9 +77,29 @@ impl PendingGate {
         self.inner.pending.load(Ordering::Acquire)
     }
 
-    /// Close the gate for good (revocation, shutdown).
+    /// Close the gate for good (revocation, shutdown). Waits for a poll
+    /// of the lane in progress (a held [`Tenure`]) to end: after this, the
+    /// lane never delivers again.
     pub fn close(&self) {
+        let _held = self.lock_tenure();
         self.inner.closed.store(true, Ordering::Release);
+    }
+
+    /// The tenure to poll the lane under, or `None` once the gate is
+    /// closed. Hold it for the whole poll, and only for the poll: `close`
+    /// (on the controller thread) waits for it.
+    pub fn admit(&self) -> Option<Tenure<'_>> {
+        let held = self.lock_tenure();
+        (!self.inner.closed.load(Ordering::Acquire)).then_some(Tenure { _held: held })
+    }
+
+    fn lock_tenure(&self) -> MutexGuard<'_, ()> {
+        // The guarded data is `()`: a poisoned lock (a poll that panicked)
+        // still orders close against polls.
+        self.inner
+            .tenure
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Whether the gate was closed.

@@ -21,7 +21,7 @@
 
 mod gate;
 
-pub use gate::PendingGate;
+pub use gate::{PendingGate, Tenure};
 
 use crate::record::{Offset, PartitionId, Watermark};
 use crate::source::LaneId;

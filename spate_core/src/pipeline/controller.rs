@@ -23,10 +23,17 @@
 //! acknowledgements until the revoke deadline, hand back their watermarks
 //! for the source to commit before it gives the partitions up.
 //!
+//! A bounded run (`idle_exit`) ends as drained once the member, joined,
+//! has held no lane for the whole grace period.
+//!
 //! *Draining*: stop polling the source, send `Shutdown` to every driver,
 //! tell main (which joins the drivers and drains the sink), keep folding
 //! acknowledgements, and once main reports the sink drained run the final
-//! drain + commit + `flush_commits`.
+//! drain + commit + `flush_commits`, every wait of the source bounded by
+//! the shutdown deadline (`Source::shutdown_deadline`), and send main the
+//! exit before the source is dropped.
+
+mod idle;
 
 use super::control::{DriverEvent, ThreadControl, ThreadEnv};
 use super::resume::ResumeRetry;
@@ -53,6 +60,8 @@ pub(crate) struct ControllerConfig {
     pub shutdown_timeout: Duration,
     pub revoke_timeout: Duration,
     pub pending_ceiling: i64,
+    /// End a run that holds no lane this long after joining.
+    pub idle_exit: Option<Duration>,
 }
 
 /// Controller → main.
@@ -63,7 +72,16 @@ pub(crate) enum ToMain {
         barrier: DrainBarrier,
         deadline: Instant,
     },
+    /// The final commit is done (or failed): the exit, sent before the
+    /// source is dropped, whose close may wait on an unanswering broker.
+    Finished(ControllerExit),
 }
+
+/// The final commit gets at least this long, even when the drain used the
+/// whole shutdown budget: a missed final commit turns acknowledged rows
+/// into duplicates. Main waits for the controller's exit this much past
+/// the shutdown deadline (plus a grace).
+pub(crate) const FINAL_COMMIT_FLOOR: Duration = Duration::from_secs(2);
 
 /// Main → controller.
 pub(crate) enum FromMain {
@@ -119,6 +137,8 @@ pub(crate) struct Core<L> {
     confirmed: BTreeMap<PartitionId, Watermark>,
     /// Partitions with per-partition gauges set (removed once not owned).
     gauged: HashSet<PartitionId>,
+    /// Since when this member, joined, holds no lane (`idle_exit`).
+    idle_since: Option<Instant>,
     metrics: Arc<Metrics>,
     readiness: Arc<SourceReadiness>,
     config: ControllerConfig,
@@ -159,6 +179,7 @@ impl<S: Source> Controller<S> {
                 committed: BTreeMap::new(),
                 confirmed: BTreeMap::new(),
                 gauged: HashSet::new(),
+                idle_since: None,
                 metrics: env.metrics,
                 readiness: links.readiness,
                 config,
@@ -171,12 +192,17 @@ impl<S: Source> Controller<S> {
         }
     }
 
-    pub(crate) fn run(mut self) -> ControllerExit {
+    /// Consume, drain, and hand main the exit; the source is dropped last
+    /// (closing a Kafka consumer waits on the broker), so main never waits
+    /// for it past the deadline.
+    pub(crate) fn run(mut self) {
         self.consume();
         // The shutdown sequence is bounded by its own deadline; liveness
         // watches the steady state.
         self.heartbeat.finish();
-        self.drain_and_stop()
+        let exit = self.drain_and_stop();
+        let _ = self.to_main.send(ToMain::Finished(exit));
+        drop(self);
     }
 
     /// State `Consuming`.
@@ -199,6 +225,9 @@ impl<S: Source> Controller<S> {
             }
             if self.core.drained {
                 tracing::info!("source drained; finishing");
+                return;
+            }
+            if self.core.idle_expired() {
                 return;
             }
             match self
@@ -237,7 +266,7 @@ impl<S: Source> Controller<S> {
     }
 
     /// States `Draining` and `Stopped`.
-    fn drain_and_stop(mut self) -> ControllerExit {
+    fn drain_and_stop(&mut self) -> ControllerExit {
         self.core
             .readiness
             .shutting_down
@@ -335,7 +364,9 @@ impl<L: Lane> Core<L> {
         match event {
             SourceEvent::Assigned(lanes) => {
                 self.readiness.joined.store(true, Ordering::Release);
-                self.metrics.rebalances.with_label_values(&["assign"]).inc();
+                if !lanes.is_empty() {
+                    self.metrics.rebalances.with_label_values(&["assign"]).inc();
+                }
                 for lane in lanes {
                     self.add_lane(lane);
                 }
@@ -647,7 +678,10 @@ impl<L: Lane> Core<L> {
     ) -> Option<String> {
         // At least a couple of seconds, even when the drain used the budget:
         // a missed final commit turns acknowledged rows into duplicates.
-        let deadline = deadline.max(self.clock.now() + Duration::from_secs(2));
+        let deadline = deadline.max(self.clock.now() + FINAL_COMMIT_FLOOR);
+        // Every wait of the source from here on ends by then, also one on
+        // a broker that stopped answering.
+        source.shutdown_deadline(Instant::now() + clock::until(&*self.clock, deadline));
         let mut error = None;
         loop {
             let watermarks = self.checkpointer.watermarks();
@@ -677,7 +711,7 @@ impl<L: Lane> Core<L> {
                 }
             }
         }
-        let budget = clock::until(&*self.clock, deadline).max(Duration::from_secs(1));
+        let budget = clock::until(&*self.clock, deadline);
         if let Err(e) = source.flush_commits(budget) {
             tracing::error!(error = %e, "waiting for outstanding commits failed");
             error.get_or_insert(e.to_string());

@@ -10,6 +10,10 @@
 //! only the partitions with rows for it.
 //! When there is nothing to do it waits on its control channel with a
 //! short, growing timeout, so control messages are served at once.
+//! Each lane is polled under its gate's tenure
+//! ([`PendingGate::admit`]): a revocation's `close` on the controller
+//! thread waits for that poll, so once a partition is re-assigned the old
+//! lane cannot take the new assignment's messages off the shared queue.
 
 use super::chain::Chain;
 use super::control::{DriverEvent, ThreadControl, ThreadEnv};
@@ -177,6 +181,24 @@ impl<L: Lane> Driver<L> {
             if entry.ended || entry.paused || entry.gate.as_ref().is_some_and(|g| !g.is_open()) {
                 continue;
             }
+            // A turn over many lanes moves a lot: a lane feeding a shard
+            // that went over its high-water mark during this turn waits
+            // (the turn's backpressure check pauses it), or the queue
+            // overshoots the budget by a turn's worth.
+            let over = self.queues.over_mask();
+            if over != 0 {
+                entry.feeds |= self.chain.take_shards_fed(entry.slot);
+                if entry.feeds & over != 0 {
+                    continue;
+                }
+            }
+            // Polled under the gate's tenure: a revocation's close waits
+            // for this poll, so a poll never straddles a re-assignment of
+            // the partition (whose new lane shares the fetch queue).
+            let tenure = entry.gate.as_ref().map(PendingGate::admit);
+            if matches!(tenure, Some(None)) {
+                continue;
+            }
             let chain = &mut self.chain;
             let slot = entry.slot;
             let mut bytes = 0u64;
@@ -187,6 +209,7 @@ impl<L: Lane> Driver<L> {
                 bytes += msg.payload.map_or(0, |p| p.len() as u64);
                 Ok(())
             });
+            drop(tenure);
             entry.bytes.inc_by(bytes);
             match result {
                 Ok(LanePoll::Delivered(count)) => {

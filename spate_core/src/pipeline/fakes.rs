@@ -301,6 +301,9 @@ impl Source for FakeSource {
             self.commit(&wms, true)?;
             self.log.lock().revoked_commits.extend(wms);
             self.lanes.clear();
+            self.ended.clear();
+            self.retired.clear();
+            while self.ended_rx.try_recv().is_ok() {}
             return Ok(events);
         }
         events.append(&mut self.outcomes);
@@ -318,7 +321,9 @@ impl Source for FakeSource {
             if self.retired.contains(lane) {
                 continue;
             }
-            let partition = &self.lanes[lane];
+            let Some(partition) = self.lanes.get(lane) else {
+                continue; // revoked since it ended
+            };
             let done = *end == 0 || self.committed.get(partition).is_some_and(|c| c >= end);
             if done {
                 retire.push(*lane);

@@ -6,13 +6,16 @@
 //! deadline) and join them (their chains drop, closing the shard queues),
 //! drop its own queue handles, run the sink drain hook with the remaining
 //! budget, hand the drain report to the controller for its final commit,
-//! join it, and build the [`ExitReport`].
+//! wait for its exit (bounded by the final commit's deadline: the
+//! controller sends it before it closes the source, and a close stuck on
+//! the broker is not waited for), and build the [`ExitReport`].
 
 use super::builder::{BuildError, ChainFactory, Pipeline, SinkRuntime};
 use super::chain::{ChainCtx, SinkOptions};
 use super::control::{DriverEvent, ThreadControl, ThreadEnv};
 use super::controller::{
     Controller, ControllerConfig, ControllerExit, ControllerLinks, FromMain, ToMain,
+    FINAL_COMMIT_FLOOR,
 };
 use super::driver::{Driver, DriverConfig, DriverLinks};
 use super::exit::{ExitReport, ExitState, FatalErrorReport};
@@ -23,7 +26,7 @@ use crate::health::Liveness;
 use crate::metrics::{Metrics, METRIC_NAMES};
 use crate::sink::{DrainReport, ShardQueues};
 use crate::source::{DrainBarrier, Lane, Source};
-use crossbeam_channel::{unbounded, Receiver, Sender};
+use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -56,6 +59,11 @@ pub struct RuntimeOptions {
     pub revoke_timeout: Duration,
     /// Pending-row ceiling per lane (the `PendingGate`).
     pub pending_ceiling: i64,
+    /// A bounded run whose member holds no partition for this long after
+    /// joining its group (a standby member: more members than partitions,
+    /// or stripped of its partitions before they retired) ends, exit 0.
+    /// `None`: never (unbounded runs).
+    pub idle_exit: Option<Duration>,
     /// Where to serve `/metrics`, `/healthz`, `/readyz`.
     pub admin_addr: Option<SocketAddr>,
     /// Sink probe period.
@@ -85,6 +93,7 @@ impl RuntimeOptions {
             shutdown_timeout: Duration::from_secs(30),
             revoke_timeout: Duration::from_secs(2),
             pending_ceiling: 2_000_000,
+            idle_exit: None,
             admin_addr: None,
             probe_interval: Duration::from_secs(5),
             stall_timeout: Duration::from_secs(60),
@@ -166,9 +175,13 @@ impl ShutdownHandle {
 
 type EmergencyStop = Box<dyn Fn(DrainBarrier, Instant) + Send>;
 
+/// How long past its deadline main waits for the controller's exit, and
+/// then for its thread to finish closing the source.
+const CONTROLLER_GRACE: Duration = Duration::from_secs(1);
+
 /// A started pipeline.
 pub struct PipelineRuntime {
-    controller: Option<JoinHandle<ControllerExit>>,
+    controller: Option<JoinHandle<()>>,
     drivers: Vec<JoinHandle<()>>,
     emergency_stop: EmergencyStop,
     sink: Option<SinkRuntime>,
@@ -293,7 +306,7 @@ impl PipelineRuntime {
         });
         let (barrier, deadline, controller_alive) = match self.to_main.recv() {
             Ok(ToMain::Draining { barrier, deadline }) => (barrier, deadline, true),
-            Err(_) => {
+            Ok(ToMain::Finished(_)) | Err(_) => {
                 // The controller died without starting the drain: stop the
                 // drivers ourselves. Nothing more is committed.
                 let deadline = self.clock.now() + self.shutdown_timeout;
@@ -307,15 +320,7 @@ impl PipelineRuntime {
         let _ = self
             .from_main
             .send(FromMain::SinkDrained(sink_drain.clone()));
-        let exit = self.controller.take().map(JoinHandle::join);
-        let exit = match exit {
-            Some(Ok(exit)) if controller_alive => Ok(exit),
-            Some(Err(panic)) => Err(format!(
-                "controller thread panicked: {}",
-                panic_message(&panic)
-            )),
-            _ => Err("controller thread stopped without draining".to_string()),
-        };
+        let exit = self.await_controller(deadline, controller_alive);
         let report = build_report(exit, sink_drain);
         report.log();
         if let Some(admin) = self.admin.take() {
@@ -323,6 +328,52 @@ impl PipelineRuntime {
             self.io.block_on(admin.shutdown());
         }
         report
+    }
+
+    /// The controller's exit, waited for until its final commit's
+    /// deadline (plus a grace) at most. It sends the exit before it drops
+    /// the source, whose close may wait on a broker that stopped answering:
+    /// a controller thread still closing then is left behind (the process
+    /// is about to exit), not joined.
+    fn await_controller(
+        &mut self,
+        deadline: Instant,
+        controller_alive: bool,
+    ) -> Result<ControllerExit, String> {
+        let by = Instant::now()
+            + clock::until(&*self.clock, deadline).max(FINAL_COMMIT_FLOOR)
+            + CONTROLLER_GRACE;
+        let exit = match self.to_main.recv_deadline(by) {
+            Ok(ToMain::Finished(exit)) if controller_alive => Ok(exit),
+            Ok(_) => Err("controller thread stopped without draining".to_string()),
+            Err(RecvTimeoutError::Timeout) => {
+                tracing::error!("the controller did not finish its final commit by the shutdown deadline; not waiting for it");
+                return Err("final commit not finished by the shutdown deadline; uncommitted rows replay after restart".to_string());
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                Err("controller thread stopped without draining".to_string())
+            }
+        };
+        let Some(handle) = self.controller.take() else {
+            return exit;
+        };
+        let closed_by = Instant::now() + CONTROLLER_GRACE;
+        while !handle.is_finished() && Instant::now() < closed_by {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if !handle.is_finished() {
+            tracing::warn!(
+                "the source is still closing (the broker does not answer); not waiting for it"
+            );
+            return exit;
+        }
+        match handle.join() {
+            Err(panic) => Err(format!(
+                "controller thread panicked: {}",
+                panic_message(&panic)
+            )),
+            Ok(()) => exit,
+        }
     }
 
     fn stop_drivers_and_drain(
@@ -513,7 +564,7 @@ fn spawn_controller<S: Source>(
     links: ControllerLinks<S::Lane>,
     options: &RuntimeOptions,
     liveness: &Arc<Liveness>,
-) -> Result<JoinHandle<ControllerExit>, StartError> {
+) -> Result<JoinHandle<()>, StartError> {
     let env = ThreadEnv {
         metrics: options.metrics.clone(),
         heartbeat: liveness.heartbeat("controller"),
@@ -526,6 +577,7 @@ fn spawn_controller<S: Source>(
         shutdown_timeout: options.shutdown_timeout,
         revoke_timeout: options.revoke_timeout,
         pending_ceiling: options.pending_ceiling,
+        idle_exit: options.idle_exit,
     };
     let controller = Controller::new(source, links, env, config);
     std::thread::Builder::new()

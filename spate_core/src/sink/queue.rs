@@ -45,6 +45,21 @@ pub struct QueueDepths {
 }
 
 impl QueueDepths {
+    /// Count `bytes` more on `shard`'s depth until the ticket drops: the
+    /// sink's own copies of a chunk in flight (its wire encoding), so the
+    /// backpressure that holds the memory budget sees them too.
+    #[must_use]
+    pub fn charge(&self, shard: usize, bytes: usize) -> QueueTicket {
+        self.depth[shard].bytes.fetch_add(bytes, Ordering::AcqRel);
+        QueueTicket {
+            depth: self.depth.clone(),
+            shard,
+            bytes,
+            rows: 0,
+            chunks: 0,
+        }
+    }
+
     /// Bytes queued or in flight, per shard.
     #[must_use]
     pub fn bytes(&self) -> Vec<usize> {
@@ -61,6 +76,8 @@ pub struct QueueTicket {
     shard: usize,
     bytes: usize,
     rows: u64,
+    /// 1 for a queued chunk, 0 for a [`QueueDepths::charge`].
+    chunks: usize,
 }
 
 impl fmt::Debug for QueueTicket {
@@ -73,7 +90,7 @@ impl Drop for QueueTicket {
     fn drop(&mut self) {
         let d = &self.depth[self.shard];
         d.bytes.fetch_sub(self.bytes, Ordering::AcqRel);
-        d.chunks.fetch_sub(1, Ordering::AcqRel);
+        d.chunks.fetch_sub(self.chunks, Ordering::AcqRel);
         d.rows.fetch_sub(self.rows, Ordering::AcqRel);
     }
 }
@@ -155,6 +172,7 @@ impl ShardQueues {
             shard,
             bytes,
             rows: chunk.rows,
+            chunks: 1,
         });
         self.senders[shard].send(chunk).map_err(|e| {
             let mut c = e.0;

@@ -83,7 +83,9 @@ pub trait Lane: Send + 'static {
 /// Events a source reports to the controller.
 pub enum SourceEvent<L> {
     /// New lanes to hand to drivers (partitions assigned). Each lane's
-    /// pause state at the source is already explicit (resumed).
+    /// pause state at the source is already explicit (resumed). Also sent
+    /// empty when the member joined with no partition (a standby member):
+    /// it is joined, hence ready.
     Assigned(Vec<L>),
     /// These lanes reached the end of their input: flush their tails now
     /// (`ThreadControl::FlushNow`) so their unit of work can complete.
@@ -191,6 +193,12 @@ pub trait Source: Send + 'static {
 
     /// Wait, up to `timeout`, for outstanding asynchronous commits.
     fn flush_commits(&mut self, timeout: Duration) -> Result<(), SourceError>;
+
+    /// The shutdown began and must end by `deadline`: from now on no call
+    /// (a synchronous [`commit`](Self::commit), `flush_commits`) waits
+    /// past it; one that would fails instead (retriable), and nothing it
+    /// did not confirm counts as committed. Default: nothing waits.
+    fn shutdown_deadline(&mut self, _deadline: std::time::Instant) {}
 
     /// The latest known end offset (high watermark: the offset the next
     /// message written will get) of partitions this source reads, for the

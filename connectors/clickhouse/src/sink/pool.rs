@@ -323,6 +323,7 @@ impl PreparedSink {
                     intents: self.intents.clone(),
                     rejections: self.rejections.clone(),
                     stalls: self.stalls.as_ref().map(|s| s.table.clone()),
+                    depths: queues.depth_view(),
                 };
                 workers.push(io.spawn(worker.run()));
             }

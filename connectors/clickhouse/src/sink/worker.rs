@@ -47,7 +47,7 @@ use bytes::Bytes;
 use spate_core::error::{FatalError, Fault};
 use spate_core::health::TransientStalls;
 use spate_core::policy::{Action, DeadLetter, PolicyError, Rejection, Rejections, Stage};
-use spate_core::sink::{AckEvent, AckSender, Chunk, ShardReceiver};
+use spate_core::sink::{AckEvent, AckSender, Chunk, QueueDepths, ShardReceiver};
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -70,6 +70,8 @@ pub(crate) struct Worker<C> {
     pub(crate) rejections: Option<Arc<Rejections>>,
     /// Where a retried transient error is reported for `/readyz`.
     pub(crate) stalls: Option<Arc<TransientStalls>>,
+    /// Where the body of the chunk in flight is counted (see `insert`).
+    pub(crate) depths: QueueDepths,
 }
 
 enum Outcome {
@@ -207,6 +209,11 @@ impl<C: InsertTarget> Worker<C> {
             Ok(body) => body,
             Err(e) => return Outcome::Failed(e),
         };
+        // The chunk is counted in its queue's depth until acknowledged;
+        // its wire body and the client's compressed copy of it live as
+        // long: count them too, or the budget misses two copies per
+        // insert in flight.
+        let _in_flight = self.depths.charge(chunk.shard, 2 * body.len());
         match self.attempt(chunk, body, None).await {
             Attempt::Inserted => Outcome::Inserted { rejected: 0 },
             Attempt::RowError(e) if chunk.is_indexed() => self.isolate(chunk, e).await,

@@ -201,6 +201,7 @@ impl Harness {
             intents: None,
             rejections,
             stalls,
+            depths: queues.depth_view(),
         };
         Harness {
             queues: Some(queues),
