@@ -1,8 +1,9 @@
 //! Test-only fault points around an insert (issue 19, kill points), read
 //! from `SPATE_FAULT=<point>` and `SPATE_FAULT_AT=<n>` (the n-th chunk an
 //! insert worker of this process takes, 1-based; default 1). Compiled only
-//! with `debug_assertions`, so a release binary cannot trigger them; the
-//! e2e tests run the debug binary.
+//! with `debug_assertions` or the `fault-injection` feature (which
+//! `make test` turns on for its release build), so the release binary
+//! users build cannot trigger them.
 //!
 //! Points: `before-send` (the intent is recorded, the insert not sent),
 //! `during-insert` (the process dies a few milliseconds into the attempt,
@@ -19,7 +20,7 @@ pub(crate) enum Point {
     AfterAck,
 }
 
-#[cfg(debug_assertions)]
+#[cfg(any(debug_assertions, feature = "fault-injection"))]
 mod imp {
     use super::Point;
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -61,7 +62,7 @@ mod imp {
     }
 }
 
-#[cfg(not(debug_assertions))]
+#[cfg(not(any(debug_assertions, feature = "fault-injection")))]
 mod imp {
     use super::Point;
 
