@@ -74,6 +74,7 @@ impl Fixture {
                 name: name.into(),
                 ty: parse_type(ty).expect("a ClickHouse type"),
                 default_kind: DefaultKind::None,
+                default_expression: String::new(),
             })
             .collect();
         Self {

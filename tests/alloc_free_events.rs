@@ -53,6 +53,7 @@ fn columns(schema: Schema) -> Vec<Column> {
             name: name.into(),
             ty: parse_type(ty).expect("type"),
             default_kind: DefaultKind::None,
+            default_expression: String::new(),
         })
         .collect()
 }

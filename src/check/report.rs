@@ -221,6 +221,7 @@ mod tests {
             name: "n".into(),
             ty: spate_clickhouse::parse_type("UInt64").unwrap(),
             default_kind: spate_clickhouse::DefaultKind::None,
+            default_expression: String::new(),
         }];
         let encoder = RowEncoder::new(&columns, EncoderOptions::default()).unwrap();
         let mut schema = Schema { columns, encoder };

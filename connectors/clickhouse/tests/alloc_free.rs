@@ -17,6 +17,7 @@ fn col(name: &str, ty: &str) -> Column {
         name: name.into(),
         ty: parse_type(ty).expect("type"),
         default_kind: DefaultKind::None,
+        default_expression: String::new(),
     }
 }
 

@@ -362,6 +362,7 @@ async fn bad_column_type_is_fatal_with_code_on(url: &str) {
         name: "x".into(),
         ty: spate_clickhouse::parse_type("String").expect("type"),
         default_kind: spate_clickhouse::DefaultKind::None,
+        default_expression: String::new(),
     }];
     let mut enc = RowEncoder::new(&wrong, EncoderOptions::default()).expect("encoder");
     let mut body = Vec::new();

@@ -335,14 +335,28 @@ impl RowEncoder {
     }
 
     /// How batches of these rows can be sent as `Native` blocks; `None` for
-    /// `RowBinaryWithDefaults` (Native has no per-row "use the default")
-    /// or a type [`NativeLayout`] does not transpose.
+    /// a type [`NativeLayout`] does not transpose. With `with_defaults` the
+    /// layout reads the default flags and sends one block per set of
+    /// missing columns (how servers without `RowBinaryWithDefaults` get
+    /// their DEFAULTs).
     #[must_use]
     pub fn native_layout(&self) -> Option<NativeLayout> {
-        if self.opts.with_defaults {
-            return None;
-        }
-        NativeLayout::new(self.plans.iter().map(|p| (p.name.as_str(), &p.ty)))
+        let layout = NativeLayout::new(self.plans.iter().map(|p| (p.name.as_str(), &p.ty)))?;
+        Some(if self.opts.with_defaults {
+            layout.with_default_flags()
+        } else {
+            layout
+        })
+    }
+
+    /// Whether some column filled from the message has a DEFAULT the server
+    /// should compute when the message lacks it (shard key columns never
+    /// do: their value is always sent).
+    #[must_use]
+    pub fn has_server_defaults(&self) -> bool {
+        self.plans
+            .iter()
+            .any(|p| p.has_default && p.source == Source::Json)
     }
 
     /// The ClickHouse input format the rows are in.
@@ -658,6 +672,7 @@ mod check_columns_tests {
             name: name.into(),
             ty: parse_type(ty).unwrap(),
             default_kind: DefaultKind::None,
+            default_expression: String::new(),
         };
         let cols = [
             col("n", "UInt64"),

@@ -10,6 +10,7 @@ fn col(name: &str, ty: &str) -> Column {
         name: name.into(),
         ty: parse_type(ty).unwrap(),
         default_kind: DefaultKind::None,
+        default_expression: String::new(),
     }
 }
 

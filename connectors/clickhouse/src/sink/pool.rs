@@ -7,7 +7,7 @@
 //! the workers finished or the budget ran out) and the readiness probe.
 
 use super::discover::{check_answers, discover_clients, Discovery};
-use super::encoder::EncoderFactory;
+use super::encoder::{EncoderFactory, WirePlan};
 use super::error::SinkError;
 use super::events::{ReplicaUnreachableAtStart, ReplicaUp};
 use super::probe::probe_shards;
@@ -67,25 +67,17 @@ impl SinkPool {
             },
             shard_key: spec.shard_key.clone(),
         };
-        let probe = factory.row_encoder().map_err(|source| SinkError::Schema {
+        let schema_error = |source| SinkError::Schema {
             table: spec.table.to_string(),
             source,
-        })?;
+        };
+        let wire = WirePlan::choose(factory, seed.features(), spec.native).map_err(schema_error)?;
+        let (factory, native, format) = (wire.factory, wire.native, wire.format);
         let shards = connect_shards(&discovery.topology, seed);
-        let native = if spec.native {
-            probe.native_layout()
-        } else {
-            None
-        };
-        let format = if native.is_some() {
-            "Native"
-        } else {
-            probe.format()
-        };
         let query = InsertQuery {
             db: spec.table.db.clone(),
             table: spec.table.table.clone(),
-            columns: probe.insert_columns().to_vec(),
+            columns: wire.columns,
             format,
             settings: insert_settings(seed.features()),
         };
