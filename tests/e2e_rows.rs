@@ -12,6 +12,18 @@
 //!    = end offsets. On 18.16 this goes as Native blocks grouped by
 //!    missing columns, on 26.9 as RowBinaryWithDefaults (the log says
 //!    which).
+//! 2. `nested_json_and_renames_exact`: `user.id`, `user.geo.cc` from
+//!    objects, a Nested column `n` (`n.x`, `n.y`) from an array of objects
+//!    and from an object of arrays, `uid` renamed to `/meta/src/id` (in a
+//!    config file), an object into a String column kept as its JSON text;
+//!    2 000 messages, every value exact.
+//! 3. `nested_length_mismatch_is_a_bad_message`: `{"n": {"x": [1, 2], "y":
+//!    [3]}}` at partition 0 offset 5 stops the run (exit 1) with an error
+//!    naming topic, partition, offset, the column and the Nested lengths;
+//!    committed exactly up to offset 5.
+
+// `is_multiple_of` is newer than the workspace's rust-version (1.85).
+#![allow(unknown_lints, clippy::manual_is_multiple_of)]
 
 mod support;
 
@@ -140,4 +152,150 @@ fn defaults_are_the_servers(svc: Services) {
     ch.drop_database_of(&table);
 }
 
-on_both_servers!(defaults_are_the_servers);
+fn nested_json_and_renames_exact(svc: Services) {
+    const N: usize = 2_000;
+    let _timer = Timer::start("e2e_rows_nested");
+    let _lock = ch_shared_lock();
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let (topic, group) = (unique("t_rows_nest"), unique("g_rows_nest"));
+    let db = ch.fresh_db("e2e_rows_nest");
+    let table = format!("{db}.t");
+    ch.exec(&format!(
+        "CREATE TABLE {table} (i UInt64, `user.id` UInt32, `user.geo.cc` String, uid UInt64, \
+         n Nested(x UInt16, y String), raw String, _partition UInt32, _offset UInt64) \
+         ENGINE = MergeTree() ORDER BY (_partition, _offset)"
+    ));
+    create_topic(&svc.brokers, &topic, PARTITIONS);
+    let payload = |i: usize| {
+        let n = if i % 2 == 0 {
+            format!(r#"[{{"x": {i}, "y": "a{i}"}}, {{"x": 1}}]"#)
+        } else {
+            format!(r#"{{"x": [{i}], "y": ["b{i}"]}}"#)
+        };
+        format!(
+            r#"{{"i": {i}, "user": {{"id": {}, "geo": {{"cc": "C{i}"}}}}, "meta": {{"src": {{"id": {}}}}}, "uid": 1, "n": {n}, "raw": {{"k": [{i}]}}}}"#,
+            i + 7,
+            i * 3
+        )
+    };
+    produce(&svc.brokers, &topic, PARTITIONS, N, |i| Msg {
+        partition: (i % PARTITIONS as usize) as i32,
+        key: None,
+        payload: payload(i),
+        timestamp_ms: None,
+    });
+    let config = std::env::temp_dir().join(format!("{}.toml", unique("rows_cfg")));
+    std::fs::write(
+        &config,
+        format!(
+            "[[pipeline]]\ntopics = [\"{topic}\"]\ntable = \"{table}\"\nrename = {{ uid = \"/meta/src/id\" }}\n"
+        ),
+    )
+    .expect("config file");
+    let args: Vec<String> = [
+        "run",
+        "--brokers",
+        &svc.brokers,
+        "--group",
+        &group,
+        "--clickhouse-url",
+        &svc.clickhouse_url,
+        "--config",
+        &config.to_string_lossy(),
+        "--until-end",
+        "-X",
+        &format!("session.timeout.ms={SESSION_TIMEOUT_MS}"),
+    ]
+    .map(String::from)
+    .to_vec();
+    let fin = run("rows_nested", &args, Duration::from_secs(120));
+    let _ = std::fs::remove_file(&config);
+    fin.assert_code(0);
+    assert_complete(&svc, &ch, &table, &topic, &group, N as u64);
+    let text = ch.text(
+        &format!(
+            "SELECT i, `user.id`, `user.geo.cc`, uid, toString(n.x), toString(n.y), raw FROM {table} ORDER BY i"
+        ),
+        "TabSeparatedRaw",
+    );
+    let mut rows = 0;
+    for (i, line) in text.lines().enumerate() {
+        rows += 1;
+        let (nx, ny) = if i % 2 == 0 {
+            (format!("[{i},1]"), format!("['a{i}','']"))
+        } else {
+            (format!("[{i}]"), format!("['b{i}']"))
+        };
+        let want = format!(
+            "{i}\t{}\tC{i}\t{}\t{nx}\t{ny}\t{{\"k\": [{i}]}}",
+            i + 7,
+            i * 3
+        );
+        assert_eq!(line, want, "row {i}");
+    }
+    assert_eq!(rows, N, "rows read back");
+    ch.drop_database_of(&table);
+}
+
+fn nested_length_mismatch_is_a_bad_message(svc: Services) {
+    const N: usize = 20;
+    const BAD: usize = 10; // partition 0, offset 5
+    let _timer = Timer::start("e2e_rows_nested_bad");
+    let _lock = ch_shared_lock();
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let (topic, group) = (unique("t_rows_nbad"), unique("g_rows_nbad"));
+    let db = ch.fresh_db("e2e_rows_nbad");
+    let table = format!("{db}.t");
+    ch.exec(&format!(
+        "CREATE TABLE {table} (n Nested(x UInt8, y UInt8), _partition UInt32, _offset UInt64) \
+         ENGINE = MergeTree() ORDER BY (_partition, _offset)"
+    ));
+    create_topic(&svc.brokers, &topic, PARTITIONS);
+    produce(&svc.brokers, &topic, PARTITIONS, N, |i| Msg {
+        partition: (i % PARTITIONS as usize) as i32,
+        key: None,
+        payload: if i == BAD {
+            r#"{"n": {"x": [1, 2], "y": [3]}}"#.to_owned()
+        } else {
+            r#"{"n": {"x": [1], "y": [3]}}"#.to_owned()
+        },
+        timestamp_ms: None,
+    });
+    let mut args = run_args(&svc, &topic, &group, &table);
+    args.push("--until-end".into());
+    let fin = run("rows_nested_bad", &args, Duration::from_secs(60));
+    fin.assert_code(1);
+    let last = fin.last_line();
+    for needle in [
+        topic.as_str(),
+        "partition 0",
+        "offset 5",
+        "column `n.y`",
+        "Nested column `n`",
+        "differ in length",
+    ] {
+        assert!(
+            last.contains(needle),
+            "the error does not name {needle:?}: {last}"
+        );
+    }
+    let committed = committed(&svc.brokers, &group, &topic, PARTITIONS);
+    assert!(
+        committed[0].unwrap_or(0) <= 5,
+        "partition 0 committed past the bad message: {committed:?}"
+    );
+    assert_eq!(
+        ch.u64(&format!(
+            "SELECT count() FROM {table} WHERE _partition = 0 AND _offset >= 5"
+        )),
+        0,
+        "nothing at or after the bad offset is inserted"
+    );
+    ch.drop_database_of(&table);
+}
+
+on_both_servers!(
+    defaults_are_the_servers,
+    nested_json_and_renames_exact,
+    nested_length_mismatch_is_a_bad_message
+);

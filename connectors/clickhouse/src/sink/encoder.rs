@@ -16,6 +16,7 @@ pub struct EncoderFactory {
     pub(crate) columns: Vec<Column>,
     pub(crate) options: EncoderOptions,
     pub(crate) shard_key: Vec<String>,
+    pub(crate) renames: Vec<(String, String)>,
 }
 
 impl EncoderFactory {
@@ -29,6 +30,9 @@ impl EncoderFactory {
         let mut e = RowEncoder::new(&self.columns, self.options)?;
         if !self.shard_key.is_empty() {
             e.set_shard_key(&self.shard_key)?;
+        }
+        if !self.renames.is_empty() {
+            e.set_renames(&self.renames)?;
         }
         Ok(e)
     }

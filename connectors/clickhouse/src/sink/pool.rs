@@ -66,6 +66,7 @@ impl SinkPool {
                 with_defaults: false,
             },
             shard_key: spec.shard_key.clone(),
+            renames: spec.renames.clone(),
         };
         let schema_error = |source| SinkError::Schema {
             table: spec.table.to_string(),
