@@ -93,6 +93,7 @@ impl Fixture {
             timestamp_ms: Some(1_700_000_000_000),
             key: None,
             payload: Some(self.payloads[k].as_bytes()),
+            headers: None,
         }
     }
 

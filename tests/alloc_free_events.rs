@@ -76,6 +76,7 @@ fn msg(p: &str, offset: usize) -> Message<'_> {
         timestamp_ms: Some(1),
         key: None,
         payload: Some(p.as_bytes()),
+        headers: None,
     }
 }
 

@@ -21,6 +21,10 @@
 //!    [3]}}` at partition 0 offset 5 stops the run (exit 1) with an error
 //!    naming topic, partition, offset, the column and the Nested lengths;
 //!    committed exactly up to offset 5.
+//! 4. `kafka_headers_exact`: 1 000 messages with three headers each (one
+//!    with a null value) into `_headers.name`/`_headers.value` arrays, and
+//!    on 26.9 also into a `_headers Map(String, String)` table (a second
+//!    run: one table cannot have both shapes), every header exact.
 
 // `is_multiple_of` is newer than the workspace's rust-version (1.85).
 #![allow(unknown_lints, clippy::manual_is_multiple_of)]
@@ -294,7 +298,106 @@ fn nested_length_mismatch_is_a_bad_message(svc: Services) {
     ch.drop_database_of(&table);
 }
 
+/// Produce `n` messages `{"i": i}` round-robin on [`PARTITIONS`], each with
+/// headers `h1 = a{i}`, `trace = t-{i}-x`, `none` (null value).
+fn produce_with_headers(brokers: &str, topic: &str, n: usize) {
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("linger.ms", "5")
+        .create()
+        .expect("producer");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    for i in 0..n {
+        let (h1, trace, payload) = (
+            format!("a{i}"),
+            format!("t-{i}-x"),
+            format!(r#"{{"i": {i}}}"#),
+        );
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: "h1",
+                value: Some(&h1),
+            })
+            .insert(Header {
+                key: "trace",
+                value: Some(&trace),
+            })
+            .insert(Header {
+                key: "none",
+                value: None::<&str>,
+            });
+        let mut rec = BaseRecord::<(), _>::to(topic)
+            .partition((i % PARTITIONS as usize) as i32)
+            .payload(&payload)
+            .headers(headers);
+        loop {
+            match producer.send(rec) {
+                Ok(()) => break,
+                Err((_, r)) if std::time::Instant::now() < deadline => {
+                    producer.poll(Duration::from_millis(10));
+                    rec = r;
+                }
+                Err((e, _)) => panic!("produce message {i}: {e}"),
+            }
+        }
+        producer.poll(Duration::ZERO);
+    }
+    producer.flush(Duration::from_secs(60)).expect("flush");
+    let ends = end_offsets(brokers, topic, PARTITIONS);
+    assert_eq!(
+        ends.iter().sum::<i64>(),
+        n as i64,
+        "messages produced: {ends:?}"
+    );
+}
+
+fn kafka_headers_exact(svc: Services) {
+    const N: usize = 1_000;
+    let _timer = Timer::start("e2e_rows_headers");
+    let _lock = ch_shared_lock();
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let topic = unique("t_rows_hdr");
+    let db = ch.fresh_db("e2e_rows_hdr");
+    create_topic(&svc.brokers, &topic, PARTITIONS);
+    produce_with_headers(&svc.brokers, &topic, N);
+    let mut tables = vec![(
+        format!("{db}.arrays"),
+        "`_headers.name` Array(String), `_headers.value` Array(String)",
+        "toString(`_headers.name`), toString(`_headers.value`)",
+    )];
+    if svc.is_modern() {
+        tables.push((
+            format!("{db}.map"),
+            "_headers Map(String, String)",
+            "toString(mapKeys(_headers)), toString(mapValues(_headers))",
+        ));
+    }
+    for (table, columns, read) in tables {
+        ch.exec(&format!(
+            "CREATE TABLE {table} (i UInt64, {columns}, _partition UInt32, _offset UInt64) \
+             ENGINE = MergeTree() ORDER BY (_partition, _offset)"
+        ));
+        let group = unique("g_rows_hdr");
+        run_to_end(&svc, "rows_headers", &topic, &group, &table);
+        assert_complete(&svc, &ch, &table, &topic, &group, N as u64);
+        let text = ch.text(
+            &format!("SELECT i, {read} FROM {table} ORDER BY i"),
+            "TabSeparatedRaw",
+        );
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), N, "{table}: rows");
+        for (i, line) in lines.iter().enumerate() {
+            let want = format!("{i}\t['h1','trace','none']\t['a{i}','t-{i}-x','']");
+            assert_eq!(*line, want, "{table}: row {i}");
+        }
+    }
+    ch.drop_database_of(&format!("{db}.arrays"));
+}
+
 on_both_servers!(
+    kafka_headers_exact,
     defaults_are_the_servers,
     nested_json_and_renames_exact,
     nested_length_mismatch_is_a_bad_message

@@ -235,6 +235,7 @@ mod tests {
                 timestamp_ms: None,
                 key: None,
                 payload: Some(payload.as_bytes()),
+                headers: None,
             };
             let outcome = schema.encoder.check_columns(&msg, &mut results);
             tally.add(&msg, outcome.map(|()| results.as_slice()));

@@ -29,6 +29,7 @@ fn msg(p: &str) -> Message<'_> {
         timestamp_ms: Some(1),
         key: None,
         payload: Some(p.as_bytes()),
+        headers: None,
     }
 }
 

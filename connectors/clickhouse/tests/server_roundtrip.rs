@@ -58,6 +58,7 @@ fn msg(payload: &str, offset: i64) -> Message<'_> {
             None
         },
         payload: Some(payload.as_bytes()),
+        headers: None,
     }
 }
 

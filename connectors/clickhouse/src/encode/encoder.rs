@@ -94,6 +94,13 @@ enum Source {
     Offset,
     Timestamp,
     Key,
+    /// `_headers.name Array(String)` (the Kafka engine's shape).
+    HeaderNames,
+    /// `_headers.value Array(String)` (a null value is `''`, or NULL in
+    /// `Array(Nullable(String))`).
+    HeaderValues,
+    /// `_headers Map(String, String)` (servers with Map).
+    HeaderMap,
 }
 
 #[derive(Debug)]
@@ -170,6 +177,24 @@ fn metadata_source(c: &Column) -> Result<Source, SchemaError> {
         "_timestamp" => return Err(bad("DateTime, DateTime64 or an integer type")),
         "_key" if matches!(inner, ChType::String) => Source::Key,
         "_key" => return Err(bad("String or Nullable(String)")),
+        "_headers.name" | "_headers.value" => match &c.ty {
+            ChType::Array(t) if matches!(strip(t).0, ChType::String) => {
+                if c.name == "_headers.name" {
+                    Source::HeaderNames
+                } else {
+                    Source::HeaderValues
+                }
+            }
+            _ => return Err(bad("Array(String)")),
+        },
+        "_headers" => match &c.ty {
+            ChType::Map(k, v)
+                if matches!(strip(k).0, ChType::String) && matches!(strip(v).0, ChType::String) =>
+            {
+                Source::HeaderMap
+            }
+            _ => return Err(bad("Map(String, String)")),
+        },
         _ => Source::Json,
     })
 }
@@ -714,8 +739,46 @@ fn write_metadata(
                 }),
             }
         }
+        Source::HeaderNames | Source::HeaderValues | Source::HeaderMap => {
+            write_headers(source, ty, msg, out)
+        }
         Source::Json => Ok(()),
     }
+}
+
+/// The message's headers as `_headers.name`, `_headers.value` (arrays in
+/// header order) or `_headers` (a map).
+fn write_headers(
+    source: Source,
+    ty: &ChType,
+    msg: &Message<'_>,
+    out: &mut Vec<u8>,
+) -> Result<(), Fail> {
+    let (key_ty, value_ty) = match ty {
+        ChType::Array(t) => (&**t, &**t),
+        ChType::Map(k, v) => (&**k, &**v),
+        _ => return Ok(()),
+    };
+    let n = msg.headers.map_or(0, |h| h.count());
+    super::value::put_varint(out, n as u64);
+    let Some(headers) = msg.headers else {
+        return Ok(());
+    };
+    for i in 0..n {
+        let (name, value) = headers.get(i).unwrap_or((b"", None));
+        if source != Source::HeaderValues {
+            write_text(key_ty, name, name, out)?;
+        }
+        if source == Source::HeaderNames {
+            continue;
+        }
+        match value {
+            Some(v) => write_text(value_ty, v, v, out)?,
+            None if matches!(value_ty.strip_low_cardinality(), ChType::Nullable(_)) => out.push(1),
+            None => write_text(value_ty, b"", b"", out)?,
+        }
+    }
+    Ok(())
 }
 
 /// Column-by-column checking, for `spate check`: unlike

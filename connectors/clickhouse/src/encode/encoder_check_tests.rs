@@ -26,6 +26,7 @@ fn check(payload: Option<&str>) -> Result<Vec<Result<(), RowError>>, RowError> {
         timestamp_ms: None,
         key: None,
         payload: payload.map(str::as_bytes),
+        headers: None,
     };
     let mut out = vec![Ok(()); 9];
     encoder().check_columns(&msg, &mut out).map(|()| out)

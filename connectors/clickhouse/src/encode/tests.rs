@@ -22,6 +22,7 @@ fn msg(payload: &str) -> Message<'_> {
         timestamp_ms: Some(1_700_000_000_123),
         key: Some(b"k1"),
         payload: Some(payload.as_bytes()),
+        headers: None,
     }
 }
 

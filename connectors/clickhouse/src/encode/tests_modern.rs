@@ -26,6 +26,7 @@ fn encode(cols: &[Column], json: &str) -> Result<Vec<u8>, RowError> {
         timestamp_ms: None,
         key: None,
         payload: Some(json.as_bytes()),
+        headers: None,
     };
     e.encode(&msg, &mut out)?;
     Ok(out)

@@ -1,6 +1,6 @@
 //! Exact-bytes tests for nested JSON: dotted columns at any depth, Nested
 //! arrays from arrays of objects, length mismatches, renames and strict
-//! mode through objects.
+//! mode through objects; Kafka headers into `_headers` columns.
 
 use super::*;
 use crate::schema::Column;
@@ -19,6 +19,7 @@ fn msg(payload: &str) -> Message<'_> {
         timestamp_ms: None,
         key: None,
         payload: Some(payload.as_bytes()),
+        headers: None,
     }
 }
 
@@ -146,4 +147,48 @@ fn strict_mode_names_the_full_path_of_an_unknown_key() {
     assert_eq!(enc(&mut e, r#"{"user": {"id": 1}}"#).unwrap(), [1]);
     let err = enc(&mut e, r#"{"user": {"id": 1, "name": "x"}}"#).unwrap_err();
     assert!(err.reason.contains("unknown key `user.name`"), "{err}");
+}
+
+#[test]
+fn kafka_headers_fill_the_headers_columns() {
+    let cols = [
+        col("a", "UInt8"),
+        col("_headers.name", "Array(String)"),
+        col("_headers.value", "Array(Nullable(String))"),
+        col("_headers", "Map(String, String)"),
+    ];
+    let mut e = encoder(&cols);
+    let hs: [(&[u8], Option<&[u8]>); 2] = [(b"h1", Some(b"v")), (b"h2", None)];
+    let hs = spate_core::record::SliceHeaders(&hs);
+    let m = Message {
+        headers: Some(&hs),
+        ..msg(r#"{"a": 1, "_headers": {"x": "y"}}"#)
+    };
+    let mut out = Vec::new();
+    e.encode(&m, &mut out).unwrap();
+    assert_eq!(
+        out,
+        [
+            &[1u8][..],
+            &[2, 2, b'h', b'1', 2, b'h', b'2'],
+            &[2, 0, 1, b'v', 1],
+            &[2, 2, b'h', b'1', 1, b'v', 2, b'h', b'2', 0],
+        ]
+        .concat()
+    );
+    // No headers: empty arrays and map.
+    out.clear();
+    e.encode(&msg(r#"{"a": 2}"#), &mut out).unwrap();
+    assert_eq!(out, [2, 0, 0, 0]);
+    for (name, ty) in [
+        ("_headers.name", "String"),
+        ("_headers.value", "Array(UInt8)"),
+        ("_headers", "Map(String, UInt8)"),
+    ] {
+        let err = RowEncoder::new(&[col(name, ty)], EncoderOptions::default()).unwrap_err();
+        assert!(
+            matches!(err, SchemaError::MetadataType { .. }),
+            "{name} {ty}: {err}"
+        );
+    }
 }
