@@ -174,6 +174,10 @@ impl<E: RowEncode> Chain for EncodeChain<E> {
     }
 
     fn push(&mut self, slot: usize, msg: &Message<'_>) -> Result<(), ChainError> {
+        if let Some(version) = self.encoder.schema_switch() {
+            self.writer.flush()?;
+            self.writer.set_schema(version);
+        }
         if self.keyed {
             return self.push_keyed(slot, msg);
         }
@@ -362,6 +366,7 @@ mod tests {
             timestamp_ms: None,
             key: None,
             payload: Some(payload),
+            headers: None,
         };
         chain.push(slot, &msg)
     }

@@ -240,6 +240,7 @@ mod tests {
             data: vec![0; bytes],
             acks: Vec::new(),
             ticket: None,
+            schema: 0,
         }
     }
 

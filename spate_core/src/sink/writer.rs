@@ -105,6 +105,8 @@ pub struct ShardWriter {
     lanes: Vec<Option<LaneState>>,
     rng: u64,
     clock: SharedClock,
+    /// Schema version the chunks are tagged with ([`Chunk::schema`]).
+    schema: u64,
 }
 
 impl ShardWriter {
@@ -119,7 +121,14 @@ impl ShardWriter {
             lanes: Vec::new(),
             rng: seed | 1,
             clock: clock::system(),
+            schema: 0,
         }
+    }
+
+    /// Tag the chunks opened from now on with schema `version`; the caller
+    /// [`flush`](Self::flush)es first, so no chunk mixes two versions.
+    pub fn set_schema(&mut self, version: u64) {
+        self.schema = version;
     }
 
     /// The same writer reading chunk ages from `clock`.
@@ -281,6 +290,7 @@ impl ShardWriter {
             data: chunk.data,
             acks,
             ticket: None,
+            schema: self.schema,
         };
         self.queues
             .push(out)

@@ -60,6 +60,9 @@ pub struct NativeLayout {
     /// Rows carry a `RowBinaryWithDefaults` flag byte before each value;
     /// batches become one block per set of missing columns.
     default_flags: bool,
+    /// Per column: read but not sent (dropped from the table since the
+    /// rows were encoded); empty = none.
+    dropped: Vec<bool>,
 }
 
 /// A batch's bytes are not the RowBinary rows of this layout: a bug in the
@@ -76,6 +79,9 @@ enum Shape {
     Nullable(Box<Shape>),
     Array(Box<Shape>),
     Tuple(Vec<Shape>),
+    /// A number read as `.0` and sent as the wider `.1` (a column whose
+    /// type was widened after its rows were encoded).
+    Widen(Num, Num),
     /// `LowCardinality(T)` or `LowCardinality(Nullable(T))`; T is `Fixed`
     /// or `Str`.
     LowCard {
@@ -147,6 +153,7 @@ impl NativeLayout {
         (!columns.is_empty()).then_some(NativeLayout {
             columns,
             default_flags: false,
+            dropped: Vec::new(),
         })
     }
 
@@ -161,6 +168,40 @@ impl NativeLayout {
     /// The type names sent in the block, in column order.
     pub fn type_names(&self) -> impl Iterator<Item = &str> {
         self.columns.iter().map(|(_, t, _)| t.as_str())
+    }
+
+    /// The same rows sent to a table whose columns changed: per column
+    /// (in this layout's order) its new type, or `None` if the column is
+    /// gone (read, not sent). A new type must read the same RowBinary bytes
+    /// (`String` and `LowCardinality(String)`, a changed time zone) or be a
+    /// lossless widening of a number (`UInt32` to `UInt64` or `Int64`,
+    /// `Int16` to `Int32`, `Float32` to `Float64`, ...).
+    pub fn retarget(&self, new_types: &[Option<ChType>]) -> Result<NativeLayout, String> {
+        if new_types.len() != self.columns.len() {
+            return Err("column count differs".into());
+        }
+        let mut out = self.clone();
+        out.dropped = new_types.iter().map(Option::is_none).collect();
+        if out.dropped.iter().all(|d| *d) {
+            return Err("every column of the batch was dropped".into());
+        }
+        for ((name, ty, shape), new) in out.columns.iter_mut().zip(new_types) {
+            let Some(new) = new else { continue };
+            let new_name = new.to_string();
+            if new_name == *ty {
+                continue;
+            }
+            let old: ChType = crate::types::parse_type(ty).map_err(|e| e.to_string())?;
+            *shape = convert_shape(&old, new).ok_or_else(|| {
+                format!("column `{name}` changed from {ty} to {new_name}, which spate cannot convert rows to")
+            })?;
+            *ty = new_name;
+        }
+        Ok(out)
+    }
+
+    fn is_dropped(&self, i: usize) -> bool {
+        self.dropped.get(i).copied().unwrap_or(false)
     }
 
     /// One Native block holding every row of `rows` (RowBinary, whole rows),
@@ -183,9 +224,13 @@ impl NativeLayout {
             n += 1;
         }
         let mut out = Vec::with_capacity(rows.len() + rows.len() / 8 + 1024);
-        put_varint(&mut out, self.columns.len() as u64);
+        let sent = (0..self.columns.len()).filter(|&i| !self.is_dropped(i));
+        put_varint(&mut out, sent.count() as u64);
         put_varint(&mut out, n);
-        for ((name, ty, _), c) in self.columns.iter().zip(&cols) {
+        for (i, ((name, ty, _), c)) in self.columns.iter().zip(&cols).enumerate() {
+            if self.is_dropped(i) {
+                continue;
+            }
             put_str(&mut out, name.as_bytes());
             put_str(&mut out, ty.as_bytes());
             c.write(&mut out);
@@ -210,26 +255,33 @@ impl NativeLayout {
         let mut groups: Vec<Group> = Vec::new();
         let mut index: HashMap<Vec<u64>, usize> = HashMap::new();
         let mut missing = vec![0u64; width.div_ceil(64)];
+        // The column a row that has no other gets its zero value in.
+        let first = (0..width).find(|&i| !self.is_dropped(i)).unwrap_or(0);
         let mut pos = 0;
         while pos < rows.len() {
             let start = pos;
             missing.iter_mut().for_each(|w| *w = 0);
             let mut present = 0;
             for (i, (_, _, shape)) in self.columns.iter().enumerate() {
-                match take(rows, &mut pos, 1)?[0] {
+                let flag = take(rows, &mut pos, 1)?[0];
+                match flag {
                     0 => {
                         skip(shape, rows, &mut pos)?;
-                        present += 1;
+                        present += usize::from(!self.is_dropped(i));
                     }
-                    1 => missing[i / 64] |= 1 << (i % 64),
+                    1 => {}
                     _ => return Err(TransposeError("default flag")),
+                }
+                // Dropped columns are never sent.
+                if flag == 1 || self.is_dropped(i) {
+                    missing[i / 64] |= 1 << (i % 64);
                 }
             }
             // No block has rows without columns: the first column takes
             // its zero value.
             let zero_first = present == 0;
             if zero_first {
-                missing[0] &= !1;
+                missing[first / 64] &= !(1 << (first % 64));
             }
             let g = match index.get(&missing) {
                 Some(&g) => g,
@@ -246,11 +298,12 @@ impl NativeLayout {
             };
             let group = &mut groups[g];
             let mut p = start;
-            for (i, col) in group.cols.iter_mut().enumerate() {
+            for (i, (col, (_, _, shape))) in group.cols.iter_mut().zip(&self.columns).enumerate() {
                 let flag = take(rows, &mut p, 1)?[0];
                 match col {
-                    Some(b) if i == 0 && zero_first => b.push_zero(),
+                    Some(b) if i == first && zero_first => b.push_zero(),
                     Some(b) if flag == 0 => b.read(rows, &mut p)?,
+                    None if flag == 0 => skip(shape, rows, &mut p)?,
                     _ => {}
                 }
             }
@@ -293,6 +346,9 @@ fn skip(shape: &Shape, b: &[u8], pos: &mut usize) -> Result<(), TransposeError> 
                 skip(s, b, pos)?;
             }
         }
+        Shape::Widen(from, _) => {
+            take(b, pos, from.width())?;
+        }
         Shape::LowCard { nullable, key } => {
             if *nullable {
                 match take(b, pos, 1)?[0] {
@@ -307,9 +363,96 @@ fn skip(shape: &Shape, b: &[u8], pos: &mut usize) -> Result<(), TransposeError> 
     Ok(())
 }
 
+/// A number's RowBinary form, for widening conversions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Num {
+    U(u8),
+    I(u8),
+    F32,
+    F64,
+}
+
+impl Num {
+    fn of(ty: &ChType) -> Option<Num> {
+        Some(match ty {
+            ChType::UInt8 => Num::U(1),
+            ChType::UInt16 => Num::U(2),
+            ChType::UInt32 => Num::U(4),
+            ChType::UInt64 => Num::U(8),
+            ChType::Int8 => Num::I(1),
+            ChType::Int16 => Num::I(2),
+            ChType::Int32 => Num::I(4),
+            ChType::Int64 => Num::I(8),
+            ChType::Float32 => Num::F32,
+            ChType::Float64 => Num::F64,
+            _ => return None,
+        })
+    }
+
+    fn width(self) -> usize {
+        match self {
+            Num::U(w) | Num::I(w) => usize::from(w),
+            Num::F32 => 4,
+            Num::F64 => 8,
+        }
+    }
+
+    /// Whether every value of `self` is exactly a value of `to`.
+    fn widens_to(self, to: Num) -> bool {
+        match (self, to) {
+            (Num::U(a), Num::U(b)) | (Num::I(a), Num::I(b)) => a <= b,
+            (Num::U(a), Num::I(b)) => a < b,
+            (Num::F32, Num::F64) => true,
+            (Num::U(a) | Num::I(a), Num::F64) => a <= 4,
+            (Num::U(a) | Num::I(a), Num::F32) => a <= 2,
+            _ => false,
+        }
+    }
+
+    /// Convert one little-endian value of `self` into `to`, appending.
+    fn convert(self, to: Num, b: &[u8], out: &mut Vec<u8>) {
+        let mut raw = [0u8; 8];
+        raw[..b.len()].copy_from_slice(b);
+        let int: i128 = match self {
+            Num::U(_) => i128::from(u64::from_le_bytes(raw)),
+            Num::I(w) => {
+                let shift = 64 - 8 * u32::from(w);
+                i128::from((i64::from_le_bytes(raw) << shift) >> shift)
+            }
+            Num::F32 | Num::F64 => 0,
+        };
+        let float = match self {
+            Num::F32 => f64::from(f32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]])),
+            Num::F64 => f64::from_le_bytes(raw),
+            // Only integers of at most 32 bits widen to a float: exact.
+            _ => int as f64,
+        };
+        match to {
+            Num::U(w) | Num::I(w) => out.extend_from_slice(&int.to_le_bytes()[..usize::from(w)]),
+            Num::F32 => out.extend_from_slice(&(float as f32).to_le_bytes()),
+            Num::F64 => out.extend_from_slice(&float.to_le_bytes()),
+        }
+    }
+}
+
+/// How rows of `old` are read to fill a column of type `new`, if spate can.
+fn convert_shape(old: &ChType, new: &ChType) -> Option<Shape> {
+    let strip_lc = |t: &ChType| t.strip_low_cardinality().to_string();
+    let (o, n) = (old.strip_low_cardinality(), new.strip_low_cardinality());
+    let same_bytes = strip_lc(old) == strip_lc(new)
+        || matches!((o, n), (ChType::DateTime(_), ChType::DateTime(_)));
+    if same_bytes {
+        return shape(new, true);
+    }
+    let (from, to) = (Num::of(o)?, Num::of(n)?);
+    (from.widens_to(to) && !matches!(new, ChType::LowCardinality(_)))
+        .then_some(Shape::Widen(from, to))
+}
+
 /// One column (or sub-column) being filled.
 enum Builder {
     Fixed(usize, Vec<u8>),
+    Widen(Num, Num, Vec<u8>),
     Str(Vec<u8>),
     Nullable {
         map: Vec<u8>,
@@ -419,6 +562,9 @@ impl Builder {
     fn new(shape: &Shape, hint: usize) -> Builder {
         match shape {
             Shape::Fixed(w) => Builder::Fixed(*w, Vec::with_capacity(hint.min(1 << 20))),
+            Shape::Widen(from, to) => {
+                Builder::Widen(*from, *to, Vec::with_capacity(hint.min(1 << 20)))
+            }
             Shape::Str => Builder::Str(Vec::with_capacity(hint.min(1 << 20))),
             Shape::Nullable(s) => Builder::Nullable {
                 map: Vec::new(),
@@ -442,6 +588,7 @@ impl Builder {
     fn read(&mut self, b: &[u8], pos: &mut usize) -> Result<(), TransposeError> {
         match self {
             Builder::Fixed(w, buf) => buf.extend_from_slice(scalar(&Shape::Fixed(*w), b, pos)?),
+            Builder::Widen(from, to, buf) => from.convert(*to, take(b, pos, from.width())?, buf),
             Builder::Str(buf) => buf.extend_from_slice(scalar(&Shape::Str, b, pos)?),
             Builder::Nullable { map, inner } => {
                 let flag = take(b, pos, 1)?[0];
@@ -477,7 +624,7 @@ impl Builder {
     /// The type's zero value (NULL for a Nullable, `[]`, `()` of zeros).
     fn push_zero(&mut self) {
         match self {
-            Builder::Fixed(..) | Builder::Str(_) => self.push_default(),
+            Builder::Fixed(..) | Builder::Str(_) | Builder::Widen(..) => self.push_default(),
             Builder::Nullable { map, inner } => {
                 map.push(1);
                 inner.push_default();
@@ -494,6 +641,7 @@ impl Builder {
     fn push_default(&mut self) {
         match self {
             Builder::Fixed(w, buf) => buf.resize(buf.len() + *w, 0),
+            Builder::Widen(_, to, buf) => buf.resize(buf.len() + to.width(), 0),
             Builder::Str(buf) => buf.push(0),
             // Nullable wraps only fixed-width types and String (see `shape`).
             _ => unreachable!("Nullable of a composite type"),
@@ -502,7 +650,9 @@ impl Builder {
 
     fn write(&self, out: &mut Vec<u8>) {
         match self {
-            Builder::Fixed(_, buf) | Builder::Str(buf) => out.extend_from_slice(buf),
+            Builder::Fixed(_, buf) | Builder::Str(buf) | Builder::Widen(_, _, buf) => {
+                out.extend_from_slice(buf)
+            }
             Builder::Nullable { map, inner } => {
                 out.extend_from_slice(map);
                 inner.write(out);

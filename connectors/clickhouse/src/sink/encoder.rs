@@ -17,12 +17,15 @@ pub struct EncoderFactory {
     pub(crate) options: EncoderOptions,
     pub(crate) shard_key: Vec<String>,
     pub(crate) renames: Vec<(String, String)>,
+    /// Set by a running sink: encoders follow its schema versions.
+    pub(crate) live: Option<std::sync::Arc<super::live::LiveSchema>>,
 }
 
 impl EncoderFactory {
-    /// A fresh encoder.
-    pub fn build(&self) -> Result<ChRowEncoder, SchemaError> {
-        Ok(ChRowEncoder(self.row_encoder()?))
+    /// A fresh encoder (following the table's changes when the sink
+    /// watches them).
+    pub fn build(&self) -> Result<super::live::LiveRowEncoder, SchemaError> {
+        super::live::LiveRowEncoder::new(self)
     }
 
     /// The bare [`RowEncoder`] (start-up uses one to check the schema).

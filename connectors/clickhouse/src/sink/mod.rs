@@ -26,6 +26,10 @@
 //!   or the error is not retriable, acknowledge.
 //! - [`probe`]: the readiness probe.
 //! - [`encoder`]: the encoder adapter for the driver threads.
+//! - [`live`]: tables that change while spate runs: schema versions, the
+//!   periodic re-read, encoders that follow it.
+//! - [`recode`]: a chunk's insert bytes for its version, or re-encoded for
+//!   the table as it is now.
 //! - [`pool`]: lifecycle: prepare, spawn, drain, hand over the runtime half.
 //!
 //! Each shard has its own queue (with an equal share of the queue budget)
@@ -37,8 +41,10 @@ mod discover;
 mod encoder;
 mod error;
 mod events;
+mod live;
 mod pool;
 mod probe;
+mod recode;
 mod retry;
 mod settings;
 mod shard;
@@ -50,6 +56,7 @@ mod worker;
 pub use discover::{discover, Discovery, ReplicaAnswer, ReplicaSchema};
 pub use encoder::{ChRowEncoder, EncoderFactory};
 pub use error::SinkError;
+pub use live::{LiveRowEncoder, LiveSchema, SCHEMA_REFRESH};
 pub use pool::{PreparedSink, SinkPool};
 pub use retry::RetryPolicy;
 pub use spec::{SinkSpec, TableRef};

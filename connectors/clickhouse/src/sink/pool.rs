@@ -7,9 +7,10 @@
 //! the workers finished or the budget ran out) and the readiness probe.
 
 use super::discover::{check_answers, discover_clients, Discovery};
-use super::encoder::{EncoderFactory, WirePlan};
+use super::encoder::EncoderFactory;
 use super::error::SinkError;
 use super::events::{ReplicaUnreachableAtStart, ReplicaUp};
+use super::live::{build_version, spawn_watch, LiveSchema};
 use super::probe::probe_shards;
 use super::retry::RetryPolicy;
 use super::settings::insert_settings;
@@ -67,21 +68,33 @@ impl SinkPool {
             },
             shard_key: spec.shard_key.clone(),
             renames: spec.renames.clone(),
+            live: None,
         };
-        let schema_error = |source| SinkError::Schema {
-            table: spec.table.to_string(),
-            source,
-        };
-        let wire = WirePlan::choose(factory, seed.features(), spec.native).map_err(schema_error)?;
-        let (factory, native, format) = (wire.factory, wire.native, wire.format);
-        let shards = connect_shards(&discovery.topology, seed);
-        let query = InsertQuery {
+        let template = InsertQuery {
             db: spec.table.db.clone(),
             table: spec.table.table.clone(),
-            columns: wire.columns,
-            format,
+            columns: Vec::new(),
+            format: "",
             settings: insert_settings(seed.features()),
         };
+        let first = build_version(0, factory, seed.features(), spec.native, &template).map_err(
+            |source| SinkError::Schema {
+                table: spec.table.to_string(),
+                source,
+            },
+        )?;
+        let (query, native) = ((*first.query).clone(), first.native.clone());
+        let format = query.format;
+        let mut factory = first.factory.clone();
+        let live = LiveSchema::new(
+            first,
+            seed.features(),
+            spec.native,
+            spec.table.to_string(),
+            &metrics,
+        );
+        factory.live = Some(live.clone());
+        let shards = connect_shards(&discovery.topology, seed);
         tracing::info!(
             server = seed.version(),
             table = %spec.table,
@@ -98,6 +111,7 @@ impl SinkPool {
             native,
             metrics,
         ));
+        let _ = shared.live.set(live);
         report_replicas(&discovery, &shards, &shared);
         Ok(PreparedSink {
             factory,
@@ -239,6 +253,13 @@ impl PreparedSink {
         acks: &AckSender,
     ) -> SinkPool {
         let (abandon, abandon_rx) = watch::channel(false);
+        if let Some(live) = self.shared.live.get() {
+            let (db, table) = (
+                self.shared.query.db.clone(),
+                self.shared.query.table.clone(),
+            );
+            spawn_watch(live, self.shards.clone(), db, table, io);
+        }
         let mut workers = Vec::new();
         for rx in receivers {
             let shard = self.shards[rx.shard() - offset].clone();
@@ -276,6 +297,9 @@ fn drain(
     shared: &PoolShared,
     budget: Duration,
 ) -> DrainReport {
+    if let Some(live) = shared.live.get() {
+        live.stop();
+    }
     let chunks_before = shared.inserted_chunks.load(Ordering::Acquire);
     let rows_before = shared.inserted_rows.load(Ordering::Acquire);
     let mut workers = workers;

@@ -21,7 +21,7 @@ use super::events::{
 };
 use super::retry::{Attempts, Next, RetryPolicy};
 use super::shard::{PoolShared, Shard};
-use super::target::InsertTarget;
+use super::target::{InsertQuery, InsertTarget};
 use crate::client::InsertError;
 use bytes::Bytes;
 use spate_core::error::{FatalError, Fault};
@@ -50,6 +50,14 @@ enum Outcome {
 
 /// The drain deadline passed while waiting.
 struct Abandoned;
+
+/// What every attempt of a chunk sends, and the schema version it was made
+/// for.
+struct Prepared {
+    bytes: Bytes,
+    query: Arc<InsertQuery>,
+    for_version: u64,
+}
 
 impl<C: InsertTarget> Worker<C> {
     pub(crate) async fn run(mut self) {
@@ -112,15 +120,61 @@ impl<C: InsertTarget> Worker<C> {
         let _ = self.acks.send(AckEvent::Abandoned(chunk.acks));
     }
 
-    /// The bytes every attempt of `chunk` sends (made once).
-    fn body(&self, chunk: &Chunk) -> Result<Bytes, FatalError> {
-        match &self.shared.native {
+    /// The bytes every attempt of `chunk` sends and their statement (made
+    /// once, and again after the table's columns changed).
+    fn body(&self, chunk: &Chunk) -> Result<Prepared, FatalError> {
+        if let Some(live) = self.shared.live.get() {
+            let now = live.current();
+            let own = live.get(chunk.schema).unwrap_or_else(|| now.clone());
+            let body = super::recode::body_for(&own, &now, &chunk.data)
+                .map_err(|e| FatalError::new(self.context(), e, Fault::User))?;
+            return Ok(Prepared {
+                bytes: Bytes::from(body.bytes),
+                query: body.query,
+                for_version: now.id,
+            });
+        }
+        let query = Arc::new(self.shared.query.clone());
+        let bytes = match &self.shared.native {
             Some(layout) => layout
                 .transpose(&chunk.data)
                 .map(Bytes::from)
-                .map_err(|e| FatalError::new(self.context(), e.to_string(), Fault::Internal)),
-            None => Ok(Bytes::copy_from_slice(&chunk.data)),
+                .map_err(|e| FatalError::new(self.context(), e.to_string(), Fault::Internal))?,
+            None => Bytes::copy_from_slice(&chunk.data),
+        };
+        Ok(Prepared {
+            bytes,
+            query,
+            for_version: 0,
+        })
+    }
+
+    /// After a failure that says the columns changed: the chunk's bytes
+    /// for the columns as they are now, if they changed since `sent` was
+    /// made (re-read at once, once per chunk, if spate has not seen it).
+    async fn after_schema_error(
+        &mut self,
+        chunk: &Chunk,
+        sent: &Prepared,
+        error: &InsertError,
+        refreshed: &mut bool,
+    ) -> Option<Result<Prepared, FatalError>> {
+        let schema_codes = [8, 10, 16, 33, 47, 53, 70];
+        if !error.code.is_some_and(|c| schema_codes.contains(&c)) {
+            return None;
         }
+        let live = self.shared.live.get()?.clone();
+        if live.version() == sent.for_version {
+            if *refreshed {
+                return None;
+            }
+            *refreshed = true;
+            tokio::select! {
+                _ = live.refresh_now() => {}
+                _ = self.abandon.changed() => return None,
+            }
+        }
+        (live.version() != sent.for_version).then(|| self.body(chunk))
     }
 
     fn context(&self) -> String {
@@ -131,10 +185,11 @@ impl<C: InsertTarget> Worker<C> {
     }
 
     async fn insert(&mut self, chunk: &Chunk) -> Outcome {
-        let body = match self.body(chunk) {
+        let mut prepared = match self.body(chunk) {
             Ok(body) => body,
             Err(e) => return Outcome::Failed(e),
         };
+        let mut refreshed = false;
         let (shard, shared) = (self.shard.clone(), self.shared.clone());
         let site = shared.site(&shard.label);
         let preferred = shard.preferred.load(Ordering::Relaxed);
@@ -144,7 +199,7 @@ impl<C: InsertTarget> Worker<C> {
             let target = &shard.replicas[replica];
             let started = tokio::time::Instant::now();
             let result = tokio::select! {
-                r = target.client.insert_bytes(&shared.query, body.clone()) => r,
+                r = target.client.insert_bytes(&prepared.query, prepared.bytes.clone()) => r,
                 _ = self.abandon.changed() => return Outcome::Abandoned,
             };
             let error = match result {
@@ -162,6 +217,18 @@ impl<C: InsertTarget> Worker<C> {
                 }
                 Err(e) => e,
             };
+            match (self.after_schema_error(chunk, &prepared, &error, &mut refreshed)).await {
+                Some(Ok(next)) => {
+                    tracing::info!(
+                        rows = chunk.rows,
+                        "re-encoded a batch for the table's new columns"
+                    );
+                    prepared = next;
+                    continue;
+                }
+                Some(Err(e)) => return Outcome::Failed(e),
+                None => {}
+            }
             let attempt = attempts.attempt();
             let backoff = match self.after_failure(chunk, &mut attempts, site, &target.url, &error)
             {

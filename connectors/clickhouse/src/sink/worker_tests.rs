@@ -192,6 +192,7 @@ impl Harness {
             data: data.clone(),
             acks: vec![ack],
             ticket: None,
+            schema: 0,
         };
         let pushed = self.queues.as_ref().map(|q| q.push(chunk));
         assert!(matches!(pushed, Some(Ok(()))), "queue closed");
