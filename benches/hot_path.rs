@@ -74,6 +74,7 @@ impl Fixture {
                 name: name.into(),
                 ty: parse_type(ty).expect("a ClickHouse type"),
                 default_kind: DefaultKind::None,
+                default_expression: String::new(),
             })
             .collect();
         Self {
@@ -92,6 +93,7 @@ impl Fixture {
             timestamp_ms: Some(1_700_000_000_000),
             key: None,
             payload: Some(self.payloads[k].as_bytes()),
+            headers: None,
         }
     }
 

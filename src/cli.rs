@@ -2,7 +2,7 @@
 //! environment variable `SPATE_<FLAG>`; flags win over the environment.
 
 use crate::events::Schema;
-use crate::units::{parse_bytes, parse_duration, parse_property};
+use crate::units::{parse_bytes, parse_duration, parse_property, parse_rename};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
@@ -200,6 +200,18 @@ pub struct RunArgs {
     /// (default: ignore them).
     #[arg(long, env = "SPATE_STRICT")]
     pub strict: bool,
+    /// A column takes its value from a JSON pointer instead of its own
+    /// name: `--rename user_id=/user/id` (repeatable; in a config file
+    /// `rename = { user_id = "/user/id" }` per pipeline). Objects also map
+    /// onto dotted columns (`user.id`) without any rename.
+    #[arg(
+        long,
+        env = "SPATE_RENAME",
+        value_name = "COLUMN=/POINTER",
+        value_delimiter = ',',
+        value_parser = parse_rename
+    )]
+    pub rename: Vec<(String, String)>,
     /// Insert a batch when it reaches this many rows.
     #[arg(long, env = "SPATE_BATCH_ROWS", default_value_t = 100_000)]
     pub batch_rows: u64,

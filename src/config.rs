@@ -58,6 +58,7 @@ const PIPELINE_KEYS: &[&str] = &[
     "clickhouse_cert",
     "clickhouse_key",
     "strict",
+    "rename",
     "batch_rows",
     "batch_bytes",
     "flush_interval",
@@ -430,6 +431,15 @@ impl File<'_> {
             }
             return Ok(());
         }
+        if let Some(t) = item.as_table_like().filter(|_| key == "rename") {
+            for (column, pointer) in t.iter() {
+                let Some(pointer) = scalar(pointer) else {
+                    return Err(self.error(table, key, item, "must map columns to JSON pointers"));
+                };
+                argv.push(format!("{}={column}={pointer}", arg.flag()));
+            }
+            return Ok(());
+        }
         let values: Vec<String> = match item.as_array() {
             Some(a) => a
                 .iter()
@@ -515,6 +525,38 @@ password = "${SPATE_TEST_CFG_KAFKA_PW}"
             "{}",
             e.message()
         );
+    }
+
+    #[test]
+    fn renames_are_a_table_per_pipeline() {
+        let f = file(
+            r#"
+brokers = "k:9092"
+[[pipeline]]
+topics = ["ta"]
+table = "db.a"
+rename = { user_id = "/user/id", cc = "/geo/cc" }
+[[pipeline]]
+topics = ["tb"]
+table = "db.b"
+[pipeline.rename]
+x = "/a~1b"
+"#,
+        );
+        let out = expand(argv(&["--config", &f.0])).unwrap();
+        let a = out[0].argv.join(" ");
+        assert!(
+            a.contains("--rename=user_id=/user/id --rename=cc=/geo/cc"),
+            "{a}"
+        );
+        let b = out[1].argv.join(" ");
+        assert!(
+            b.contains("--rename=x=/a~1b") && !b.contains("user_id"),
+            "{b}"
+        );
+        let bad = file("rename = { a = [1] }\n");
+        let e = expand(argv(&["--config", &bad.0])).unwrap_err();
+        assert!(format!("{e:?}").contains("rename"), "{e:?}");
     }
 
     #[test]

@@ -143,6 +143,7 @@ pub(crate) fn sink_spec(a: &RunArgs, v: &Validated) -> SinkSpec {
     SinkSpec {
         topology: v.topology.clone(),
         shard_key: a.shard_key.clone(),
+        renames: a.rename.clone(),
         user: a.user.clone(),
         password: v.password.clone(),
         tls: TlsFiles {

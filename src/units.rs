@@ -63,9 +63,33 @@ pub fn parse_property(s: &str) -> Result<(String, String), String> {
     }
 }
 
+/// `COLUMN=/POINTER` (`--rename`): a column and the JSON pointer its
+/// value comes from.
+pub fn parse_rename(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((c, p)) if !c.trim().is_empty() && p.starts_with('/') => {
+            Ok((c.trim().to_string(), p.to_string()))
+        }
+        _ => Err(format!(
+            "`{s}` is not COLUMN=/POINTER (a JSON pointer, like user_id=/user/id)"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn renames() {
+        assert_eq!(
+            parse_rename("user_id=/user/id").unwrap(),
+            ("user_id".to_string(), "/user/id".to_string())
+        );
+        for bad in ["user_id", "=/a", "user_id=user/id", "a="] {
+            assert!(parse_rename(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn durations() {

@@ -53,6 +53,7 @@ fn columns(schema: Schema) -> Vec<Column> {
             name: name.into(),
             ty: parse_type(ty).expect("type"),
             default_kind: DefaultKind::None,
+            default_expression: String::new(),
         })
         .collect()
 }
@@ -75,6 +76,7 @@ fn msg(p: &str, offset: usize) -> Message<'_> {
         timestamp_ms: Some(1),
         key: None,
         payload: Some(p.as_bytes()),
+        headers: None,
     }
 }
 

@@ -65,6 +65,32 @@ impl Watermark {
     }
 }
 
+/// A message's headers (Kafka record headers), read on demand: a source
+/// whose messages have them implements this over its own buffer, so a sink
+/// that does not ask pays nothing. Borrowed like the rest of [`Message`].
+pub trait Headers: fmt::Debug {
+    /// Number of headers.
+    fn count(&self) -> usize;
+    /// Header `index` (0-based, in the order the producer sent them): its
+    /// name and its value (`None` for a null value). `None` past the end.
+    fn get(&self, index: usize) -> Option<(&[u8], Option<&[u8]>)>;
+}
+
+/// Headers held as a slice of `(name, value)`, for tests and sources that
+/// own them.
+#[derive(Clone, Copy, Debug)]
+pub struct SliceHeaders<'a>(pub &'a [(&'a [u8], Option<&'a [u8]>)]);
+
+impl Headers for SliceHeaders<'_> {
+    fn count(&self) -> usize {
+        self.0.len()
+    }
+
+    fn get(&self, index: usize) -> Option<(&[u8], Option<&[u8]>)> {
+        self.0.get(index).copied()
+    }
+}
+
 /// One message as a lane hands it to the chain. Borrowed from the source's
 /// buffer: the chain must copy what it keeps.
 #[derive(Clone, Copy, Debug)]
@@ -81,4 +107,6 @@ pub struct Message<'a> {
     pub key: Option<&'a [u8]>,
     /// Message payload (`None` for a tombstone).
     pub payload: Option<&'a [u8]>,
+    /// Message headers (`None`: the source has none for this message).
+    pub headers: Option<&'a dyn Headers>,
 }

@@ -339,6 +339,7 @@ impl Kafka {
                         timestamp_ms: m.timestamp().to_millis(),
                         key: m.key(),
                         payload: m.payload(),
+                        headers: None,
                     });
                     spread.read[i] += 1;
                 }

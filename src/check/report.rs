@@ -221,6 +221,7 @@ mod tests {
             name: "n".into(),
             ty: spate_clickhouse::parse_type("UInt64").unwrap(),
             default_kind: spate_clickhouse::DefaultKind::None,
+            default_expression: String::new(),
         }];
         let encoder = RowEncoder::new(&columns, EncoderOptions::default()).unwrap();
         let mut schema = Schema { columns, encoder };
@@ -234,6 +235,7 @@ mod tests {
                 timestamp_ms: None,
                 key: None,
                 payload: Some(payload.as_bytes()),
+                headers: None,
             };
             let outcome = schema.encoder.check_columns(&msg, &mut results);
             tally.add(&msg, outcome.map(|()| results.as_slice()));

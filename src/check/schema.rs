@@ -81,6 +81,9 @@ impl Schema {
             if !flags.args.shard_key.is_empty() {
                 e.set_shard_key(&flags.args.shard_key)?;
             }
+            if !flags.args.rename.is_empty() {
+                e.set_renames(&flags.args.rename)?;
+            }
             Ok(e)
         });
         let encoder = match built {

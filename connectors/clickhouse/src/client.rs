@@ -352,13 +352,13 @@ impl ChClient {
         } else {
             ""
         };
-        let sql = format!("SELECT name, type, default_kind FROM system.columns WHERE database = ? AND table = ?{order}");
+        let sql = format!("SELECT name, type, default_kind, default_expression FROM system.columns WHERE database = ? AND table = ?{order}");
         let query = self
             .inner
             .query(&sql)
             .bind(db)
             .bind(table)
-            .fetch_all::<(String, String, String)>();
+            .fetch_all::<(String, String, String, String)>();
         let rows = tokio::time::timeout(self.opts.connect_timeout, query)
             .await
             .map_err(|_| timeout_error(WHAT, self.opts.connect_timeout))?
@@ -370,7 +370,7 @@ impl ChClient {
             });
         }
         rows.into_iter()
-            .map(|(name, ty, kind)| {
+            .map(|(name, ty, kind, expression)| {
                 let ty = parse_type(&ty).map_err(|source| ClientError::ColumnType {
                     column: name.clone(),
                     source,
@@ -379,6 +379,7 @@ impl ChClient {
                     name,
                     ty,
                     default_kind: DefaultKind::parse(&kind),
+                    default_expression: expression,
                 })
             })
             .collect()

@@ -38,7 +38,9 @@ pub mod types;
 pub use classify::{classify, code_remedy, parse_code, remedy, ErrorClass, Remedy};
 pub use client::{ChClient, ChClientOptions, ClientError, InsertError};
 pub use dead_letter::ChDeadLetters;
-pub use encode::{EncoderOptions, NativeLayout, RowEncoder, RowError, SchemaError, TransposeError};
+pub use encode::{
+    EncoderOptions, NativeLayout, PathTarget, RowEncoder, RowError, SchemaError, TransposeError,
+};
 pub use metrics::ChMetrics;
 pub use schema::{Column, DefaultKind, ServerFeatures, VersionError};
 pub use sink::{discover, Discovery, ReplicaAnswer, ReplicaSchema};

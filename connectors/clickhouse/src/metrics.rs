@@ -17,6 +17,7 @@ pub const METRIC_NAMES: &[&str] = &[
     "spate_replica_rows_inserted_total",
     "spate_replica_errors_total",
     "spate_replica_failovers_total",
+    "spate_schema_changes_total",
 ];
 
 /// The per-replica series.
@@ -32,6 +33,9 @@ pub struct ChMetrics {
     /// `spate_replica_failovers_total{table,shard}`: inserts moved to the
     /// shard's next replica after a connection error or timeout.
     pub replica_failovers: IntCounterVec,
+    /// `spate_schema_changes_total{table}`: changes of the table's columns
+    /// applied while running.
+    pub schema_changes: IntCounterVec,
 }
 
 impl ChMetrics {
@@ -84,6 +88,14 @@ impl ChMetrics {
                 &["table", "shard"],
             )
             .expect("valid metric"),
+            schema_changes: IntCounterVec::new(
+                Opts::new(
+                    "spate_schema_changes_total",
+                    "Changes of the target table's columns spate picked up and applied while running.",
+                ),
+                &["table"],
+            )
+            .expect("valid metric"),
         }
     }
 
@@ -92,7 +104,8 @@ impl ChMetrics {
         registry.register(Box::new(self.replica_up.clone()))?;
         registry.register(Box::new(self.replica_rows_inserted.clone()))?;
         registry.register(Box::new(self.replica_errors.clone()))?;
-        registry.register(Box::new(self.replica_failovers.clone()))
+        registry.register(Box::new(self.replica_failovers.clone()))?;
+        registry.register(Box::new(self.schema_changes.clone()))
     }
 }
 
@@ -140,6 +153,7 @@ mod tests {
             .with_label_values(&["db.t", "0", "http://a:8123", "connection"])
             .inc();
         ch.replica_failovers.with_label_values(&["db.t", "0"]).inc();
+        ch.schema_changes.with_label_values(&["db.t"]).inc();
         let text = m.encode_text();
         for name in METRIC_NAMES {
             assert!(text.contains(&format!("# TYPE {name} ")), "{name} missing");

@@ -54,6 +54,31 @@ pub struct Column {
     pub ty: ChType,
     /// Kind of default expression.
     pub default_kind: DefaultKind,
+    /// The expression as the server prints it (`now()`, `toDate(ts)`,
+    /// `'dflt'`); empty without one. Spate never evaluates it: the server
+    /// does (see the encoder's defaults rules); it is compared to notice a
+    /// changed DEFAULT and shown in logs.
+    pub default_expression: String,
+}
+
+impl Column {
+    /// A column with no default expression.
+    #[must_use]
+    pub fn plain(name: &str, ty: ChType) -> Column {
+        Column {
+            name: name.to_owned(),
+            ty,
+            default_kind: DefaultKind::None,
+            default_expression: String::new(),
+        }
+    }
+
+    /// Whether the server computes this column when an insert leaves it
+    /// out (`DEFAULT expr`).
+    #[must_use]
+    pub fn has_default(&self) -> bool {
+        self.default_kind == DefaultKind::Default
+    }
 }
 
 /// What the connected server supports, derived from `SELECT version()`.

@@ -17,6 +17,7 @@ fn col(name: &str, ty: &str) -> Column {
         name: name.into(),
         ty: parse_type(ty).expect("type"),
         default_kind: DefaultKind::None,
+        default_expression: String::new(),
     }
 }
 
@@ -28,6 +29,7 @@ fn msg(p: &str) -> Message<'_> {
         timestamp_ms: Some(1),
         key: None,
         payload: Some(p.as_bytes()),
+        headers: None,
     }
 }
 
@@ -115,4 +117,48 @@ fn encode_allocates_nothing_per_row() {
     for (what, n, rows) in allocations {
         assert_eq!(n, 0, "{what} allocated {n} times in {rows} rows");
     }
+}
+
+#[test]
+fn nested_json_and_renames_allocate_nothing_per_row() {
+    let cols = vec![
+        col("user.id", "UInt64"),
+        col("user.geo.cc", "LowCardinality(String)"),
+        col("uid", "UInt64"),
+        col("n.x", "Array(UInt32)"),
+        col("n.y", "Array(String)"),
+        col("_offset", "UInt64"),
+    ];
+    let payloads: Vec<String> = (0..64)
+        .map(|i| {
+            format!(
+                r#"{{"user":{{"id":{i},"geo":{{"cc":"DE","city":"x"}},"name":"n\u00e9"}},"meta":{{"src":{{"id":{i}}}}},"n":[{{"x":{i},"y":"a"}},{{"x":2,"y":"b\n"}}],"extra":[1,2]}}"#
+            )
+        })
+        .collect();
+    let mut enc = RowEncoder::new(&cols, EncoderOptions::default()).expect("encoder");
+    enc.set_renames(&[("uid".to_owned(), "/meta/src/id".to_owned())])
+        .expect("rename");
+    let mut out = Vec::with_capacity(1 << 20);
+    for p in &payloads {
+        enc.encode(&msg(p), &mut out).expect("warm-up row");
+    }
+    out.clear();
+    let rows = 20_000;
+    COUNTING.with(|c| c.set(true));
+    let before = ALLOCS.load(Ordering::Relaxed);
+    for i in 0..rows {
+        if out.len() > (1 << 20) - 4096 {
+            out.clear();
+        }
+        enc.encode(&msg(&payloads[i % payloads.len()]), &mut out)
+            .expect("row");
+    }
+    let n = ALLOCS.load(Ordering::Relaxed) - before;
+    COUNTING.with(|c| c.set(false));
+    assert!(out.len() > rows.min(1000), "rows were written");
+    assert_eq!(
+        n, 0,
+        "nested/renamed rows allocated {n} times in {rows} rows"
+    );
 }

@@ -156,6 +156,7 @@ async fn row_binary_with_defaults(client: &ChClient, db: &str, f: ServerFeatures
         timestamp_ms: None,
         key: None,
         payload: Some(br#"{"id": 4}"#),
+        headers: None,
     };
     enc.encode(&msg, &mut body).expect("encode");
     let res = client

@@ -58,6 +58,7 @@ fn msg(payload: &str, offset: i64) -> Message<'_> {
             None
         },
         payload: Some(payload.as_bytes()),
+        headers: None,
     }
 }
 
@@ -362,6 +363,7 @@ async fn bad_column_type_is_fatal_with_code_on(url: &str) {
         name: "x".into(),
         ty: spate_clickhouse::parse_type("String").expect("type"),
         default_kind: spate_clickhouse::DefaultKind::None,
+        default_expression: String::new(),
     }];
     let mut enc = RowEncoder::new(&wrong, EncoderOptions::default()).expect("encoder");
     let mut body = Vec::new();

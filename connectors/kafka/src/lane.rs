@@ -20,7 +20,7 @@ use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use spate_core::error::SourceError;
-use spate_core::record::{Message, PartitionId};
+use spate_core::record::{Headers, Message, PartitionId};
 use spate_core::source::{Deliver, Lane, LaneError, LaneId, LanePoll};
 use std::ffi::CString;
 use std::ptr::NonNull;
@@ -166,6 +166,7 @@ impl Lane for KafkaLane {
                     timestamp_ms: m.timestamp_ms(),
                     key: m.key(),
                     payload: m.payload(),
+                    headers: Some(&m),
                 };
                 deliver(&msg)?;
                 self.fetch_errors.on_message();
@@ -368,6 +369,51 @@ impl<'a> RawMessage<'a> {
         let ts = unsafe { rdsys::rd_kafka_message_timestamp(self.ptr, &mut kind) };
         (kind != rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE && ts >= 0)
             .then_some(ts)
+    }
+}
+
+impl RawMessage<'_> {
+    /// The message's parsed headers; `None` without any. librdkafka parses
+    /// them on the first call and keeps them with the message.
+    fn raw_headers(&self) -> Option<*mut rdsys::rd_kafka_headers_t> {
+        let mut h: *mut rdsys::rd_kafka_headers_t = std::ptr::null_mut();
+        // SAFETY: a live message; `h` is a valid out pointer.
+        let err = unsafe { rdsys::rd_kafka_message_headers(self.ptr, &mut h) };
+        (err == RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR && !h.is_null()).then_some(h)
+    }
+}
+
+impl std::fmt::Debug for RawMessage<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KafkaHeaders({})", self.count())
+    }
+}
+
+/// Headers read straight from librdkafka's message, only when a sink asks
+/// (a table with `_headers` columns): no copy, no allocation of ours.
+impl Headers for RawMessage<'_> {
+    fn count(&self) -> usize {
+        // SAFETY: headers of a live message.
+        self.raw_headers()
+            .map_or(0, |h| unsafe { rdsys::rd_kafka_header_cnt(h) })
+    }
+
+    fn get(&self, index: usize) -> Option<(&[u8], Option<&[u8]>)> {
+        let h = self.raw_headers()?;
+        let mut name: *const std::ffi::c_char = std::ptr::null();
+        let mut value: *const std::ffi::c_void = std::ptr::null();
+        let mut size = 0usize;
+        // SAFETY: headers of a live message; valid out pointers. The name
+        // and value stay valid while the message lives (the batch's
+        // lifetime, which outlives `&self`).
+        let err =
+            unsafe { rdsys::rd_kafka_header_get_all(h, index, &mut name, &mut value, &mut size) };
+        if err != RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR || name.is_null() {
+            return None;
+        }
+        // SAFETY: a NUL-terminated header name owned by the message.
+        let name = unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes();
+        Some((name, bytes(value.cast_mut(), size)))
     }
 }
 

@@ -292,6 +292,10 @@ impl<E: RowEncode> Chain for EncodeChain<E> {
     }
 
     fn push(&mut self, slot: usize, msg: &Message<'_>) -> Result<(), ChainError> {
+        if let Some(version) = self.encoder.schema_switch() {
+            self.writer.flush()?;
+            self.writer.set_schema(version);
+        }
         if self.tombstone_skipped(slot, msg)? {
             return Ok(());
         }
@@ -487,6 +491,7 @@ mod tests {
             timestamp_ms: None,
             key: None,
             payload: Some(payload),
+            headers: None,
         };
         chain.push(slot, &msg)
     }
@@ -555,6 +560,7 @@ mod tests {
             timestamp_ms: None,
             key: None,
             payload: None,
+            headers: None,
         };
         chain.push(slot, &msg)
     }

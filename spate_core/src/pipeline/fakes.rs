@@ -237,6 +237,7 @@ impl Lane for FakeLane {
                 timestamp_ms: None,
                 key: None,
                 payload: Some(&self.data[self.pos]),
+                headers: None,
             };
             let delivered = deliver(&msg);
             if delivered.is_err() && n > 0 {

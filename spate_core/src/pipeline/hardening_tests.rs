@@ -234,7 +234,8 @@ fn a_refused_async_commit_is_retried_for_an_idle_partition() {
     source_log.wait_for("a controller turn", WAIT, |l| l.polls >= polls + 2);
     // Commits follow the watermark (coalesced on the runtime's clock and
     // on the turn's own timing), so the refused one may already have been
-    // sent again: the gauge may show it only once it was re-sent.
+    // sent again: the gauge may show it only once a re-send went through
+    // (the fake logs accepted commits only).
     let gauge = committed_gauge(&metrics);
     let sent = source_log
         .lock()
@@ -243,7 +244,7 @@ fn a_refused_async_commit_is_retried_for_an_idle_partition() {
         .filter(|c| c.1 == Watermark(1000) && !c.2)
         .count();
     assert!(
-        gauge == 0 || sent > 1,
+        gauge == 0 || sent >= 1,
         "the gauge shows a commit the broker refused ({gauge}, sent {sent} time(s))"
     );
     clock.advance(Duration::from_secs(3600));
@@ -283,7 +284,18 @@ fn the_committed_offset_follows_the_brokers_confirmation() {
     });
     let polls = source_log.lock().polls;
     source_log.wait_for("a controller turn", WAIT, |l| l.polls >= polls + 2);
-    assert_eq!(committed_gauge(&metrics), 0, "nothing was confirmed yet");
+    // The re-send may already have been confirmed (commits follow the
+    // watermark): the gauge shows 1000 only once one was.
+    let gauge = committed_gauge(&metrics);
+    let accepted = source_log
+        .lock()
+        .commits
+        .iter()
+        .any(|c| c.1 == Watermark(1000) && !c.2);
+    assert!(
+        gauge == 0 || accepted,
+        "the gauge shows an unconfirmed commit ({gauge})"
+    );
     clock.advance(Duration::from_secs(3600));
     source_log.wait_for("the retried commit sent", WAIT, |l| !l.commits.is_empty());
     let confirmed = {

@@ -128,6 +128,7 @@ mod tests {
             timestamp_ms: Some(1_700_000_000_000),
             key: Some(b"k"),
             payload: Some(b"{\"a\": 300}"),
+            headers: None,
         };
         let l = DeadLetter::of(&msg, Stage::Decode, &"é".repeat(600), Some("a"));
         assert_eq!(l.value.as_deref(), Some(&b"{\"a\": 300}"[..]));

@@ -68,6 +68,9 @@ pub struct Chunk {
     /// chunk did not record it: the chunk is then one unit). Boxed: the
     /// chunk itself stays small as it moves through the queues.
     pub index: Box<RowIndex>,
+    /// The sink schema version the rows were encoded for (see
+    /// [`RowEncode::schema_switch`]); every row of a chunk has the same.
+    pub schema: u64,
 }
 
 /// Per-row metadata of a [`Chunk`], filled by the [`ShardWriter`].
@@ -265,6 +268,15 @@ pub trait RowEncode: Send {
     /// `row` is exactly that row's bytes. The row goes to shard
     /// `slots[hash % slots.len()]`.
     fn route_hash(&self, _row: &[u8]) -> Option<u64> {
+        None
+    }
+
+    /// Called before each row: if the encoder has just switched to a new
+    /// schema version (the sink's table changed), that version. The chain
+    /// then seals its open chunks (encoded for the old one) and tags the
+    /// chunks that follow with the new version, so no chunk mixes rows of
+    /// two schemas. `None` (the default): no change.
+    fn schema_switch(&mut self) -> Option<u64> {
         None
     }
 }

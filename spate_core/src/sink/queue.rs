@@ -261,6 +261,7 @@ mod tests {
             spans: Box::default(),
             ticket: None,
             index: Box::default(),
+            schema: 0,
         }
     }
 

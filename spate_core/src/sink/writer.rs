@@ -142,6 +142,8 @@ pub struct ShardWriter {
     skip_deadline: Option<Instant>,
     /// The shard whose queue carries them.
     skip_shard: usize,
+    /// Schema version the chunks are tagged with ([`Chunk::schema`]).
+    schema: u64,
 }
 
 impl ShardWriter {
@@ -159,6 +161,7 @@ impl ShardWriter {
             plans: None,
             skip_deadline: None,
             skip_shard: 0,
+            schema: 0,
         }
     }
 
@@ -170,6 +173,12 @@ impl ShardWriter {
     pub fn exactly_once(mut self, plans: Arc<dyn BlockPlans>) -> Self {
         self.plans = Some(plans);
         self
+    }
+
+    /// Tag the chunks opened from now on with schema `version`; the caller
+    /// [`flush`](Self::flush)es first, so no chunk mixes two versions.
+    pub fn set_schema(&mut self, version: u64) {
+        self.schema = version;
     }
 
     /// The same writer reading chunk ages from `clock`.
@@ -419,6 +428,7 @@ impl ShardWriter {
             ticket: None,
             spans: Box::default(),
             index: Box::default(),
+            schema: self.schema,
         };
         self.queues
             .push(out)
@@ -582,6 +592,7 @@ impl ShardWriter {
             spans: spans.into(),
             ticket: None,
             index: Box::default(),
+            schema: self.schema,
         };
         self.queues
             .push(chunk)
@@ -632,6 +643,7 @@ impl ShardWriter {
                 partitions,
                 originals: chunk.originals,
             }),
+            schema: self.schema,
         };
         self.queues
             .push(out)

@@ -1,7 +1,9 @@
 //! [`RowEncoder`]: the per-table column plan and the per-row loop.
 
 use super::json::{scan_document, unescape_into, Walk};
+use super::names::{pointer_path, NameTable, PathTarget};
 use super::native::NativeLayout;
+use super::nested::{count_items, write_from_items, write_zeros, Group, Member, Scan, Span};
 use super::value::{put_int, write_text, write_value, write_zero, Fail};
 use crate::schema::{Column, DefaultKind};
 use crate::shard_hash::{combine, KeyHash};
@@ -92,6 +94,13 @@ enum Source {
     Offset,
     Timestamp,
     Key,
+    /// `_headers.name Array(String)` (the Kafka engine's shape).
+    HeaderNames,
+    /// `_headers.value Array(String)` (a null value is `''`, or NULL in
+    /// `Array(Nullable(String))`).
+    HeaderValues,
+    /// `_headers Map(String, String)` (servers with Map).
+    HeaderMap,
 }
 
 #[derive(Debug)]
@@ -101,11 +110,9 @@ struct Plan {
     nullable: bool,
     has_default: bool,
     source: Source,
+    /// Set for an array of a Nested group (`n.x Array(T)`).
+    nested: Option<Member>,
 }
-
-const EMPTY: u32 = u32::MAX;
-/// Slot value for known keys that are not JSON columns (metadata names).
-const IGNORE: u32 = u32::MAX - 1;
 
 /// Encodes JSON messages into RowBinary rows for one table.
 #[derive(Debug)]
@@ -113,13 +120,21 @@ pub struct RowEncoder {
     plans: Vec<Plan>,
     insert_columns: Vec<String>,
     opts: EncoderOptions,
-    /// Open-addressing table: (hash, plan index or IGNORE), EMPTY = free.
-    table: Vec<(u64, u32)>,
-    mask: usize,
+    /// Key path → column (see [`super::names`]).
+    names: NameTable,
+    /// `(column, JSON pointer)` renames in force.
+    renames: Vec<(String, String)>,
+    /// Nested groups (`n` of `n.x`, `n.y`).
+    groups: Vec<Group>,
     /// Per plan: byte span of the JSON value in the current payload.
-    spans: Vec<Option<(usize, usize)>>,
+    spans: Vec<Option<Span>>,
+    /// Per group: span of an array of objects for it in the payload.
+    group_spans: Vec<Option<Span>>,
+    /// Per group: the length its arrays share in the current message.
+    group_lens: Vec<Option<u64>>,
     scratch: Vec<u8>,
     key_scratch: Vec<u8>,
+    path: Vec<u8>,
     /// Sharding key: (plan index, how its value hashes), in key order.
     shard_key: Vec<(usize, KeyHash)>,
     /// Per plan: its position in `shard_key`, or `NOT_KEY`.
@@ -130,18 +145,6 @@ pub struct RowEncoder {
 }
 
 const NOT_KEY: u8 = u8::MAX;
-
-#[inline]
-fn hash(b: &[u8]) -> u64 {
-    // FNV-1a: short keys, no allocation, good enough spread for a table
-    // that is at most 25% full.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &c in b {
-        h ^= u64::from(c);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
 
 fn strip(ty: &ChType) -> (&ChType, bool) {
     let t = ty.strip_low_cardinality();
@@ -174,6 +177,24 @@ fn metadata_source(c: &Column) -> Result<Source, SchemaError> {
         "_timestamp" => return Err(bad("DateTime, DateTime64 or an integer type")),
         "_key" if matches!(inner, ChType::String) => Source::Key,
         "_key" => return Err(bad("String or Nullable(String)")),
+        "_headers.name" | "_headers.value" => match &c.ty {
+            ChType::Array(t) if matches!(strip(t).0, ChType::String) => {
+                if c.name == "_headers.name" {
+                    Source::HeaderNames
+                } else {
+                    Source::HeaderValues
+                }
+            }
+            _ => return Err(bad("Array(String)")),
+        },
+        "_headers" => match &c.ty {
+            ChType::Map(k, v)
+                if matches!(strip(k).0, ChType::String) && matches!(strip(v).0, ChType::String) =>
+            {
+                Source::HeaderMap
+            }
+            _ => return Err(bad("Map(String, String)")),
+        },
         _ => Source::Json,
     })
 }
@@ -218,44 +239,101 @@ impl RowEncoder {
                 ty: c.ty.clone(),
                 has_default: c.default_kind == DefaultKind::Default,
                 source,
+                nested: None,
             });
         }
         if plans.is_empty() {
             return Err(SchemaError::NoInsertableColumns);
         }
-        let size = (plans.len() * 4).next_power_of_two().max(8);
-        let mut table = vec![(0u64, EMPTY); size];
-        let mask = size - 1;
-        for (i, p) in plans.iter().enumerate() {
-            let h = hash(p.name.as_bytes());
-            let mut s = (h as usize) & mask;
-            while table[s].1 != EMPTY {
-                s = (s + 1) & mask;
-            }
-            // Plan count is bounded by the table size, which fits u32 for
-            // any real table; IGNORE marks metadata names.
-            table[s] = (
-                h,
-                if p.source == Source::Json {
-                    i as u32
-                } else {
-                    IGNORE
-                },
-            );
-        }
-        Ok(RowEncoder {
+        let groups = nested_groups(&mut plans);
+        let mut e = RowEncoder {
             insert_columns: plans.iter().map(|p| p.name.clone()).collect(),
             spans: vec![None; plans.len()],
+            group_spans: vec![None; groups.len()],
+            group_lens: vec![None; groups.len()],
+            names: NameTable::default(),
+            renames: Vec::new(),
+            groups,
             plans,
             opts,
-            table,
-            mask,
             scratch: Vec::with_capacity(256),
             key_scratch: Vec::with_capacity(64),
+            path: Vec::with_capacity(64),
             shard_key: Vec::new(),
             key_of_plan: Vec::new(),
             key_spans: Vec::new(),
-        })
+        };
+        e.names = e.name_table();
+        Ok(e)
+    }
+
+    /// Columns that take their value from a JSON pointer instead of their
+    /// own name (`("user_id", "/user/id")`); replaces earlier renames.
+    pub fn set_renames(&mut self, renames: &[(String, String)]) -> Result<(), SchemaError> {
+        for (column, pointer) in renames {
+            let bad = |reason: String| SchemaError::Unsupported {
+                column: column.clone(),
+                reason,
+            };
+            if !self
+                .plans
+                .iter()
+                .any(|p| &p.name == column && p.source == Source::Json)
+            {
+                return Err(bad(format!(
+                    "renamed to `{pointer}`, but it is not a column spate fills from the message"
+                )));
+            }
+            if pointer_path(pointer).is_none() {
+                return Err(bad(format!(
+                    "`{pointer}` is not a JSON pointer to a member (like `/user/id`)"
+                )));
+            }
+        }
+        self.renames = renames.to_vec();
+        self.names = self.name_table();
+        Ok(())
+    }
+
+    /// The insert column a key path (keys joined by `.`, e.g. `user.id`)
+    /// fills, under the same rules as JSON (README "Rows"): for decoders
+    /// of other formats that walk their records' fields.
+    #[must_use]
+    pub fn resolve_path(&self, path: &[u8]) -> Option<PathTarget> {
+        self.names.get(path)
+    }
+
+    /// The lookup table: columns (or their renames), metadata names, then
+    /// Nested prefixes, then prefixes of dotted names.
+    fn name_table(&self) -> NameTable {
+        let mut entries: Vec<(Vec<u8>, PathTarget)> = Vec::new();
+        let mut paths: Vec<Vec<u8>> = Vec::new();
+        for (i, p) in self.plans.iter().enumerate() {
+            let renamed = self.renames.iter().find(|(c, _)| *c == p.name);
+            let path = match (p.source, renamed) {
+                (Source::Json, Some((_, pointer))) => pointer_path(pointer).unwrap_or_default(),
+                _ => p.name.as_bytes().to_vec(),
+            };
+            let target = if p.source == Source::Json {
+                PathTarget::Column(i as u32)
+            } else {
+                PathTarget::Ignore
+            };
+            entries.push((path.clone(), target));
+            paths.push(path);
+        }
+        for (g, group) in self.groups.iter().enumerate() {
+            entries.push((
+                group.prefix.as_bytes().to_vec(),
+                PathTarget::Nested(g as u32),
+            ));
+        }
+        for path in &paths {
+            for (at, _) in path.iter().enumerate().filter(|(_, &c)| c == b'.') {
+                entries.push((path[..at].to_vec(), PathTarget::Descend));
+            }
+        }
+        NameTable::build(entries)
     }
 
     /// Route rows by `cityHash64(columns...)`, computed by
@@ -335,14 +413,28 @@ impl RowEncoder {
     }
 
     /// How batches of these rows can be sent as `Native` blocks; `None` for
-    /// `RowBinaryWithDefaults` (Native has no per-row "use the default")
-    /// or a type [`NativeLayout`] does not transpose.
+    /// a type [`NativeLayout`] does not transpose. With `with_defaults` the
+    /// layout reads the default flags and sends one block per set of
+    /// missing columns (how servers without `RowBinaryWithDefaults` get
+    /// their DEFAULTs).
     #[must_use]
     pub fn native_layout(&self) -> Option<NativeLayout> {
-        if self.opts.with_defaults {
-            return None;
-        }
-        NativeLayout::new(self.plans.iter().map(|p| (p.name.as_str(), &p.ty)))
+        let layout = NativeLayout::new(self.plans.iter().map(|p| (p.name.as_str(), &p.ty)))?;
+        Some(if self.opts.with_defaults {
+            layout.with_default_flags()
+        } else {
+            layout
+        })
+    }
+
+    /// Whether some column filled from the message has a DEFAULT the server
+    /// should compute when the message lacks it (shard key columns never
+    /// do: their value is always sent).
+    #[must_use]
+    pub fn has_server_defaults(&self) -> bool {
+        self.plans
+            .iter()
+            .any(|p| p.has_default && p.source == Source::Json)
     }
 
     /// The ClickHouse input format the rows are in.
@@ -388,32 +480,11 @@ impl RowEncoder {
         })?;
         self.scan(text)?;
         let b = text.as_bytes();
-        for (i, p) in self.plans.iter().enumerate() {
+        for i in 0..self.plans.len() {
             let before = out.len();
+            let p = &self.plans[i];
             let res = match p.source {
-                Source::Json => {
-                    let span =
-                        self.spans[i].filter(|(s, _)| p.nullable || b.get(*s) != Some(&b'n'));
-                    match span {
-                        Some((s, e)) => {
-                            if self.opts.with_defaults {
-                                out.push(0);
-                            }
-                            write_value(&p.ty, &b[s..e], out, &mut self.scratch)
-                        }
-                        None if self.opts.with_defaults && p.has_default => {
-                            out.push(1);
-                            Ok(())
-                        }
-                        None => {
-                            if self.opts.with_defaults {
-                                out.push(0);
-                            }
-                            write_zero(&p.ty, out);
-                            Ok(())
-                        }
-                    }
-                }
+                Source::Json => self.write_json_column(i, b, out),
                 source => {
                     if self.opts.with_defaults {
                         out.push(0);
@@ -421,7 +492,7 @@ impl RowEncoder {
                     write_metadata(source, &p.ty, msg, out)
                 }
             };
-            res.map_err(|f| RowError::new(Some(&p.name), &f.value, f.reason))?;
+            res.map_err(|f| RowError::new(Some(&self.plans[i].name), &f.value, f.reason))?;
             if let Some(&k) = self.key_of_plan.get(i).filter(|&&k| k != NOT_KEY) {
                 let flag = usize::from(self.opts.with_defaults);
                 self.key_spans[usize::from(k)] = (before + flag - row_start, out.len() - row_start);
@@ -430,20 +501,22 @@ impl RowEncoder {
         Ok(())
     }
 
-    /// One pass over the object: record the span of each known column's
-    /// value (last occurrence wins, like serde_json).
+    /// One pass over the object: record the span of each known path's
+    /// value (last occurrence wins, like serde_json), walking into objects
+    /// for dotted columns.
     fn scan(&mut self, text: &str) -> Result<(), RowError> {
         let b = text.as_bytes();
         self.spans.iter_mut().for_each(|s| *s = None);
-        let (table, mask, plans, spans, key_scratch, strict) = (
-            &self.table,
-            self.mask,
-            &self.plans,
-            &mut self.spans,
-            &mut self.key_scratch,
-            self.opts.strict,
-        );
-        let base = b.as_ptr() as usize;
+        self.group_spans.iter_mut().for_each(|s| *s = None);
+        let key_scratch = &mut self.key_scratch;
+        let mut scan = Scan {
+            names: &self.names,
+            spans: &mut self.spans,
+            group_spans: &mut self.group_spans,
+            path: &mut self.path,
+            strict: self.opts.strict,
+            base: b.as_ptr() as usize,
+        };
         scan_document(b, |key, val| {
             let name: &[u8] = if key.escaped {
                 key_scratch.clear();
@@ -452,24 +525,7 @@ impl RowEncoder {
             } else {
                 key.raw
             };
-            match lookup(table, mask, name, plans) {
-                Some(IGNORE) => {}
-                Some(i) => {
-                    let s = val.as_ptr() as usize - base;
-                    spans[i as usize] = Some((s, s + val.len()));
-                }
-                None if strict => {
-                    return Err((
-                        key.raw,
-                        format!(
-                            "unknown key `{}` (strict mode)",
-                            String::from_utf8_lossy(name)
-                        ),
-                    ));
-                }
-                None => {}
-            }
-            Ok(())
+            scan.key(Some(name), val, 1)
         })
         .map_err(|e| match e {
             Walk::Json(j) => RowError::new(
@@ -479,39 +535,135 @@ impl RowEncoder {
             ),
             Walk::User((raw, reason)) => RowError::new(None, &String::from_utf8_lossy(raw), reason),
         })?;
+        if !self.groups.is_empty() {
+            self.nested_lengths(b)?;
+        }
         Ok(())
+    }
+
+    /// The length each Nested group's arrays share in this message, or a
+    /// bad message when two of them differ.
+    fn nested_lengths(&mut self, b: &[u8]) -> Result<(), RowError> {
+        for (g, group) in self.groups.iter().enumerate() {
+            let from_items = self.group_spans[g].and_then(|(s, e)| count_items(&b[s..e]));
+            let mut common: Option<(u64, usize)> = None;
+            for &i in &group.members {
+                let len = match self.spans[i] {
+                    Some((s, e)) if b.get(s) == Some(&b'[') => count_items(&b[s..e]),
+                    Some(_) => None,
+                    None => from_items,
+                };
+                match (len, common) {
+                    (Some(n), None) => common = Some((n, i)),
+                    (Some(n), Some((m, j))) if n != m => {
+                        let text = self.spans[i].map_or(&b[..0], |(s, e)| &b[s..e]);
+                        return Err(RowError::new(
+                            Some(&self.plans[i].name),
+                            &String::from_utf8_lossy(text),
+                            format!(
+                                "the arrays of Nested column `{}` differ in length: `{}` has {n} elements, `{}` has {m}",
+                                group.prefix, self.plans[i].name, self.plans[j].name
+                            ),
+                        ));
+                    }
+                    _ => {}
+                }
+            }
+            self.group_lens[g] = common.map(|(n, _)| n);
+        }
+        Ok(())
+    }
+
+    /// Write JSON column `i` of the message `b` (flag byte included).
+    fn write_json_column(&mut self, i: usize, b: &[u8], out: &mut Vec<u8>) -> Result<(), Fail> {
+        let flags = self.opts.with_defaults;
+        let p = &self.plans[i];
+        let span = self.spans[i].filter(|(s, _)| p.nullable || b.get(*s) != Some(&b'n'));
+        if let Some((s, e)) = span {
+            if flags {
+                out.push(0);
+            }
+            return write_value(&p.ty, &b[s..e], out, &mut self.scratch);
+        }
+        if p.nested.is_some() {
+            let before = out.len();
+            if flags {
+                out.push(0);
+            }
+            if self.write_nested_missing(i, b, out)? {
+                return Ok(());
+            }
+            out.truncate(before);
+        }
+        let p = &self.plans[i];
+        if flags && p.has_default {
+            out.push(1);
+            return Ok(());
+        }
+        if flags {
+            out.push(0);
+        }
+        write_zero(&p.ty, out);
+        Ok(())
+    }
+
+    /// Write plan `i`, a Nested array the message gave no array for: from
+    /// the group's array of objects, or zeros sized like its siblings.
+    /// `false` if the group has nothing either (a plain missing key).
+    fn write_nested_missing(
+        &mut self,
+        i: usize,
+        b: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<bool, Fail> {
+        let Some(member) = &self.plans[i].nested else {
+            return Ok(false);
+        };
+        let g = member.group as usize;
+        if let Some((s, e)) = self.group_spans[g] {
+            write_from_items(member, &b[s..e], out, &mut self.scratch)?;
+            return Ok(true);
+        }
+        match self.group_lens[g] {
+            Some(n) => {
+                write_zeros(&member.elem, n, out);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
     }
 }
 
-/// Find the plan whose name is `name`. Table entries store the plan index;
-/// metadata names are stored as IGNORE and matched through `plans` too.
-fn lookup(table: &[(u64, u32)], mask: usize, name: &[u8], plans: &[Plan]) -> Option<u32> {
-    let h = hash(name);
-    let mut s = (h as usize) & mask;
-    loop {
-        let (eh, idx) = table[s];
-        if idx == EMPTY {
-            return None;
+/// Mark the arrays of Nested groups (`n.x Array(T)` with a `.` in the name)
+/// and list the groups.
+fn nested_groups(plans: &mut [Plan]) -> Vec<Group> {
+    let mut groups: Vec<Group> = Vec::new();
+    for (i, p) in plans.iter_mut().enumerate() {
+        let (ChType::Array(elem), Some(dot)) = (&p.ty, p.name.rfind('.')) else {
+            continue;
+        };
+        if p.source != Source::Json || dot == 0 || dot + 1 == p.name.len() {
+            continue;
         }
-        if eh == h {
-            let plan = if idx == IGNORE {
-                None
-            } else {
-                plans.get(idx as usize)
-            };
-            match plan {
-                Some(p) if p.name.as_bytes() == name => return Some(idx),
-                None if plans
-                    .iter()
-                    .any(|p| p.source != Source::Json && p.name.as_bytes() == name) =>
-                {
-                    return Some(IGNORE)
-                }
-                _ => {}
+        let prefix = &p.name[..dot];
+        let g = match groups.iter().position(|g| g.prefix == prefix) {
+            Some(g) => g,
+            None => {
+                groups.push(Group {
+                    prefix: prefix.to_owned(),
+                    members: Vec::new(),
+                });
+                groups.len() - 1
             }
-        }
-        s = (s + 1) & mask;
+        };
+        groups[g].members.push(i);
+        p.nested = Some(Member {
+            group: g as u32,
+            leaf: p.name.as_bytes()[dot + 1..].into(),
+            elem: (**elem).clone(),
+        });
     }
+    groups
 }
 
 fn write_metadata(
@@ -587,8 +739,46 @@ fn write_metadata(
                 }),
             }
         }
+        Source::HeaderNames | Source::HeaderValues | Source::HeaderMap => {
+            write_headers(source, ty, msg, out)
+        }
         Source::Json => Ok(()),
     }
+}
+
+/// The message's headers as `_headers.name`, `_headers.value` (arrays in
+/// header order) or `_headers` (a map).
+fn write_headers(
+    source: Source,
+    ty: &ChType,
+    msg: &Message<'_>,
+    out: &mut Vec<u8>,
+) -> Result<(), Fail> {
+    let (key_ty, value_ty) = match ty {
+        ChType::Array(t) => (&**t, &**t),
+        ChType::Map(k, v) => (&**k, &**v),
+        _ => return Ok(()),
+    };
+    let n = msg.headers.map_or(0, |h| h.count());
+    super::value::put_varint(out, n as u64);
+    let Some(headers) = msg.headers else {
+        return Ok(());
+    };
+    for i in 0..n {
+        let (name, value) = headers.get(i).unwrap_or((b"", None));
+        if source != Source::HeaderValues {
+            write_text(key_ty, name, name, out)?;
+        }
+        if source == Source::HeaderNames {
+            continue;
+        }
+        match value {
+            Some(v) => write_text(value_ty, v, v, out)?,
+            None if matches!(value_ty.strip_low_cardinality(), ChType::Nullable(_)) => out.push(1),
+            None => write_text(value_ty, b"", b"", out)?,
+        }
+    }
+    Ok(())
 }
 
 /// Column-by-column checking, for `spate check`: unlike
@@ -649,70 +839,5 @@ impl RowEncoder {
 }
 
 #[cfg(test)]
-mod check_columns_tests {
-    use super::*;
-    use crate::types::parse_type;
-
-    fn encoder() -> RowEncoder {
-        let col = |name: &str, ty: &str| Column {
-            name: name.into(),
-            ty: parse_type(ty).unwrap(),
-            default_kind: DefaultKind::None,
-        };
-        let cols = [
-            col("n", "UInt64"),
-            col("s", "String"),
-            col("d", "Date"),
-            col("_offset", "UInt64"),
-        ];
-        RowEncoder::new(&cols, EncoderOptions::default()).unwrap()
-    }
-
-    fn check(payload: Option<&str>) -> Result<Vec<Result<(), RowError>>, RowError> {
-        let msg = Message {
-            topic: "t",
-            partition: 0,
-            offset: 7,
-            timestamp_ms: None,
-            key: None,
-            payload: payload.map(str::as_bytes),
-        };
-        let mut out = vec![Ok(()); 9];
-        encoder().check_columns(&msg, &mut out).map(|()| out)
-    }
-
-    #[test]
-    fn every_failing_column_is_reported() {
-        let r = check(Some(r#"{"n": "abc", "s": 1, "d": "nope"}"#)).unwrap();
-        assert_eq!(r.len(), 4);
-        let n = r[0].as_ref().unwrap_err();
-        assert_eq!(
-            (n.column.as_deref(), n.value.as_str()),
-            (Some("n"), "\"abc\"")
-        );
-        assert!(r[1].is_ok());
-        assert_eq!(r[2].as_ref().unwrap_err().column.as_deref(), Some("d"));
-        assert!(r[3].is_ok());
-    }
-
-    #[test]
-    fn good_and_missing_values_decode() {
-        let r = check(Some(r#"{"n": 5, "s": "x"}"#)).unwrap();
-        assert!(r.len() == 4 && r.iter().all(Result::is_ok));
-    }
-
-    #[test]
-    fn undecodable_messages_fail_as_a_whole() {
-        for bad in [Some("not json"), Some("[1]"), None] {
-            let e = check(bad).unwrap_err();
-            assert_eq!(e.column, None, "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn metadata_columns_are_known() {
-        let e = encoder();
-        let meta: Vec<bool> = (0..5).map(|i| e.is_metadata_column(i)).collect();
-        assert_eq!(meta, [false, false, false, true, false]);
-    }
-}
+#[path = "encoder_check_tests.rs"]
+mod check_columns_tests;

@@ -11,7 +11,11 @@
 //! - `value`: per-type RowBinary writers and zero values;
 //! - `dynamic`: the `JSON`, `Variant` and `Dynamic` types (allocates per
 //!   object; the other types do not);
-//! - `encoder`: the column plan, key lookup table, metadata columns, errors;
+//! - `names`: key path → column (dotted names, renames, Nested prefixes):
+//!   the one rule every input format shares;
+//! - `nested`: the walk through objects and Nested arrays from arrays of
+//!   objects;
+//! - `encoder`: the column plan, metadata columns, errors;
 //! - `native`: a batch of RowBinary rows as one `Native` block, for the
 //!   insert (cheaper for the server to read).
 //!
@@ -21,15 +25,20 @@
 mod dynamic;
 mod encoder;
 mod json;
+mod names;
 mod native;
+mod nested;
 mod number;
 mod time;
 mod value;
 
 pub use encoder::{EncoderOptions, RowEncoder, RowError, SchemaError};
+pub use names::PathTarget;
 pub use native::{NativeLayout, TransposeError};
 
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_modern;
+#[cfg(test)]
+mod tests_nested;

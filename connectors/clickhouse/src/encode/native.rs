@@ -37,6 +37,17 @@
 //! `Variant`, `Dynamic`,
 //! `LowCardinality` below the top level) keep RowBinary, as do
 //! `RowBinaryWithDefaults` inserts.
+//!
+//! **DEFAULTs on servers without `RowBinaryWithDefaults`** (before 23.7):
+//! a layout [`with_default_flags`](NativeLayout::with_default_flags) reads
+//! rows in `RowBinaryWithDefaults` shape (a flag byte before each value, 1 =
+//! no value, use the column's DEFAULT) and writes one Native block per set
+//! of missing columns, each block naming only the columns it has. The
+//! server fills the columns a block lacks with their DEFAULT expressions,
+//! evaluated per row over the block (so `DEFAULT toDate(ts)` sees the row's
+//! `ts`); checked on 18.16 and 26.9 with several such blocks in one INSERT.
+//! A row that misses every column gets its first column's zero value (a
+//! block cannot have rows without columns).
 
 use crate::types::ChType;
 use std::collections::HashMap;
@@ -46,6 +57,12 @@ use std::collections::HashMap;
 #[derive(Clone, Debug)]
 pub struct NativeLayout {
     columns: Vec<(String, String, Shape)>,
+    /// Rows carry a `RowBinaryWithDefaults` flag byte before each value;
+    /// batches become one block per set of missing columns.
+    default_flags: bool,
+    /// Per column: read but not sent (dropped from the table since the
+    /// rows were encoded); empty = none.
+    dropped: Vec<bool>,
 }
 
 /// A batch's bytes are not the RowBinary rows of this layout: a bug in the
@@ -62,6 +79,9 @@ enum Shape {
     Nullable(Box<Shape>),
     Array(Box<Shape>),
     Tuple(Vec<Shape>),
+    /// A number read as `.0` and sent as the wider `.1` (a column whose
+    /// type was widened after its rows were encoded).
+    Widen(Num, Num),
     /// `LowCardinality(T)` or `LowCardinality(Nullable(T))`; T is `Fixed`
     /// or `Str`.
     LowCard {
@@ -130,7 +150,19 @@ impl NativeLayout {
             .into_iter()
             .map(|(name, ty)| Some((name.to_owned(), ty.to_string(), shape(ty, true)?)))
             .collect::<Option<Vec<_>>>()?;
-        (!columns.is_empty()).then_some(NativeLayout { columns })
+        (!columns.is_empty()).then_some(NativeLayout {
+            columns,
+            default_flags: false,
+            dropped: Vec::new(),
+        })
+    }
+
+    /// The same layout reading `RowBinaryWithDefaults` rows: a batch is
+    /// sent as one block per set of missing columns (see the module docs).
+    #[must_use]
+    pub fn with_default_flags(mut self) -> Self {
+        self.default_flags = true;
+        self
     }
 
     /// The type names sent in the block, in column order.
@@ -138,8 +170,46 @@ impl NativeLayout {
         self.columns.iter().map(|(_, t, _)| t.as_str())
     }
 
-    /// One Native block holding every row of `rows` (RowBinary, whole rows).
+    /// The same rows sent to a table whose columns changed: per column
+    /// (in this layout's order) its new type, or `None` if the column is
+    /// gone (read, not sent). A new type must read the same RowBinary bytes
+    /// (`String` and `LowCardinality(String)`, a changed time zone) or be a
+    /// lossless widening of a number (`UInt32` to `UInt64` or `Int64`,
+    /// `Int16` to `Int32`, `Float32` to `Float64`, ...).
+    pub fn retarget(&self, new_types: &[Option<ChType>]) -> Result<NativeLayout, String> {
+        if new_types.len() != self.columns.len() {
+            return Err("column count differs".into());
+        }
+        let mut out = self.clone();
+        out.dropped = new_types.iter().map(Option::is_none).collect();
+        if out.dropped.iter().all(|d| *d) {
+            return Err("every column of the batch was dropped".into());
+        }
+        for ((name, ty, shape), new) in out.columns.iter_mut().zip(new_types) {
+            let Some(new) = new else { continue };
+            let new_name = new.to_string();
+            if new_name == *ty {
+                continue;
+            }
+            let old: ChType = crate::types::parse_type(ty).map_err(|e| e.to_string())?;
+            *shape = convert_shape(&old, new).ok_or_else(|| {
+                format!("column `{name}` changed from {ty} to {new_name}, which spate cannot convert rows to")
+            })?;
+            *ty = new_name;
+        }
+        Ok(out)
+    }
+
+    fn is_dropped(&self, i: usize) -> bool {
+        self.dropped.get(i).copied().unwrap_or(false)
+    }
+
+    /// One Native block holding every row of `rows` (RowBinary, whole rows),
+    /// or with default flags one block per set of missing columns.
     pub fn transpose(&self, rows: &[u8]) -> Result<Vec<u8>, TransposeError> {
+        if self.default_flags {
+            return self.transpose_grouped(rows);
+        }
         let mut cols: Vec<Builder> = self
             .columns
             .iter()
@@ -154,9 +224,13 @@ impl NativeLayout {
             n += 1;
         }
         let mut out = Vec::with_capacity(rows.len() + rows.len() / 8 + 1024);
-        put_varint(&mut out, self.columns.len() as u64);
+        let sent = (0..self.columns.len()).filter(|&i| !self.is_dropped(i));
+        put_varint(&mut out, sent.count() as u64);
         put_varint(&mut out, n);
-        for ((name, ty, _), c) in self.columns.iter().zip(&cols) {
+        for (i, ((name, ty, _), c)) in self.columns.iter().zip(&cols).enumerate() {
+            if self.is_dropped(i) {
+                continue;
+            }
             put_str(&mut out, name.as_bytes());
             put_str(&mut out, ty.as_bytes());
             c.write(&mut out);
@@ -165,9 +239,220 @@ impl NativeLayout {
     }
 }
 
+/// The rows of a batch that miss the same columns, being transposed.
+struct Group {
+    /// Per column: its builder, or `None` where the rows use the DEFAULT.
+    cols: Vec<Option<Builder>>,
+    rows: u64,
+}
+
+impl NativeLayout {
+    /// Group `rows` (`RowBinaryWithDefaults`) by which columns they miss;
+    /// one block per group, in order of first appearance.
+    fn transpose_grouped(&self, rows: &[u8]) -> Result<Vec<u8>, TransposeError> {
+        let width = self.columns.len();
+        let hint = rows.len() / width.max(1);
+        let mut groups: Vec<Group> = Vec::new();
+        let mut index: HashMap<Vec<u64>, usize> = HashMap::new();
+        let mut missing = vec![0u64; width.div_ceil(64)];
+        // The column a row that has no other gets its zero value in.
+        let first = (0..width).find(|&i| !self.is_dropped(i)).unwrap_or(0);
+        let mut pos = 0;
+        while pos < rows.len() {
+            let start = pos;
+            missing.iter_mut().for_each(|w| *w = 0);
+            let mut present = 0;
+            for (i, (_, _, shape)) in self.columns.iter().enumerate() {
+                let flag = take(rows, &mut pos, 1)?[0];
+                match flag {
+                    0 => {
+                        skip(shape, rows, &mut pos)?;
+                        present += usize::from(!self.is_dropped(i));
+                    }
+                    1 => {}
+                    _ => return Err(TransposeError("default flag")),
+                }
+                // Dropped columns are never sent.
+                if flag == 1 || self.is_dropped(i) {
+                    missing[i / 64] |= 1 << (i % 64);
+                }
+            }
+            // No block has rows without columns: the first column takes
+            // its zero value.
+            let zero_first = present == 0;
+            if zero_first {
+                missing[first / 64] &= !(1 << (first % 64));
+            }
+            let g = match index.get(&missing) {
+                Some(&g) => g,
+                None => {
+                    let cols = (self.columns.iter().enumerate())
+                        .map(|(i, (_, _, s))| {
+                            (missing[i / 64] & (1 << (i % 64)) == 0).then(|| Builder::new(s, hint))
+                        })
+                        .collect();
+                    groups.push(Group { cols, rows: 0 });
+                    index.insert(missing.clone(), groups.len() - 1);
+                    groups.len() - 1
+                }
+            };
+            let group = &mut groups[g];
+            let mut p = start;
+            for (i, (col, (_, _, shape))) in group.cols.iter_mut().zip(&self.columns).enumerate() {
+                let flag = take(rows, &mut p, 1)?[0];
+                match col {
+                    Some(b) if i == first && zero_first => b.push_zero(),
+                    Some(b) if flag == 0 => b.read(rows, &mut p)?,
+                    None if flag == 0 => skip(shape, rows, &mut p)?,
+                    _ => {}
+                }
+            }
+            group.rows += 1;
+        }
+        let mut out = Vec::with_capacity(rows.len() + rows.len() / 8 + 1024);
+        for g in &groups {
+            put_varint(&mut out, g.cols.iter().flatten().count() as u64);
+            put_varint(&mut out, g.rows);
+            for ((name, ty, _), c) in self.columns.iter().zip(&g.cols) {
+                if let Some(c) = c {
+                    put_str(&mut out, name.as_bytes());
+                    put_str(&mut out, ty.as_bytes());
+                    c.write(&mut out);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Move `pos` past one RowBinary value of `shape`.
+fn skip(shape: &Shape, b: &[u8], pos: &mut usize) -> Result<(), TransposeError> {
+    match shape {
+        Shape::Fixed(_) | Shape::Str => {
+            scalar(shape, b, pos)?;
+        }
+        Shape::Nullable(inner) => match take(b, pos, 1)?[0] {
+            0 => skip(inner, b, pos)?,
+            1 => {}
+            _ => return Err(TransposeError("Nullable flag")),
+        },
+        Shape::Array(inner) => {
+            for _ in 0..varint(b, pos)? {
+                skip(inner, b, pos)?;
+            }
+        }
+        Shape::Tuple(items) => {
+            for s in items {
+                skip(s, b, pos)?;
+            }
+        }
+        Shape::Widen(from, _) => {
+            take(b, pos, from.width())?;
+        }
+        Shape::LowCard { nullable, key } => {
+            if *nullable {
+                match take(b, pos, 1)?[0] {
+                    0 => {}
+                    1 => return Ok(()),
+                    _ => return Err(TransposeError("Nullable flag")),
+                }
+            }
+            scalar(key, b, pos)?;
+        }
+    }
+    Ok(())
+}
+
+/// A number's RowBinary form, for widening conversions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Num {
+    U(u8),
+    I(u8),
+    F32,
+    F64,
+}
+
+impl Num {
+    fn of(ty: &ChType) -> Option<Num> {
+        Some(match ty {
+            ChType::UInt8 => Num::U(1),
+            ChType::UInt16 => Num::U(2),
+            ChType::UInt32 => Num::U(4),
+            ChType::UInt64 => Num::U(8),
+            ChType::Int8 => Num::I(1),
+            ChType::Int16 => Num::I(2),
+            ChType::Int32 => Num::I(4),
+            ChType::Int64 => Num::I(8),
+            ChType::Float32 => Num::F32,
+            ChType::Float64 => Num::F64,
+            _ => return None,
+        })
+    }
+
+    fn width(self) -> usize {
+        match self {
+            Num::U(w) | Num::I(w) => usize::from(w),
+            Num::F32 => 4,
+            Num::F64 => 8,
+        }
+    }
+
+    /// Whether every value of `self` is exactly a value of `to`.
+    fn widens_to(self, to: Num) -> bool {
+        match (self, to) {
+            (Num::U(a), Num::U(b)) | (Num::I(a), Num::I(b)) => a <= b,
+            (Num::U(a), Num::I(b)) => a < b,
+            (Num::F32, Num::F64) => true,
+            (Num::U(a) | Num::I(a), Num::F64) => a <= 4,
+            (Num::U(a) | Num::I(a), Num::F32) => a <= 2,
+            _ => false,
+        }
+    }
+
+    /// Convert one little-endian value of `self` into `to`, appending.
+    fn convert(self, to: Num, b: &[u8], out: &mut Vec<u8>) {
+        let mut raw = [0u8; 8];
+        raw[..b.len()].copy_from_slice(b);
+        let int: i128 = match self {
+            Num::U(_) => i128::from(u64::from_le_bytes(raw)),
+            Num::I(w) => {
+                let shift = 64 - 8 * u32::from(w);
+                i128::from((i64::from_le_bytes(raw) << shift) >> shift)
+            }
+            Num::F32 | Num::F64 => 0,
+        };
+        let float = match self {
+            Num::F32 => f64::from(f32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]])),
+            Num::F64 => f64::from_le_bytes(raw),
+            // Only integers of at most 32 bits widen to a float: exact.
+            _ => int as f64,
+        };
+        match to {
+            Num::U(w) | Num::I(w) => out.extend_from_slice(&int.to_le_bytes()[..usize::from(w)]),
+            Num::F32 => out.extend_from_slice(&(float as f32).to_le_bytes()),
+            Num::F64 => out.extend_from_slice(&float.to_le_bytes()),
+        }
+    }
+}
+
+/// How rows of `old` are read to fill a column of type `new`, if spate can.
+fn convert_shape(old: &ChType, new: &ChType) -> Option<Shape> {
+    let strip_lc = |t: &ChType| t.strip_low_cardinality().to_string();
+    let (o, n) = (old.strip_low_cardinality(), new.strip_low_cardinality());
+    let same_bytes = strip_lc(old) == strip_lc(new)
+        || matches!((o, n), (ChType::DateTime(_), ChType::DateTime(_)));
+    if same_bytes {
+        return shape(new, true);
+    }
+    let (from, to) = (Num::of(o)?, Num::of(n)?);
+    (from.widens_to(to) && !matches!(new, ChType::LowCardinality(_)))
+        .then_some(Shape::Widen(from, to))
+}
+
 /// One column (or sub-column) being filled.
 enum Builder {
     Fixed(usize, Vec<u8>),
+    Widen(Num, Num, Vec<u8>),
     Str(Vec<u8>),
     Nullable {
         map: Vec<u8>,
@@ -241,6 +526,19 @@ impl LowCardBuilder {
         Ok(())
     }
 
+    fn push_zero(&mut self) {
+        if self.nullable {
+            self.rows.push(0);
+            return;
+        }
+        let zero = match self.key {
+            Shape::Fixed(w) => vec![0; w],
+            _ => vec![0],
+        };
+        // The zero is well-formed for its own shape: the read cannot fail.
+        let _ = self.read(&zero, &mut 0);
+    }
+
     fn write(&self, out: &mut Vec<u8>) {
         const HAS_ADDITIONAL_KEYS: u64 = 1 << 9;
         let nkeys = self.index.len();
@@ -264,6 +562,9 @@ impl Builder {
     fn new(shape: &Shape, hint: usize) -> Builder {
         match shape {
             Shape::Fixed(w) => Builder::Fixed(*w, Vec::with_capacity(hint.min(1 << 20))),
+            Shape::Widen(from, to) => {
+                Builder::Widen(*from, *to, Vec::with_capacity(hint.min(1 << 20)))
+            }
             Shape::Str => Builder::Str(Vec::with_capacity(hint.min(1 << 20))),
             Shape::Nullable(s) => Builder::Nullable {
                 map: Vec::new(),
@@ -287,6 +588,7 @@ impl Builder {
     fn read(&mut self, b: &[u8], pos: &mut usize) -> Result<(), TransposeError> {
         match self {
             Builder::Fixed(w, buf) => buf.extend_from_slice(scalar(&Shape::Fixed(*w), b, pos)?),
+            Builder::Widen(from, to, buf) => from.convert(*to, take(b, pos, from.width())?, buf),
             Builder::Str(buf) => buf.extend_from_slice(scalar(&Shape::Str, b, pos)?),
             Builder::Nullable { map, inner } => {
                 let flag = take(b, pos, 1)?[0];
@@ -319,10 +621,27 @@ impl Builder {
         Ok(())
     }
 
+    /// The type's zero value (NULL for a Nullable, `[]`, `()` of zeros).
+    fn push_zero(&mut self) {
+        match self {
+            Builder::Fixed(..) | Builder::Str(_) | Builder::Widen(..) => self.push_default(),
+            Builder::Nullable { map, inner } => {
+                map.push(1);
+                inner.push_default();
+            }
+            Builder::Array { offsets, total, .. } => {
+                offsets.extend_from_slice(&total.to_le_bytes());
+            }
+            Builder::Tuple(items) => items.iter_mut().for_each(Builder::push_zero),
+            Builder::LowCard(lc) => lc.push_zero(),
+        }
+    }
+
     /// The value a NULL row holds in a Nullable's inner column.
     fn push_default(&mut self) {
         match self {
             Builder::Fixed(w, buf) => buf.resize(buf.len() + *w, 0),
+            Builder::Widen(_, to, buf) => buf.resize(buf.len() + to.width(), 0),
             Builder::Str(buf) => buf.push(0),
             // Nullable wraps only fixed-width types and String (see `shape`).
             _ => unreachable!("Nullable of a composite type"),
@@ -331,7 +650,9 @@ impl Builder {
 
     fn write(&self, out: &mut Vec<u8>) {
         match self {
-            Builder::Fixed(_, buf) | Builder::Str(buf) => out.extend_from_slice(buf),
+            Builder::Fixed(_, buf) | Builder::Str(buf) | Builder::Widen(_, _, buf) => {
+                out.extend_from_slice(buf)
+            }
             Builder::Nullable { map, inner } => {
                 out.extend_from_slice(map);
                 inner.write(out);
@@ -398,188 +719,5 @@ fn put_str(out: &mut Vec<u8>, s: &[u8]) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::parse_type;
-
-    fn layout(cols: &[(&str, &str)]) -> Option<NativeLayout> {
-        let types: Vec<(String, ChType)> = cols
-            .iter()
-            .map(|(n, t)| ((*n).to_owned(), parse_type(t).unwrap()))
-            .collect();
-        NativeLayout::new(types.iter().map(|(n, t)| (n.as_str(), t)))
-    }
-
-    fn header(out: &mut Vec<u8>, cols: u64, rows: u64) {
-        put_varint(out, cols);
-        put_varint(out, rows);
-    }
-
-    #[test]
-    fn columns_of_fixed_values_strings_nullables_and_arrays() {
-        let l = layout(&[
-            ("a", "UInt16"),
-            ("s", "String"),
-            ("n", "Nullable(Int32)"),
-            ("arr", "Array(Nullable(String))"),
-        ])
-        .unwrap();
-        // Row 1: a=1, s="hi", n=NULL, arr=["x", NULL]
-        // Row 2: a=515, s="", n=7, arr=[]
-        let rows: Vec<u8> = [
-            &[1u8, 0][..],
-            &[2, b'h', b'i'],
-            &[1],
-            &[2, 0, 1, b'x', 1],
-            &[3, 2],
-            &[0],
-            &[0, 7, 0, 0, 0],
-            &[0],
-        ]
-        .concat();
-        let got = l.transpose(&rows).unwrap();
-        let mut want = Vec::new();
-        header(&mut want, 4, 2);
-        put_str(&mut want, b"a");
-        put_str(&mut want, b"UInt16");
-        want.extend_from_slice(&[1, 0, 3, 2]);
-        put_str(&mut want, b"s");
-        put_str(&mut want, b"String");
-        want.extend_from_slice(&[2, b'h', b'i', 0]);
-        put_str(&mut want, b"n");
-        put_str(&mut want, b"Nullable(Int32)");
-        want.extend_from_slice(&[1, 0]); // null map
-        want.extend_from_slice(&[0, 0, 0, 0, 7, 0, 0, 0]); // default, then 7
-        put_str(&mut want, b"arr");
-        put_str(&mut want, b"Array(Nullable(String))");
-        want.extend_from_slice(&2u64.to_le_bytes()); // offsets: 2, 2
-        want.extend_from_slice(&2u64.to_le_bytes());
-        want.extend_from_slice(&[0, 1]); // null map of the elements
-        want.extend_from_slice(&[1, b'x', 0]); // "x", "" for the NULL
-        assert_eq!(got, want);
-    }
-
-    #[test]
-    fn nested_arrays_and_tuples() {
-        let l = layout(&[("aa", "Array(Array(UInt8))"), ("t", "Tuple(UInt8, String)")]).unwrap();
-        // [[1,2],[]], (7,"s")  then  [[]], (8,"")
-        let rows: Vec<u8> = [&[2u8, 2, 1, 2, 0][..], &[7, 1, b's'], &[1, 0], &[8, 0]].concat();
-        let got = l.transpose(&rows).unwrap();
-        let mut want = Vec::new();
-        header(&mut want, 2, 2);
-        put_str(&mut want, b"aa");
-        put_str(&mut want, b"Array(Array(UInt8))");
-        for o in [2u64, 3] {
-            want.extend_from_slice(&o.to_le_bytes()); // outer offsets
-        }
-        for o in [2u64, 2, 2] {
-            want.extend_from_slice(&o.to_le_bytes()); // inner offsets
-        }
-        want.extend_from_slice(&[1, 2]);
-        put_str(&mut want, b"t");
-        put_str(&mut want, b"Tuple(UInt8, String)");
-        want.extend_from_slice(&[7, 8]);
-        want.extend_from_slice(&[1, b's', 0]);
-        assert_eq!(got, want);
-    }
-
-    fn u64s(out: &mut Vec<u8>, vals: &[u64]) {
-        for v in vals {
-            out.extend_from_slice(&v.to_le_bytes());
-        }
-    }
-
-    #[test]
-    fn low_cardinality_keys_and_indexes() {
-        let l = layout(&[
-            ("lc", "LowCardinality(String)"),
-            ("lcn", "LowCardinality(Nullable(String))"),
-        ])
-        .unwrap();
-        assert_eq!(
-            l.type_names().collect::<Vec<_>>(),
-            ["LowCardinality(String)", "LowCardinality(Nullable(String))"]
-        );
-        // ("DE", NULL), ("FR", "x"), ("DE", "x")
-        let rows: Vec<u8> = [
-            &[2u8, b'D', b'E'][..],
-            &[1],
-            &[2, b'F', b'R'],
-            &[0, 1, b'x'],
-            &[2, b'D', b'E'],
-            &[0, 1, b'x'],
-        ]
-        .concat();
-        let got = l.transpose(&rows).unwrap();
-        let mut want = Vec::new();
-        header(&mut want, 2, 3);
-        put_str(&mut want, b"lc");
-        put_str(&mut want, b"LowCardinality(String)");
-        u64s(&mut want, &[1, 1 << 9, 2]); // version, UInt8 indexes + keys, 2 keys
-        want.extend_from_slice(&[2, b'D', b'E', 2, b'F', b'R']);
-        u64s(&mut want, &[3]);
-        want.extend_from_slice(&[0, 1, 0]);
-        put_str(&mut want, b"lcn");
-        put_str(&mut want, b"LowCardinality(Nullable(String))");
-        u64s(&mut want, &[1, 1 << 9, 2]); // key 0 is NULL
-        want.extend_from_slice(&[0, 1, b'x']);
-        u64s(&mut want, &[3]);
-        want.extend_from_slice(&[0, 1, 1]);
-        assert_eq!(got, want);
-    }
-
-    #[test]
-    fn low_cardinality_indexes_widen_with_the_keys() {
-        let l = layout(&[("lc", "LowCardinality(UInt32)")]).unwrap();
-        let rows: Vec<u8> = (0u32..300).flat_map(u32::to_le_bytes).collect();
-        let got = l.transpose(&rows).unwrap();
-        let tail = &got[got.len() - 600..];
-        assert_eq!(&tail[..2], &[0, 0]);
-        assert_eq!(&tail[598..], &299u16.to_le_bytes());
-        let flags = &got[got.len() - 600 - 8 - 1200 - 16..][..8];
-        assert_eq!(flags, &(1u64 | 1 << 9).to_le_bytes(), "UInt16 indexes");
-    }
-
-    #[test]
-    fn types_it_does_not_transpose_keep_rowbinary() {
-        for t in [
-            "Map(String, UInt64)",
-            "Array(LowCardinality(String))",
-            "Nullable(Nothing)",
-            "Tuple(LowCardinality(String), UInt8)",
-        ] {
-            assert!(layout(&[("a", "UInt8"), ("x", t)]).is_none(), "{t}");
-        }
-        assert!(layout(&[]).is_none());
-    }
-
-    #[test]
-    fn fixed_widths_follow_the_type() {
-        for (t, w) in [
-            ("Decimal(9, 2)", 4),
-            ("Decimal(18, 4)", 8),
-            ("Decimal(38, 10)", 16),
-            ("DateTime64(3)", 8),
-            ("UUID", 16),
-            ("FixedString(5)", 5),
-            ("Enum16('a' = 1)", 2),
-            ("Date", 2),
-            ("IPv6", 16),
-        ] {
-            let l = layout(&[("x", t)]).unwrap();
-            let row = vec![9u8; w];
-            let out = l.transpose(&[row.clone(), row].concat()).unwrap();
-            assert!(out.ends_with(&vec![9u8; 2 * w]), "{t}");
-            assert!(l.transpose(&vec![9u8; w + 1]).is_err(), "{t}: a cut row");
-        }
-    }
-
-    #[test]
-    fn malformed_batches_are_errors_not_panics() {
-        let l = layout(&[("s", "String"), ("n", "Nullable(UInt8)")]).unwrap();
-        assert!(l.transpose(&[5, b'a']).is_err(), "string cut short");
-        assert!(l.transpose(&[0, 2]).is_err(), "bad nullable flag");
-        assert!(l.transpose(&[0xff; 11]).is_err(), "endless varint");
-        assert!(l.transpose(&[]).unwrap().starts_with(&[2, 0]), "no rows");
-    }
-}
+#[path = "native_tests.rs"]
+mod tests;

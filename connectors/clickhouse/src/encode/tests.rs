@@ -10,6 +10,7 @@ fn col(name: &str, ty: &str) -> Column {
         name: name.into(),
         ty: parse_type(ty).unwrap(),
         default_kind: DefaultKind::None,
+        default_expression: String::new(),
     }
 }
 
@@ -21,6 +22,7 @@ fn msg(payload: &str) -> Message<'_> {
         timestamp_ms: Some(1_700_000_000_123),
         key: Some(b"k1"),
         payload: Some(payload.as_bytes()),
+        headers: None,
     }
 }
 

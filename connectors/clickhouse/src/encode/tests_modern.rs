@@ -12,6 +12,7 @@ fn col(name: &str, ty: &str) -> Column {
         name: name.into(),
         ty: parse_type(ty).unwrap(),
         default_kind: DefaultKind::None,
+        default_expression: String::new(),
     }
 }
 
@@ -25,6 +26,7 @@ fn encode(cols: &[Column], json: &str) -> Result<Vec<u8>, RowError> {
         timestamp_ms: None,
         key: None,
         payload: Some(json.as_bytes()),
+        headers: None,
     };
     e.encode(&msg, &mut out)?;
     Ok(out)

@@ -210,6 +210,7 @@ mod tests {
             name: name.into(),
             ty: parse_type(ty).unwrap(),
             default_kind: crate::schema::DefaultKind::None,
+            default_expression: String::new(),
         }
     }
 

@@ -2,9 +2,11 @@
 //! runtime's [`RowEncode`], and [`EncoderFactory`] builds one per driver
 //! thread. Each encoder is owned by one driver (lane) thread; it reads a
 //! message and appends one row to that thread's batch buffer.
+//! [`WirePlan::choose`] decides, once per schema, how rows reach the server
+//! and how DEFAULTs are left to it.
 
-use crate::encode::{EncoderOptions, RowEncoder, RowError, SchemaError};
-use crate::schema::Column;
+use crate::encode::{EncoderOptions, NativeLayout, RowEncoder, RowError, SchemaError};
+use crate::schema::{Column, ServerFeatures};
 use spate_core::record::Message;
 use spate_core::sink::{EncodeFailure, RowEncode};
 
@@ -14,12 +16,16 @@ pub struct EncoderFactory {
     pub(crate) columns: Vec<Column>,
     pub(crate) options: EncoderOptions,
     pub(crate) shard_key: Vec<String>,
+    pub(crate) renames: Vec<(String, String)>,
+    /// Set by a running sink: encoders follow its schema versions.
+    pub(crate) live: Option<std::sync::Arc<super::live::LiveSchema>>,
 }
 
 impl EncoderFactory {
-    /// A fresh encoder.
-    pub fn build(&self) -> Result<ChRowEncoder, SchemaError> {
-        Ok(ChRowEncoder(self.row_encoder()?))
+    /// A fresh encoder (following the table's changes when the sink
+    /// watches them).
+    pub fn build(&self) -> Result<super::live::LiveRowEncoder, SchemaError> {
+        super::live::LiveRowEncoder::new(self)
     }
 
     /// The bare [`RowEncoder`] (start-up uses one to check the schema).
@@ -28,7 +34,72 @@ impl EncoderFactory {
         if !self.shard_key.is_empty() {
             e.set_shard_key(&self.shard_key)?;
         }
+        if !self.renames.is_empty() {
+            e.set_renames(&self.renames)?;
+        }
         Ok(e)
+    }
+}
+
+/// How a sink's rows go over the wire, given the table and the server.
+#[derive(Debug)]
+pub(crate) struct WirePlan {
+    /// The factory, with `with_defaults` set when DEFAULTs are left to the
+    /// server.
+    pub(crate) factory: EncoderFactory,
+    /// Set: batches are transposed into Native blocks.
+    pub(crate) native: Option<NativeLayout>,
+    /// The `FORMAT` of the INSERT.
+    pub(crate) format: &'static str,
+    /// The insert columns.
+    pub(crate) columns: Vec<String>,
+}
+
+impl WirePlan {
+    /// The rules (README "Rows"):
+    /// - no column with a DEFAULT (or only shard key columns): RowBinary, or
+    ///   Native when `native` is asked for and the types allow it;
+    /// - DEFAULT columns on a server with `RowBinaryWithDefaults` (>= 23.7):
+    ///   that format, a missing key flagged so the server computes it;
+    /// - DEFAULT columns on an older server: Native blocks grouped by the
+    ///   set of missing columns, each naming only the columns it has (even
+    ///   when RowBinary was asked for: it is the one way to get the
+    ///   server's DEFAULT there). If the types cannot be sent as Native, a
+    ///   missing key gets its type's zero value, as before, with a warning.
+    pub(crate) fn choose(
+        mut factory: EncoderFactory,
+        features: ServerFeatures,
+        native: bool,
+    ) -> Result<WirePlan, SchemaError> {
+        factory.options.with_defaults = false;
+        let plain = factory.row_encoder()?;
+        let columns = plain.insert_columns().to_vec();
+        let plan = |factory, native: Option<NativeLayout>, format| WirePlan {
+            factory,
+            format: if native.is_some() { "Native" } else { format },
+            native,
+            columns: columns.clone(),
+        };
+        if !plain.has_server_defaults() {
+            let layout = native.then(|| plain.native_layout()).flatten();
+            return Ok(plan(factory, layout, plain.format()));
+        }
+        factory.options.with_defaults = true;
+        let flagged = factory.row_encoder()?;
+        if features.row_binary_with_defaults {
+            return Ok(plan(factory, None, flagged.format()));
+        }
+        match flagged.native_layout() {
+            Some(layout) => Ok(plan(factory, Some(layout), "Native")),
+            None => {
+                tracing::warn!(
+                    "the table has DEFAULT columns but a type that cannot be sent as Native; \
+                     on this server (before 23.7) a missing key gets its type's zero value"
+                );
+                factory.options.with_defaults = false;
+                Ok(plan(factory, None, plain.format()))
+            }
+        }
     }
 }
 

@@ -30,6 +30,10 @@
 //! - [`isolate`]: the pure bisection plan of a rejected batch.
 //! - [`probe`]: the readiness probe.
 //! - [`encoder`]: the encoder adapter for the driver threads.
+//! - [`live`]: tables that change while spate runs: schema versions, the
+//!   periodic re-read, encoders that follow it.
+//! - [`recode`]: a chunk's insert bytes for its version, or re-encoded for
+//!   the table as it is now.
 //! - [`pool`]: lifecycle: prepare, spawn, drain, hand over the runtime half.
 //!
 //! Each shard has its own queue (with an equal share of the queue budget)
@@ -44,8 +48,10 @@ mod events;
 mod fault;
 mod intent;
 mod isolate;
+mod live;
 mod pool;
 mod probe;
+mod recode;
 mod retry;
 mod settings;
 mod shard;
@@ -58,6 +64,7 @@ pub use discover::{discover, Discovery, ReplicaAnswer, ReplicaSchema};
 pub use encoder::{ChRowEncoder, EncoderFactory};
 pub use error::SinkError;
 pub use intent::{IntentLog, STATE_TABLE};
+pub use live::{LiveRowEncoder, LiveSchema, SCHEMA_REFRESH};
 pub use pool::{PreparedSink, SinkPool};
 pub use retry::RetryPolicy;
 pub use spec::{SinkSpec, TableRef};

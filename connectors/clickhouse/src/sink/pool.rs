@@ -11,6 +11,7 @@ use super::encoder::EncoderFactory;
 use super::error::SinkError;
 use super::events::{ReplicaUnreachableAtStart, ReplicaUp};
 use super::intent::IntentLog;
+use super::live::{build_version, spawn_watch, LiveSchema};
 use super::probe::probe_shards;
 use super::retry::RetryPolicy;
 use super::settings::insert_settings;
@@ -79,34 +80,41 @@ impl SinkPool {
                 with_defaults: false,
             },
             shard_key: spec.shard_key.clone(),
+            renames: spec.renames.clone(),
+            live: None,
         };
-        let probe = factory.row_encoder().map_err(|source| SinkError::Schema {
-            table: spec.table.to_string(),
-            source,
-        })?;
-        let shards = connect_shards(&discovery.topology, seed);
-        let native = if spec.native {
-            probe.native_layout()
-        } else {
-            None
-        };
-        let format = if native.is_some() {
-            "Native"
-        } else {
-            probe.format()
-        };
-        let mut query = InsertQuery {
+        let mut template = InsertQuery {
             db: spec.table.db.clone(),
             table: spec.table.table.clone(),
-            columns: probe.insert_columns().to_vec(),
-            format,
+            columns: Vec::new(),
+            format: "",
             settings: insert_settings(seed.features()),
         };
+        let shards = connect_shards(&discovery.topology, seed);
+        // Exactly-once settings go into the template, so every schema
+        // version the table goes through inserts with them.
         let intents = if spec.exactly_once {
-            Some(super::intent::prepare(spec, seed, shards.len(), &mut query.settings).await?)
+            Some(super::intent::prepare(spec, seed, shards.len(), &mut template.settings).await?)
         } else {
             None
         };
+        let first = build_version(0, factory, seed.features(), spec.native, &template).map_err(
+            |source| SinkError::Schema {
+                table: spec.table.to_string(),
+                source,
+            },
+        )?;
+        let (query, native) = ((*first.query).clone(), first.native.clone());
+        let format = query.format;
+        let mut factory = first.factory.clone();
+        let live = LiveSchema::new(
+            first,
+            seed.features(),
+            spec.native,
+            spec.table.to_string(),
+            &metrics,
+        );
+        factory.live = Some(live.clone());
         tracing::info!(
             server = seed.version(),
             table = %spec.table,
@@ -123,6 +131,7 @@ impl SinkPool {
             native,
             metrics,
         ));
+        let _ = shared.live.set(live);
         report_replicas(&discovery, &shards, &shared);
         Ok(PreparedSink {
             factory,
@@ -307,6 +316,13 @@ impl PreparedSink {
         acks: &AckSender,
     ) -> SinkPool {
         let (abandon, abandon_rx) = watch::channel(false);
+        if let Some(live) = self.shared.live.get() {
+            let (db, table) = (
+                self.shared.query.db.clone(),
+                self.shared.query.table.clone(),
+            );
+            spawn_watch(live, self.shards.clone(), db, table, io);
+        }
         let mut workers = Vec::new();
         for rx in receivers {
             let shard = self.shards[rx.shard() - offset].clone();
@@ -350,6 +366,9 @@ fn drain(
     shared: &PoolShared,
     budget: Duration,
 ) -> DrainReport {
+    if let Some(live) = shared.live.get() {
+        live.stop();
+    }
     let chunks_before = shared.inserted_chunks.load(Ordering::Acquire);
     let rows_before = shared.inserted_rows.load(Ordering::Acquire);
     let mut workers = workers;

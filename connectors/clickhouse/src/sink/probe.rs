@@ -66,6 +66,8 @@ pub(crate) async fn probe_shards<C: InsertTarget + Clone>(
             format!("shard {} unreachable ({})", s.label, why.join("; "))
         })
         .collect();
+    let mut down = down;
+    down.extend(shared.live.get().and_then(|l| l.problem()));
     if down.is_empty() {
         Ok(())
     } else {

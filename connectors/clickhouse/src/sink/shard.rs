@@ -21,6 +21,9 @@ pub(crate) struct PoolShared {
     /// Set: batches are transposed into Native blocks, sent as
     /// `query.format`.
     pub(crate) native: Option<NativeLayout>,
+    /// The table's schema versions, when the sink follows its changes
+    /// (set once by `SinkPool::prepare`).
+    pub(crate) live: std::sync::OnceLock<Arc<super::live::LiveSchema>>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) ch_metrics: ChMetrics,
     pub(crate) failed: AtomicBool,
@@ -41,6 +44,7 @@ impl PoolShared {
             table,
             query,
             native,
+            live: std::sync::OnceLock::new(),
             ch_metrics: ChMetrics::of(&metrics),
             metrics,
             failed: AtomicBool::new(false),

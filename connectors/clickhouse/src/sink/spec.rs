@@ -60,6 +60,9 @@ pub struct SinkSpec {
     pub strict: bool,
     /// Route rows by `cityHash64` of these columns; empty: spread batches.
     pub shard_key: Vec<String>,
+    /// `(column, JSON pointer)`: the column takes its value from the
+    /// pointer instead of its own name (README "Rows").
+    pub renames: Vec<(String, String)>,
     /// Client timeouts.
     pub client: ChClientOptions,
     /// Retry policy for retriable insert failures.

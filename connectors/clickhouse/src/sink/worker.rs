@@ -40,7 +40,7 @@ use super::isolate::Bisection;
 use super::retry::{Attempts, Next, RetryPolicy};
 use super::settings::{dedup_token, takes_dedup_token, DEDUP_TOKEN};
 use super::shard::{PoolShared, Shard};
-use super::target::InsertTarget;
+use super::target::{InsertQuery, InsertTarget};
 use crate::classify::ErrorClass;
 use crate::client::InsertError;
 use bytes::Bytes;
@@ -99,6 +99,13 @@ struct Abandoned;
 /// How much longer than an attempt's timeout the HTTP client waits: the
 /// worker's own timer fires first, so it knows the attempt timed out.
 const CLIENT_GRACE: Duration = Duration::from_secs(5);
+/// What every attempt of a chunk sends, and the schema version it was made
+/// for.
+struct Prepared {
+    bytes: Bytes,
+    query: Arc<InsertQuery>,
+    for_version: u64,
+}
 
 impl<C: InsertTarget> Worker<C> {
     pub(crate) async fn run(mut self) {
@@ -166,20 +173,65 @@ impl<C: InsertTarget> Worker<C> {
         let _ = self.acks.send(AckEvent::Abandoned(chunk.acks));
     }
 
-    /// The bytes every attempt of `rows` (whole encoded rows) sends (made
-    /// once).
-    fn body(&self, rows: &[u8]) -> Result<Bytes, FatalError> {
-        match &self.shared.native {
+    /// The bytes every attempt of `rows` (whole encoded rows of `chunk`)
+    /// sends and their statement (made once, and again after the table's
+    /// columns changed).
+    fn body(&self, chunk: &Chunk, rows: &[u8]) -> Result<Prepared, FatalError> {
+        if let Some(live) = self.shared.live.get() {
+            let now = live.current();
+            let own = live.get(chunk.schema).unwrap_or_else(|| now.clone());
+            let body = super::recode::body_for(&own, &now, rows)
+                .map_err(|e| FatalError::new(self.context(), e, Fault::User))?;
+            return Ok(Prepared {
+                bytes: Bytes::from(body.bytes),
+                query: body.query,
+                for_version: now.id,
+            });
+        }
+        let query = Arc::new(self.shared.query.clone());
+        let bytes = match &self.shared.native {
             Some(layout) => layout
                 .transpose(rows)
                 .map(Bytes::from)
-                .map_err(|e| FatalError::new(self.context(), e.to_string(), Fault::Internal)),
-            None => Ok(Bytes::copy_from_slice(rows)),
-        }
+                .map_err(|e| FatalError::new(self.context(), e.to_string(), Fault::Internal))?,
+            None => Bytes::copy_from_slice(rows),
+        };
+        Ok(Prepared {
+            bytes,
+            query,
+            for_version: 0,
+        })
     }
 
-    /// The per-chunk settings: its deduplication token, where the server
-    /// takes one and the chunk's messages are known.
+    /// After a failure that says the columns changed: the chunk's bytes
+    /// for the columns as they are now, if they changed since `sent` was
+    /// made (re-read at once, once per chunk, if spate has not seen it).
+    async fn after_schema_error(
+        &mut self,
+        chunk: &Chunk,
+        rows: &[u8],
+        sent: &Prepared,
+        error: &InsertError,
+        refreshed: &mut bool,
+    ) -> Option<Result<Prepared, FatalError>> {
+        let schema_codes = [8, 10, 16, 33, 47, 53, 70];
+        if !error.code.is_some_and(|c| schema_codes.contains(&c)) {
+            return None;
+        }
+        let live = self.shared.live.get()?.clone();
+        if live.version() == sent.for_version {
+            if *refreshed {
+                return None;
+            }
+            *refreshed = true;
+            tokio::select! {
+                _ = live.refresh_now() => {}
+                _ = self.abandon.changed() => return None,
+            }
+        }
+        (live.version() != sent.for_version).then(|| self.body(chunk, rows))
+    }
+
     /// The insert settings of `chunk` (or of rows `part` of it, while
     /// bisecting: each part gets a token of its own, or the server would
     /// drop the second half as a repeat of the first).
@@ -205,7 +257,7 @@ impl<C: InsertTarget> Worker<C> {
 
     /// Insert `chunk`, isolating the rows the server rejects.
     async fn insert(&mut self, chunk: &Chunk) -> Outcome {
-        let body = match self.body(&chunk.data) {
+        let body = match self.body(chunk, &chunk.data) {
             Ok(body) => body,
             Err(e) => return Outcome::Failed(e),
         };
@@ -213,7 +265,7 @@ impl<C: InsertTarget> Worker<C> {
         // its wire body and the client's compressed copy of it live as
         // long: count them too, or the budget misses two copies per
         // insert in flight.
-        let _in_flight = self.depths.charge(chunk.shard, 2 * body.len());
+        let _in_flight = self.depths.charge(chunk.shard, 2 * body.bytes.len());
         match self.attempt(chunk, body, None).await {
             Attempt::Inserted => Outcome::Inserted { rejected: 0 },
             Attempt::RowError(e) if chunk.is_indexed() => self.isolate(chunk, e).await,
@@ -245,7 +297,7 @@ impl<C: InsertTarget> Worker<C> {
                 rejected += 1;
             }
             let Some(range) = bisection.next() else { break };
-            let body = match self.body(chunk.row_bytes(range.clone())) {
+            let body = match self.body(chunk, chunk.row_bytes(range.clone())) {
                 Ok(body) => body,
                 Err(e) => return Outcome::Failed(e),
             };
@@ -370,7 +422,7 @@ impl<C: InsertTarget> Worker<C> {
     async fn attempt(
         &mut self,
         chunk: &Chunk,
-        body: Bytes,
+        body: Prepared,
         part: Option<&Range<usize>>,
     ) -> Attempt {
         let outcome = self.attempt_until_settled(chunk, body, part).await;
@@ -390,10 +442,12 @@ impl<C: InsertTarget> Worker<C> {
     async fn attempt_until_settled(
         &mut self,
         chunk: &Chunk,
-        body: Bytes,
+        mut prepared: Prepared,
         part: Option<&Range<usize>>,
     ) -> Attempt {
         let rows = part.map_or(chunk.rows, |r| r.len() as u64);
+        let part_bytes = part.map_or(&chunk.data[..], |r| chunk.row_bytes(r.clone()));
+        let mut refreshed = false;
         let (shard, shared) = (self.shard.clone(), self.shared.clone());
         let site = shared.site(&shard.label);
         let preferred = shard.preferred.load(Ordering::Relaxed);
@@ -404,15 +458,17 @@ impl<C: InsertTarget> Worker<C> {
             Err(Some(e)) => return Attempt::Failed(e),
             Err(None) => return Attempt::Abandoned,
         }
-        let nth = self.test_faults(&body, &extra, attempts.replica()).await;
+        let nth = self
+            .test_faults(&prepared, &extra, attempts.replica())
+            .await;
         loop {
             let replica = attempts.replica();
             let target = &shard.replicas[replica];
             let started = tokio::time::Instant::now();
             let timeout = attempts.timeout(&self.retry);
             let attempt = target.client.insert_bytes(
-                &shared.query,
-                body.clone(),
+                &prepared.query,
+                prepared.bytes.clone(),
                 &extra,
                 timeout + CLIENT_GRACE,
             );
@@ -437,9 +493,25 @@ impl<C: InsertTarget> Worker<C> {
                     fault::hit(fault::Point::AfterAck, nth);
                     return Attempt::Inserted;
                 }
-                Err(e) if e.is_row_error() => return Attempt::RowError(e),
                 Err(e) => e,
             };
+            // A schema error first: a type mismatch after an ALTER is the
+            // table's change, not the rows' fault.
+            let recoded = self
+                .after_schema_error(chunk, part_bytes, &prepared, &error, &mut refreshed)
+                .await;
+            match recoded {
+                Some(Ok(next)) => {
+                    tracing::info!(rows, "re-encoded a batch for the table's new columns");
+                    prepared = next;
+                    continue;
+                }
+                Some(Err(e)) => return Attempt::Failed(e),
+                None => {}
+            }
+            if error.is_row_error() {
+                return Attempt::RowError(error);
+            }
             let attempt = attempts.attempt();
             let backoff = match self.after_failure(chunk, &mut attempts, site, &target.url, &error)
             {
@@ -522,7 +594,12 @@ impl<C: InsertTarget> Worker<C> {
 
     /// The test-only fault points before the first attempt (see
     /// [`fault`]; nothing in a release build); the chunk's number.
-    async fn test_faults(&self, body: &Bytes, extra: &[(String, String)], replica: usize) -> u64 {
+    async fn test_faults(
+        &self,
+        body: &Prepared,
+        extra: &[(String, String)],
+        replica: usize,
+    ) -> u64 {
         let nth = fault::chunk_taken();
         fault::hit(fault::Point::BeforeSend, nth);
         if fault::fires(fault::Point::DuringInsert, nth) {
@@ -531,7 +608,7 @@ impl<C: InsertTarget> Worker<C> {
             let attempt =
                 target
                     .client
-                    .insert_bytes(&self.shared.query, body.clone(), extra, timeout);
+                    .insert_bytes(&body.query, body.bytes.clone(), extra, timeout);
             let _ = tokio::time::timeout(Duration::from_millis(5), attempt).await;
             fault::hit(fault::Point::DuringInsert, nth);
         }

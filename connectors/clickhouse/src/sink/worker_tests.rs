@@ -239,6 +239,7 @@ impl Harness {
             spans: spans.into(),
             ticket: None,
             index: Default::default(),
+            schema: 0,
         };
         let pushed = self.queues.as_ref().map(|q| q.push(chunk));
         assert!(matches!(pushed, Some(Ok(()))), "queue closed");
@@ -282,6 +283,7 @@ impl Harness {
             spans: Box::default(),
             ticket: None,
             index,
+            schema: 0,
         };
         let pushed = self.queues.as_ref().map(|q| q.push(chunk));
         assert!(matches!(pushed, Some(Ok(()))), "queue closed");

@@ -71,6 +71,7 @@ impl Lane for QueueLane {
                 timestamp_ms: None,
                 key: None,
                 payload: Some(b"x"),
+                headers: None,
             };
             deliver(&msg)?;
             n += 1;

@@ -1,0 +1,416 @@
+//! Tables that change while spate runs: [`LiveSchema`] holds every schema
+//! version the sink has used (its columns, encoder factory and insert
+//! statement), [`watch`] re-reads the columns of every replica.
+//!
+//! Threads: the watch task (tokio, one per sink) publishes new versions;
+//! encoders on the driver threads ([`LiveRowEncoder`]) load the current
+//! version number once per row (one atomic load) and rebuild themselves
+//! when it moved, and the chain then seals its open chunks, so every
+//! chunk carries the one version its rows were encoded for
+//! (`Chunk::schema`); insert workers (tokio tasks) look that version up
+//! and, for a chunk of an older one, re-encode it for the table as it is
+//! now (`super::recode`). A worker whose insert failed with a schema error
+//! asks for a re-read at once ([`LiveSchema::refresh_now`]).
+//!
+//! Rules: every replica that answers must list the same columns; until
+//! they agree the old version stays and `/readyz` names the disagreeing
+//! replicas. A change spate cannot encode (a column of an unsupported
+//! type, a dropped shard key column) also stays unapplied and is reported.
+
+use super::encoder::{EncoderFactory, WirePlan};
+use super::shard::Shard;
+use super::target::InsertQuery;
+use crate::client::ChClient;
+use crate::encode::NativeLayout;
+use crate::schema::{Column, ServerFeatures};
+use prometheus::IntCounterVec;
+use spate_core::metrics::Metrics;
+use spate_core::record::Message;
+use spate_core::sink::{EncodeFailure, RowEncode};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
+use tokio::sync::{watch as tokio_watch, Notify};
+
+/// How often every replica's columns are re-read.
+pub const SCHEMA_REFRESH: Duration = Duration::from_secs(10);
+
+/// How long a worker waits for the re-read it asked for.
+const REFRESH_WAIT: Duration = Duration::from_secs(15);
+
+/// One schema the sink encodes for.
+#[derive(Debug)]
+pub(crate) struct Version {
+    pub(crate) id: u64,
+    pub(crate) columns: Vec<Column>,
+    /// Builds encoders for this version (its wire plan's options).
+    pub(crate) factory: EncoderFactory,
+    pub(crate) query: Arc<InsertQuery>,
+    /// Set: chunks are transposed into Native blocks.
+    pub(crate) native: Option<NativeLayout>,
+    /// Reads this version's rows whatever the insert format (to re-encode
+    /// a chunk of it after a change); `None` for types Native cannot hold.
+    pub(crate) rows_layout: Option<NativeLayout>,
+    /// The insert columns and their types.
+    pub(crate) insert_types: Vec<(String, crate::types::ChType)>,
+}
+
+/// Every schema version of one sink, and how to make the next.
+pub struct LiveSchema {
+    current: AtomicU64,
+    versions: RwLock<Vec<Arc<Version>>>,
+    /// Why the table's current columns are not applied (replicas disagree,
+    /// or a change spate cannot encode); for `/readyz`.
+    problem: Mutex<Option<String>>,
+    /// Asks the watch task for an immediate re-read.
+    poke: Notify,
+    /// Completed re-reads.
+    rounds: tokio_watch::Sender<u64>,
+    /// Whether a watch task runs (else [`refresh_now`](Self::refresh_now)
+    /// returns at once).
+    watched: std::sync::atomic::AtomicBool,
+    features: ServerFeatures,
+    native: bool,
+    table: String,
+    changes: IntCounterVec,
+    watcher: Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+impl std::fmt::Debug for LiveSchema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveSchema")
+            .field("table", &self.table)
+            .field("current", &self.version())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LiveSchema {
+    /// Stop the watch task (at drain).
+    pub(crate) fn stop(&self) {
+        self.watched.store(false, Ordering::Release);
+        if let Some(h) = self
+            .watcher
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            h.abort();
+        }
+    }
+
+    /// The first version; `features` and `native` decide every version's
+    /// wire plan.
+    pub(crate) fn new(
+        first: Version,
+        features: ServerFeatures,
+        native: bool,
+        table: String,
+        metrics: &Metrics,
+    ) -> Arc<LiveSchema> {
+        let changes = crate::metrics::ChMetrics::of(metrics).schema_changes;
+        Arc::new(LiveSchema {
+            current: AtomicU64::new(first.id),
+            versions: RwLock::new(vec![Arc::new(first)]),
+            problem: Mutex::new(None),
+            poke: Notify::new(),
+            rounds: tokio_watch::channel(0).0,
+            watched: std::sync::atomic::AtomicBool::new(false),
+            features,
+            native,
+            table,
+            changes,
+            watcher: Mutex::new(None),
+        })
+    }
+
+    /// The version encoders should use now.
+    pub(crate) fn current(&self) -> Arc<Version> {
+        let id = self.current.load(Ordering::Acquire);
+        self.get(id).expect("the current version is kept")
+    }
+
+    /// Version `id`, if it is still kept.
+    pub(crate) fn get(&self, id: u64) -> Option<Arc<Version>> {
+        let versions = self.versions.read().unwrap_or_else(PoisonError::into_inner);
+        versions.iter().find(|v| v.id == id).cloned()
+    }
+
+    /// The current version number.
+    #[must_use]
+    pub fn version(&self) -> u64 {
+        self.current.load(Ordering::Acquire)
+    }
+
+    /// Why the table's columns as they are now are not in use, if so.
+    pub(crate) fn problem(&self) -> Option<String> {
+        self.problem
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set_problem(&self, p: Option<String>) {
+        *self.problem.lock().unwrap_or_else(PoisonError::into_inner) = p;
+    }
+
+    /// Build the version for `columns` (with the first version's options,
+    /// shard key and renames) and make it current.
+    fn apply(&self, columns: Vec<Column>) -> Result<Arc<Version>, String> {
+        let base = self.current();
+        let factory = EncoderFactory {
+            columns: columns.clone(),
+            ..base.factory.clone()
+        };
+        let next = build_version(
+            base.id + 1,
+            factory,
+            self.features,
+            self.native,
+            &base.query,
+        )
+        .map_err(|e| {
+            format!(
+                "table {}: the new columns cannot be encoded: {e}",
+                self.table
+            )
+        })?;
+        let next = Arc::new(next);
+        let mut versions = self
+            .versions
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        versions.push(next.clone());
+        // Keep the last few: chunks of older versions have long been sent.
+        let excess = versions.len().saturating_sub(8);
+        versions.drain(..excess);
+        self.current.store(next.id, Ordering::Release);
+        Ok(next)
+    }
+
+    /// Ask the watch task to re-read the columns now and wait (bounded)
+    /// until it did; `true` if the current version changed meanwhile.
+    pub(crate) async fn refresh_now(&self) -> bool {
+        let before = self.version();
+        if !self.watched.load(Ordering::Acquire) {
+            return false;
+        }
+        let mut rounds = self.rounds.subscribe();
+        let seen = *rounds.borrow_and_update();
+        self.poke.notify_one();
+        let _ = tokio::time::timeout(REFRESH_WAIT, rounds.wait_for(|r| *r > seen)).await;
+        self.version() != before
+    }
+}
+
+/// A version: its factory's wire plan and the insert statement for it.
+pub(crate) fn build_version(
+    id: u64,
+    factory: EncoderFactory,
+    features: ServerFeatures,
+    native: bool,
+    template: &InsertQuery,
+) -> Result<Version, crate::encode::SchemaError> {
+    let columns = factory.columns.clone();
+    let wire = WirePlan::choose(factory, features, native)?;
+    let probe = wire.factory.row_encoder()?;
+    let insert_types = (probe.insert_columns().iter())
+        .map(|name| {
+            let ty = columns
+                .iter()
+                .find(|c| &c.name == name)
+                .map(|c| c.ty.clone());
+            (name.clone(), ty.unwrap_or(crate::types::ChType::Nothing))
+        })
+        .collect();
+    Ok(Version {
+        id,
+        columns,
+        rows_layout: probe.native_layout(),
+        query: Arc::new(InsertQuery {
+            columns: wire.columns,
+            format: wire.format,
+            ..template.clone()
+        }),
+        native: wire.native,
+        factory: wire.factory,
+        insert_types,
+    })
+}
+
+/// What changed between two column lists, for the log line.
+fn describe_change(old: &[Column], new: &[Column]) -> String {
+    let mut parts = Vec::new();
+    for c in new {
+        match old.iter().find(|o| o.name == c.name) {
+            None => parts.push(format!("added `{}` {}", c.name, c.ty)),
+            Some(o) if o.ty != c.ty => parts.push(format!("`{}` {} -> {}", c.name, o.ty, c.ty)),
+            Some(o)
+                if o.default_kind != c.default_kind
+                    || o.default_expression != c.default_expression =>
+            {
+                parts.push(format!(
+                    "`{}` default now {:?} {}",
+                    c.name, c.default_kind, c.default_expression
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    for o in old.iter().filter(|o| !new.iter().any(|c| c.name == o.name)) {
+        parts.push(format!("dropped `{}`", o.name));
+    }
+    if parts.is_empty() {
+        "column order".to_owned()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// Re-read every replica's columns every [`SCHEMA_REFRESH`] (and when a
+/// worker asks), apply a change every replica agrees on, report the rest.
+pub(crate) fn spawn_watch(
+    live: &Arc<LiveSchema>,
+    shards: Arc<[Arc<Shard<ChClient>>]>,
+    db: String,
+    table: String,
+    io: &tokio::runtime::Handle,
+) {
+    live.watched.store(true, Ordering::Release);
+    let task = io.spawn(watch(live.clone(), shards, db, table));
+    *live.watcher.lock().unwrap_or_else(PoisonError::into_inner) = Some(task.abort_handle());
+}
+
+async fn watch(
+    live: Arc<LiveSchema>,
+    shards: Arc<[Arc<Shard<ChClient>>]>,
+    db: String,
+    table: String,
+) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(SCHEMA_REFRESH) => {}
+            () = live.poke.notified() => {}
+        }
+        refresh_once(&live, &shards, &db, &table).await;
+        live.rounds.send_modify(|r| *r += 1);
+    }
+}
+
+async fn refresh_once(live: &LiveSchema, shards: &[Arc<Shard<ChClient>>], db: &str, table: &str) {
+    let mut set = tokio::task::JoinSet::new();
+    for shard in shards {
+        for replica in &shard.replicas {
+            let (client, url, label) = (
+                replica.client.clone(),
+                replica.url.clone(),
+                shard.label.clone(),
+            );
+            let (db, table) = (db.to_owned(), table.to_owned());
+            set.spawn(async move { (label, url, client.describe(&db, &table).await) });
+        }
+    }
+    let mut answers: Vec<(String, String, Vec<Column>)> = Vec::new();
+    while let Some(joined) = set.join_next().await {
+        // An unreachable replica is the probe's business, not a change.
+        if let Ok((label, url, Ok(columns))) = joined {
+            answers.push((label, url, columns));
+        }
+    }
+    answers.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    let Some((_, first_url, reference)) = answers.first() else {
+        return;
+    };
+    let disagree: Vec<String> = (answers.iter())
+        .filter(|(_, _, c)| c != reference)
+        .map(|(label, url, _)| format!("shard {label} ({url})"))
+        .collect();
+    if !disagree.is_empty() {
+        let msg = format!(
+            "table {}.{} has other columns on {} than on {first_url}; every replica must have the same columns (the previous columns stay in use)",
+            db,
+            table,
+            disagree.join(", ")
+        );
+        tracing::warn!(table = %live.table, problem = %msg, "replicas disagree on the table's columns");
+        live.set_problem(Some(msg));
+        return;
+    }
+    let current = live.current();
+    if *reference == current.columns {
+        live.set_problem(None);
+        return;
+    }
+    let change = describe_change(&current.columns, reference);
+    match live.apply(reference.clone()) {
+        Ok(v) => {
+            live.set_problem(None);
+            live.changes.with_label_values(&[&live.table]).inc();
+            tracing::info!(
+                table = %live.table,
+                version = v.id,
+                change = %change,
+                columns = v.query.columns.len(),
+                format = v.query.format,
+                "table schema changed; applied"
+            );
+        }
+        Err(e) => {
+            tracing::error!(table = %live.table, change = %change, error = %e, "table schema changed; cannot apply");
+            live.set_problem(Some(e));
+        }
+    }
+}
+
+/// An encoder that follows the [`LiveSchema`] (when its factory has one):
+/// one per driver thread.
+pub struct LiveRowEncoder {
+    inner: super::encoder::ChRowEncoder,
+    live: Option<Arc<LiveSchema>>,
+    version: u64,
+}
+
+impl LiveRowEncoder {
+    pub(crate) fn new(factory: &EncoderFactory) -> Result<Self, crate::encode::SchemaError> {
+        let Some(live) = &factory.live else {
+            return Ok(LiveRowEncoder {
+                inner: super::encoder::ChRowEncoder(factory.row_encoder()?),
+                live: None,
+                version: 0,
+            });
+        };
+        let v = live.current();
+        Ok(LiveRowEncoder {
+            inner: super::encoder::ChRowEncoder(v.factory.row_encoder()?),
+            version: v.id,
+            live: Some(live.clone()),
+        })
+    }
+}
+
+impl RowEncode for LiveRowEncoder {
+    fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<(), EncodeFailure> {
+        self.inner.encode(msg, out)
+    }
+
+    fn routes_by_key(&self) -> bool {
+        self.inner.routes_by_key()
+    }
+
+    fn route_hash(&self, row: &[u8]) -> Option<u64> {
+        self.inner.route_hash(row)
+    }
+
+    fn schema_switch(&mut self) -> Option<u64> {
+        let live = self.live.as_ref()?;
+        if live.current.load(Ordering::Acquire) == self.version {
+            return None;
+        }
+        let v = live.current();
+        self.version = v.id;
+        // A published version's factory was built once already: it builds.
+        let e = v.factory.row_encoder().ok()?;
+        self.inner.0 = e;
+        Some(v.id)
+    }
+}
