@@ -67,6 +67,21 @@ pub enum InsertFormat {
     Rowbinary,
 }
 
+/// The format of the message values (`--format`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum MessageFormat {
+    /// One JSON object per message; keys name columns.
+    Json,
+    /// Avro in the Confluent wire format (needs --schema-registry).
+    Avro,
+    /// Protobuf in the Confluent wire format, or with --protobuf-descriptor.
+    Protobuf,
+    /// The whole value into one String column (--raw-column).
+    Raw,
+    /// One CSV record (RFC 4180) per message.
+    Csv,
+}
+
 /// Log output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -149,6 +164,37 @@ pub struct RunArgs {
     /// (default: ignore them).
     #[arg(long, env = "SPATE_STRICT")]
     pub strict: bool,
+    // Message formats (issue 18).
+    /// Format of the message values.
+    #[arg(long, env = "SPATE_FORMAT", value_enum, default_value_t = MessageFormat::Json)]
+    pub format: MessageFormat,
+    /// --format raw: the String column that takes each whole value.
+    #[arg(long, env = "SPATE_RAW_COLUMN", value_name = "COLUMN")]
+    pub raw_column: Option<String>,
+    /// --format csv: the column of each field, in field order (an empty
+    /// name skips its field) [default: the table's columns in table order,
+    /// metadata columns left out].
+    #[arg(
+        long,
+        env = "SPATE_CSV_COLUMNS",
+        value_name = "COLUMN[,COLUMN...]",
+        value_delimiter = ','
+    )]
+    pub csv_columns: Vec<String>,
+    /// --format csv: the field delimiter (one ASCII character).
+    #[arg(long, env = "SPATE_CSV_DELIMITER", default_value_t = ',')]
+    pub csv_delimiter: char,
+    /// Confluent schema registry URL (--format avro/protobuf), e.g.
+    /// http://registry:8081; user:password@ in the URL or the next flags
+    /// give basic auth.
+    #[arg(long, env = "SPATE_SCHEMA_REGISTRY", value_name = "URL")]
+    pub schema_registry: Option<String>,
+    /// Schema registry basic-auth user.
+    #[arg(long, env = "SPATE_SCHEMA_REGISTRY_USER")]
+    pub schema_registry_user: Option<String>,
+    /// Schema registry basic-auth password.
+    #[arg(long, env = "SPATE_SCHEMA_REGISTRY_PASSWORD", hide_env_values = true)]
+    pub schema_registry_password: Option<String>,
     /// Insert a batch when it reaches this many rows.
     #[arg(long, env = "SPATE_BATCH_ROWS", default_value_t = 100_000)]
     pub batch_rows: u64,

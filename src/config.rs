@@ -57,6 +57,13 @@ const PIPELINE_KEYS: &[&str] = &[
     "insert_workers",
     "compression",
     "insert_format",
+    "format",
+    "raw_column",
+    "csv_columns",
+    "csv_delimiter",
+    "schema_registry",
+    "schema_registry_user",
+    "schema_registry_password",
 ];
 
 /// One way to name the servers; a pipeline or the command line that sets

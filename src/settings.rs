@@ -6,10 +6,11 @@
 //!
 //! Pure functions of the parsed flags, called on the main thread.
 
-use crate::cli::{Compression, InsertFormat, RunArgs};
+use crate::cli::{Compression, InsertFormat, MessageFormat, RunArgs};
 use crate::exit::Exit;
 use spate_clickhouse::{
-    ChClientOptions, RetryPolicy, SinkSpec, TableRef, Topology, TopologySource,
+    ChClientOptions, CsvOptions, FormatSpec, RetryPolicy, SinkSpec, TableRef, Topology,
+    TopologySource,
 };
 use spate_kafka::KafkaSourceConfig;
 use std::collections::HashMap;
@@ -21,6 +22,7 @@ pub(crate) struct Validated {
     pub table: TableRef,
     pub kafka: KafkaSourceConfig,
     pub topology: TopologySource,
+    pub format: FormatSpec,
 }
 
 /// Validate every pipeline of one process (`spate run`): each one's
@@ -71,6 +73,7 @@ pub(crate) fn validate(args: &RunArgs) -> Result<Validated, Exit> {
         table,
         kafka,
         topology: topology_source(args)?,
+        format: format_spec(args)?,
     })
 }
 
@@ -92,7 +95,59 @@ pub(crate) fn sink_spec(a: &RunArgs, v: &Validated) -> SinkSpec {
         retry: RetryPolicy::default(),
         workers_per_shard: a.insert_workers.max(1),
         native: a.insert_format == InsertFormat::Native,
+        format: v.format.clone(),
     }
+}
+
+/// The message format and the options it needs (`--format` and its flags).
+fn format_spec(a: &RunArgs) -> Result<FormatSpec, Exit> {
+    let unused = |flag: &str, set: bool| {
+        if set {
+            Err(Exit::usage(format!(
+                "{flag} needs --format {}",
+                match flag {
+                    "--raw-column" => "raw",
+                    "--csv-columns" => "csv",
+                    _ => "avro or protobuf",
+                }
+            )))
+        } else {
+            Ok(())
+        }
+    };
+    if a.format != MessageFormat::Raw {
+        unused("--raw-column", a.raw_column.is_some())?;
+    }
+    if a.format != MessageFormat::Csv {
+        unused("--csv-columns", !a.csv_columns.is_empty())?;
+    }
+    if !matches!(a.format, MessageFormat::Avro | MessageFormat::Protobuf) {
+        unused("--schema-registry", a.schema_registry.is_some())?;
+    }
+    Ok(match a.format {
+        MessageFormat::Json => FormatSpec::Json,
+        MessageFormat::Raw => FormatSpec::Raw {
+            column: a
+                .raw_column
+                .clone()
+                .ok_or_else(|| Exit::usage("--format raw needs --raw-column COLUMN"))?,
+        },
+        MessageFormat::Csv => {
+            let delimiter = u8::try_from(a.csv_delimiter)
+                .ok()
+                .filter(|d| d.is_ascii() && !matches!(d, b'"' | b'\r' | b'\n'))
+                .ok_or_else(|| {
+                    Exit::usage("--csv-delimiter must be one ASCII character other than a quote or a line break")
+                })?;
+            FormatSpec::Csv(CsvOptions {
+                columns: a.csv_columns.clone(),
+                delimiter,
+            })
+        }
+        MessageFormat::Avro | MessageFormat::Protobuf => {
+            return Err(Exit::usage("--format avro/protobuf is not built yet"))
+        }
+    })
 }
 
 /// Where the shards come from: one URL, a cluster read from a seed URL,

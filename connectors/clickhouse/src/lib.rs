@@ -24,6 +24,7 @@
 pub mod classify;
 pub mod client;
 pub mod encode;
+pub mod formats;
 pub mod metrics;
 pub mod schema;
 pub mod shard_hash;
@@ -33,6 +34,7 @@ pub mod types;
 pub use classify::{classify, code_remedy, parse_code, remedy, ErrorClass, Remedy};
 pub use client::{ChClient, ChClientOptions, ClientError, InsertError};
 pub use encode::{EncoderOptions, NativeLayout, RowEncoder, RowError, SchemaError, TransposeError};
+pub use formats::{CsvOptions, FormatEncoder, FormatSpec};
 pub use metrics::ChMetrics;
 pub use schema::{Column, DefaultKind, ServerFeatures, VersionError};
 pub use sink::{discover, Discovery, ReplicaAnswer, ReplicaSchema};

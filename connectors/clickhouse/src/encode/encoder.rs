@@ -74,7 +74,7 @@ fn cut(s: &str) -> String {
 }
 
 impl RowError {
-    fn new(column: Option<&str>, value: &str, reason: impl Into<String>) -> RowError {
+    pub(crate) fn new(column: Option<&str>, value: &str, reason: impl Into<String>) -> RowError {
         RowError {
             column: column.map(str::to_owned),
             value: cut(value),
@@ -85,7 +85,7 @@ impl RowError {
 
 /// Where a column's value comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Source {
+pub(crate) enum Source {
     Json,
     Topic,
     Partition,
@@ -143,7 +143,7 @@ fn hash(b: &[u8]) -> u64 {
     h
 }
 
-fn strip(ty: &ChType) -> (&ChType, bool) {
+pub(crate) fn strip(ty: &ChType) -> (&ChType, bool) {
     let t = ty.strip_low_cardinality();
     match t {
         ChType::Nullable(inner) => (inner.strip_low_cardinality(), true),
@@ -151,7 +151,7 @@ fn strip(ty: &ChType) -> (&ChType, bool) {
     }
 }
 
-fn metadata_source(c: &Column) -> Result<Source, SchemaError> {
+pub(crate) fn metadata_source(c: &Column) -> Result<Source, SchemaError> {
     let (inner, _) = strip(&c.ty);
     let bad = |expected| SchemaError::MetadataType {
         column: c.name.clone(),
@@ -178,7 +178,7 @@ fn metadata_source(c: &Column) -> Result<Source, SchemaError> {
     })
 }
 
-fn check_type(column: &str, ty: &ChType) -> Result<(), SchemaError> {
+pub(crate) fn check_type(column: &str, ty: &ChType) -> Result<(), SchemaError> {
     let bad = |reason: &str| SchemaError::Unsupported {
         column: column.to_owned(),
         reason: reason.to_owned(),
@@ -514,7 +514,7 @@ fn lookup(table: &[(u64, u32)], mask: usize, name: &[u8], plans: &[Plan]) -> Opt
     }
 }
 
-fn write_metadata(
+pub(crate) fn write_metadata(
     source: Source,
     ty: &ChType,
     msg: &Message<'_>,

@@ -19,12 +19,12 @@
 //! live in the encoder and are reused (proved by `tests/alloc_free.rs`).
 
 mod dynamic;
-mod encoder;
+pub(crate) mod encoder;
 mod json;
 mod native;
-mod number;
-mod time;
-mod value;
+pub(crate) mod number;
+pub(crate) mod time;
+pub(crate) mod value;
 
 pub use encoder::{EncoderOptions, RowEncoder, RowError, SchemaError};
 pub use native::{NativeLayout, TransposeError};

@@ -1,9 +1,12 @@
 //! The encoder adapter: [`ChRowEncoder`] is a [`RowEncoder`] as the
 //! runtime's [`RowEncode`], and [`EncoderFactory`] builds one per driver
 //! thread. Each encoder is owned by one driver (lane) thread; it reads a
-//! message and appends one row to that thread's batch buffer.
+//! message and appends one row to that thread's batch buffer. The
+//! pipeline's [`FormatSpec`] picks the encoder ([`FormatEncoder`]); JSON
+//! is the default.
 
 use crate::encode::{EncoderOptions, RowEncoder, RowError, SchemaError};
+use crate::formats::{FormatEncoder, FormatSpec};
 use crate::schema::Column;
 use spate_core::record::Message;
 use spate_core::sink::{EncodeFailure, RowEncode};
@@ -14,12 +17,22 @@ pub struct EncoderFactory {
     pub(crate) columns: Vec<Column>,
     pub(crate) options: EncoderOptions,
     pub(crate) shard_key: Vec<String>,
+    pub(crate) format: FormatSpec,
 }
 
 impl EncoderFactory {
-    /// A fresh encoder.
-    pub fn build(&self) -> Result<ChRowEncoder, SchemaError> {
-        Ok(ChRowEncoder(self.row_encoder()?))
+    /// A fresh encoder for the pipeline's format.
+    pub fn build(&self) -> Result<FormatEncoder, SchemaError> {
+        if matches!(self.format, FormatSpec::Json) {
+            return Ok(FormatEncoder::Json(ChRowEncoder(self.row_encoder()?)));
+        }
+        crate::formats::build(&self.format, &self.columns, self.options, &self.shard_key)
+    }
+
+    /// The pipeline's message format.
+    #[must_use]
+    pub fn format(&self) -> &FormatSpec {
+        &self.format
     }
 
     /// The bare [`RowEncoder`] (start-up uses one to check the schema).

@@ -66,11 +66,14 @@ impl SinkPool {
                 with_defaults: false,
             },
             shard_key: spec.shard_key.clone(),
+            format: spec.format.clone(),
         };
-        let probe = factory.row_encoder().map_err(|source| SinkError::Schema {
+        let schema_error = |source| SinkError::Schema {
             table: spec.table.to_string(),
             source,
-        })?;
+        };
+        let probe = factory.row_encoder().map_err(schema_error)?;
+        factory.build().map_err(schema_error)?;
         let shards = connect_shards(&discovery.topology, seed);
         let native = if spec.native {
             probe.native_layout()

@@ -65,6 +65,8 @@ pub struct SinkSpec {
     /// Send batches as `Native` blocks where the table allows it (see
     /// [`crate::NativeLayout`]); otherwise, or when off, RowBinary.
     pub native: bool,
+    /// The format of the message values (JSON unless said).
+    pub format: crate::formats::FormatSpec,
 }
 
 #[cfg(test)]
