@@ -9,11 +9,12 @@
 use crate::cli::{Compression, InsertFormat, MessageFormat, RunArgs};
 use crate::exit::Exit;
 use spate_clickhouse::{
-    ChClientOptions, CsvOptions, FormatSpec, RetryPolicy, SinkSpec, TableRef, Topology,
-    TopologySource,
+    ChClientOptions, CsvOptions, FormatSpec, RegistryConfig, RetryPolicy, SchemaRegistry, SinkSpec,
+    TableRef, Topology, TopologySource,
 };
 use spate_kafka::KafkaSourceConfig;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What `run` and `check` derive from the flags before contacting
@@ -99,6 +100,19 @@ pub(crate) fn sink_spec(a: &RunArgs, v: &Validated) -> SinkSpec {
     }
 }
 
+/// The schema registry of `--format avro|protobuf`.
+fn registry(a: &RunArgs) -> Result<SchemaRegistry, Exit> {
+    let url = a.schema_registry.clone().ok_or_else(|| {
+        Exit::usage(format!("--format {:?} needs --schema-registry URL", a.format).to_lowercase())
+    })?;
+    SchemaRegistry::new(&RegistryConfig {
+        url,
+        user: a.schema_registry_user.clone(),
+        password: a.schema_registry_password.clone(),
+    })
+    .map_err(|e| Exit::usage(e.to_string()))
+}
+
 /// The message format and the options it needs (`--format` and its flags).
 fn format_spec(a: &RunArgs) -> Result<FormatSpec, Exit> {
     let unused = |flag: &str, set: bool| {
@@ -144,9 +158,8 @@ fn format_spec(a: &RunArgs) -> Result<FormatSpec, Exit> {
                 delimiter,
             })
         }
-        MessageFormat::Avro | MessageFormat::Protobuf => {
-            return Err(Exit::usage("--format avro/protobuf is not built yet"))
-        }
+        MessageFormat::Avro => FormatSpec::Avro(Arc::new(registry(a)?)),
+        MessageFormat::Protobuf => return Err(Exit::usage("--format protobuf is not built yet")),
     })
 }
 

@@ -4,24 +4,31 @@
 //! - `row`: the shared column layout and the per-message slots every
 //!   format fills (metadata columns, DEFAULTs, zero values, shard key);
 //! - `raw`: the whole value into one String column;
-//! - `csv`: one RFC 4180 record per message.
+//! - `csv`: one RFC 4180 record per message;
+//! - `avro`: Avro in the Confluent wire format, plans per writer schema;
+//! - `registry`: the Confluent schema registry client.
 //!
 //! [`FormatSpec`] is what a pipeline asks for; [`FormatEncoder`] is the
 //! encoder one driver thread owns, whatever the format (JSON stays the
 //! [`crate::RowEncoder`] of `encode/`). Built per driver thread by
 //! [`crate::EncoderFactory::build`]; touched only by that thread.
 
+mod avro;
 mod csv;
 mod raw;
+mod registry;
 mod row;
 
+pub use avro::{AvroEncoder, AvroSchemaError, AvroWrite, MAGIC};
 pub use csv::{CsvEncoder, CsvOptions};
 pub use raw::RawEncoder;
+pub use registry::{RegisteredSchema, RegistryConfig, RegistryError, SchemaRegistry, SchemaType};
 
 use crate::encode::RowError;
 use crate::sink::ChRowEncoder;
 use spate_core::record::Message;
 use spate_core::sink::{EncodeFailure, RowEncode};
+use std::sync::Arc;
 
 /// The format of a pipeline's message values.
 #[derive(Clone, Debug, Default)]
@@ -37,6 +44,8 @@ pub enum FormatSpec {
     },
     /// One CSV record per message.
     Csv(CsvOptions),
+    /// Avro in the Confluent wire format, schemas from this registry.
+    Avro(Arc<SchemaRegistry>),
 }
 
 impl FormatSpec {
@@ -47,6 +56,7 @@ impl FormatSpec {
             FormatSpec::Json => "json",
             FormatSpec::Raw { .. } => "raw",
             FormatSpec::Csv(_) => "csv",
+            FormatSpec::Avro(_) => "avro",
         }
     }
 }
@@ -59,6 +69,8 @@ pub enum FormatEncoder {
     Raw(RawEncoder),
     /// CSV records.
     Csv(CsvEncoder),
+    /// Confluent-framed Avro.
+    Avro(AvroEncoder),
 }
 
 fn failure(e: RowError) -> EncodeFailure {
@@ -75,6 +87,7 @@ impl RowEncode for FormatEncoder {
             FormatEncoder::Json(e) => e.encode(msg, out),
             FormatEncoder::Raw(e) => e.encode(msg, out).map_err(failure),
             FormatEncoder::Csv(e) => e.encode(msg, out).map_err(failure),
+            FormatEncoder::Avro(e) => e.encode(msg, out).map_err(failure),
         }
     }
 
@@ -83,6 +96,7 @@ impl RowEncode for FormatEncoder {
             FormatEncoder::Json(e) => e.routes_by_key(),
             FormatEncoder::Raw(e) => e.has_shard_key(),
             FormatEncoder::Csv(e) => e.has_shard_key(),
+            FormatEncoder::Avro(e) => e.has_shard_key(),
         }
     }
 
@@ -91,6 +105,7 @@ impl RowEncode for FormatEncoder {
             FormatEncoder::Json(e) => e.route_hash(row),
             FormatEncoder::Raw(e) => e.key_hash(row),
             FormatEncoder::Csv(e) => e.key_hash(row),
+            FormatEncoder::Avro(e) => e.key_hash(row),
         }
     }
 }
@@ -116,5 +131,8 @@ pub(crate) fn build(
         }
         FormatSpec::Raw { column } => FormatEncoder::Raw(RawEncoder::new(layout, column)?),
         FormatSpec::Csv(opts) => FormatEncoder::Csv(CsvEncoder::new(layout, opts)?),
+        FormatSpec::Avro(registry) => {
+            FormatEncoder::Avro(AvroEncoder::new(layout, registry.clone()))
+        }
     })
 }

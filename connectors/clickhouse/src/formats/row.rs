@@ -162,6 +162,31 @@ impl RowSlots {
         }
     }
 
+    /// Like [`put`](Self::put), but `write` may answer `false`: no value
+    /// (a null for a column that is not Nullable), the column stays unset.
+    pub(crate) fn put_if<E>(
+        &mut self,
+        col: usize,
+        write: impl FnOnce(&mut Vec<u8>) -> Result<bool, E>,
+    ) -> Result<(), E> {
+        let start = self.buf.len();
+        match write(&mut self.buf) {
+            Ok(true) => {
+                self.spans[col] = Some((start, self.buf.len()));
+                Ok(())
+            }
+            Ok(false) => {
+                self.buf.truncate(start);
+                self.spans[col] = None;
+                Ok(())
+            }
+            Err(e) => {
+                self.buf.truncate(start);
+                Err(e)
+            }
+        }
+    }
+
     /// Append the row in table order to `out` (see the module docs). On
     /// error `out` is left as it was.
     pub(crate) fn finish(
