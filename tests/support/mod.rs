@@ -28,7 +28,8 @@
 //! Layout: `admin` (admin server and /proc probes of a running spate), `env` (service addresses, unique names, the ClickHouse lock,
 //! the shared runtime, `wait_for`), `clickhouse` (`Ch`), `kafka` (topics,
 //! producing, committed offsets), `process` (running the binary) and
-//! `checks` (assertions shared by several tests).
+//! `checks` (assertions shared by several tests), `registry` (a test
+//! schema registry, binary producing).
 
 #![allow(dead_code, unused_imports)] // each test binary uses a different subset
 #![allow(unknown_lints, clippy::manual_is_multiple_of)] // MSRV 1.85
@@ -39,6 +40,7 @@ mod clickhouse;
 mod env;
 mod kafka;
 mod process;
+mod registry;
 
 pub use admin::*;
 pub use checks::*;
@@ -46,6 +48,7 @@ pub use clickhouse::*;
 pub use env::*;
 pub use kafka::*;
 pub use process::*;
+pub use registry::*;
 
 /// `on_both_servers!(test_fn, ...)`: for each `fn test_fn(svc: Services)`,
 /// a module `test_fn` with two tests, `v18_16` and `v26_9`, calling it with
