@@ -30,7 +30,7 @@ pub enum Command {
     /// non-zero when `run` would fail.
     #[command(args_override_self = true)]
     Check(CheckArgs),
-    /// Produce generated demo events (JSON) into a topic.
+    /// Produce generated demo events (JSON or Avro) into a topic.
     Gen(GenArgs),
 }
 
@@ -295,4 +295,31 @@ pub struct GenArgs {
     /// Log level.
     #[arg(long, env = "SPATE_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
+    // Message formats (issue 18).
+    /// Format of the events: JSON, or Avro in the Confluent wire format
+    /// (the schema is registered under --subject first).
+    #[arg(long = "format", env = "SPATE_GEN_FORMAT", value_enum, default_value_t = GenFormat::Json)]
+    pub format: GenFormat,
+    /// Schema registry URL (--format avro).
+    #[arg(long, env = "SPATE_SCHEMA_REGISTRY", value_name = "URL")]
+    pub schema_registry: Option<String>,
+    /// Schema registry basic-auth user.
+    #[arg(long, env = "SPATE_SCHEMA_REGISTRY_USER")]
+    pub schema_registry_user: Option<String>,
+    /// Schema registry basic-auth password.
+    #[arg(long, env = "SPATE_SCHEMA_REGISTRY_PASSWORD", hide_env_values = true)]
+    pub schema_registry_password: Option<String>,
+    /// Subject the schema is registered under [default: TOPIC-value, the
+    /// Confluent TopicNameStrategy].
+    #[arg(long, env = "SPATE_GEN_SUBJECT")]
+    pub subject: Option<String>,
+}
+
+/// The format `spate gen` writes events in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum GenFormat {
+    /// JSON objects.
+    Json,
+    /// Avro, Confluent wire format.
+    Avro,
 }
