@@ -7,7 +7,6 @@
 mod support;
 
 #[path = "../src/events.rs"]
-#[allow(dead_code)]
 mod events;
 
 use events::Schema;
