@@ -195,6 +195,23 @@ pub struct RunArgs {
     /// Schema registry basic-auth password.
     #[arg(long, env = "SPATE_SCHEMA_REGISTRY_PASSWORD", hide_env_values = true)]
     pub schema_registry_password: Option<String>,
+    /// --format protobuf without a registry: a serialized FileDescriptorSet
+    /// (`protoc --include_imports -o FILE`); messages are plain, not framed.
+    #[arg(
+        long,
+        env = "SPATE_PROTOBUF_DESCRIPTOR",
+        value_name = "FILE",
+        requires = "protobuf_message"
+    )]
+    pub protobuf_descriptor: Option<String>,
+    /// The message type of --protobuf-descriptor, e.g. `shop.v1.Order`.
+    #[arg(
+        long,
+        env = "SPATE_PROTOBUF_MESSAGE",
+        value_name = "NAME",
+        requires = "protobuf_descriptor"
+    )]
+    pub protobuf_message: Option<String>,
     /// Insert a batch when it reaches this many rows.
     #[arg(long, env = "SPATE_BATCH_ROWS", default_value_t = 100_000)]
     pub batch_rows: u64,

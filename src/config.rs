@@ -64,6 +64,8 @@ const PIPELINE_KEYS: &[&str] = &[
     "schema_registry",
     "schema_registry_user",
     "schema_registry_password",
+    "protobuf_descriptor",
+    "protobuf_message",
 ];
 
 /// One way to name the servers; a pipeline or the command line that sets

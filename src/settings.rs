@@ -9,8 +9,8 @@
 use crate::cli::{Compression, InsertFormat, MessageFormat, RunArgs};
 use crate::exit::Exit;
 use spate_clickhouse::{
-    ChClientOptions, CsvOptions, FormatSpec, RegistryConfig, RetryPolicy, SchemaRegistry, SinkSpec,
-    TableRef, Topology, TopologySource,
+    ChClientOptions, CsvOptions, FormatSpec, ProtobufSource, RegistryConfig, RetryPolicy,
+    SchemaRegistry, SinkSpec, TableRef, Topology, TopologySource,
 };
 use spate_kafka::KafkaSourceConfig;
 use std::collections::HashMap;
@@ -100,6 +100,22 @@ pub(crate) fn sink_spec(a: &RunArgs, v: &Validated) -> SinkSpec {
     }
 }
 
+/// `--format protobuf`: a descriptor file and message, or the registry.
+fn protobuf_source(a: &RunArgs) -> Result<ProtobufSource, Exit> {
+    let (Some(file), Some(message)) = (&a.protobuf_descriptor, &a.protobuf_message) else {
+        return Ok(ProtobufSource::Registry(Arc::new(registry(a)?)));
+    };
+    if a.schema_registry.is_some() {
+        return Err(Exit::usage(
+            "--protobuf-descriptor and --schema-registry exclude each other",
+        ));
+    }
+    let set = std::fs::read(file)
+        .map_err(|e| Exit::usage(format!("--protobuf-descriptor {file}: {e}")))?;
+    ProtobufSource::from_descriptor_set(&set, message)
+        .map_err(|e| Exit::usage(format!("--protobuf-descriptor {file}: {e}")))
+}
+
 /// The schema registry of `--format avro|protobuf`.
 fn registry(a: &RunArgs) -> Result<SchemaRegistry, Exit> {
     let url = a.schema_registry.clone().ok_or_else(|| {
@@ -138,6 +154,9 @@ fn format_spec(a: &RunArgs) -> Result<FormatSpec, Exit> {
     if !matches!(a.format, MessageFormat::Avro | MessageFormat::Protobuf) {
         unused("--schema-registry", a.schema_registry.is_some())?;
     }
+    if a.format != MessageFormat::Protobuf && a.protobuf_descriptor.is_some() {
+        return Err(Exit::usage("--protobuf-descriptor needs --format protobuf"));
+    }
     Ok(match a.format {
         MessageFormat::Json => FormatSpec::Json,
         MessageFormat::Raw => FormatSpec::Raw {
@@ -159,7 +178,7 @@ fn format_spec(a: &RunArgs) -> Result<FormatSpec, Exit> {
             })
         }
         MessageFormat::Avro => FormatSpec::Avro(Arc::new(registry(a)?)),
-        MessageFormat::Protobuf => return Err(Exit::usage("--format protobuf is not built yet")),
+        MessageFormat::Protobuf => FormatSpec::Protobuf(protobuf_source(a)?),
     })
 }
 

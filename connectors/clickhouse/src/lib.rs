@@ -34,7 +34,9 @@ pub mod types;
 pub use classify::{classify, code_remedy, parse_code, remedy, ErrorClass, Remedy};
 pub use client::{ChClient, ChClientOptions, ClientError, InsertError};
 pub use encode::{EncoderOptions, NativeLayout, RowEncoder, RowError, SchemaError, TransposeError};
-pub use formats::{CsvOptions, FormatEncoder, FormatSpec, RegistryConfig, SchemaRegistry};
+pub use formats::{
+    CsvOptions, FormatEncoder, FormatSpec, ProtobufSource, RegistryConfig, SchemaRegistry,
+};
 pub use metrics::ChMetrics;
 pub use schema::{Column, DefaultKind, ServerFeatures, VersionError};
 pub use sink::{discover, Discovery, ReplicaAnswer, ReplicaSchema};

@@ -6,6 +6,7 @@
 //! - `raw`: the whole value into one String column;
 //! - `csv`: one RFC 4180 record per message;
 //! - `avro`: Avro in the Confluent wire format, plans per writer schema;
+//! - `protobuf`: Protobuf, Confluent-framed or with a descriptor file;
 //! - `registry`: the Confluent schema registry client.
 //!
 //! [`FormatSpec`] is what a pipeline asks for; [`FormatEncoder`] is the
@@ -15,12 +16,14 @@
 
 mod avro;
 mod csv;
+mod protobuf;
 mod raw;
 mod registry;
 mod row;
 
 pub use avro::{AvroEncoder, AvroSchemaError, AvroWrite, MAGIC};
 pub use csv::{CsvEncoder, CsvOptions};
+pub use protobuf::{compile_proto, ProtobufEncoder, ProtobufSource};
 pub use raw::RawEncoder;
 pub use registry::{RegisteredSchema, RegistryConfig, RegistryError, SchemaRegistry, SchemaType};
 
@@ -46,6 +49,8 @@ pub enum FormatSpec {
     Csv(CsvOptions),
     /// Avro in the Confluent wire format, schemas from this registry.
     Avro(Arc<SchemaRegistry>),
+    /// Protobuf, framed with a registry or plain with a descriptor.
+    Protobuf(ProtobufSource),
 }
 
 impl FormatSpec {
@@ -57,6 +62,7 @@ impl FormatSpec {
             FormatSpec::Raw { .. } => "raw",
             FormatSpec::Csv(_) => "csv",
             FormatSpec::Avro(_) => "avro",
+            FormatSpec::Protobuf(_) => "protobuf",
         }
     }
 }
@@ -71,6 +77,8 @@ pub enum FormatEncoder {
     Csv(CsvEncoder),
     /// Confluent-framed Avro.
     Avro(AvroEncoder),
+    /// Protobuf.
+    Protobuf(ProtobufEncoder),
 }
 
 fn failure(e: RowError) -> EncodeFailure {
@@ -88,6 +96,7 @@ impl RowEncode for FormatEncoder {
             FormatEncoder::Raw(e) => e.encode(msg, out).map_err(failure),
             FormatEncoder::Csv(e) => e.encode(msg, out).map_err(failure),
             FormatEncoder::Avro(e) => e.encode(msg, out).map_err(failure),
+            FormatEncoder::Protobuf(e) => e.encode(msg, out).map_err(failure),
         }
     }
 
@@ -97,6 +106,7 @@ impl RowEncode for FormatEncoder {
             FormatEncoder::Raw(e) => e.has_shard_key(),
             FormatEncoder::Csv(e) => e.has_shard_key(),
             FormatEncoder::Avro(e) => e.has_shard_key(),
+            FormatEncoder::Protobuf(e) => e.has_shard_key(),
         }
     }
 
@@ -106,6 +116,7 @@ impl RowEncode for FormatEncoder {
             FormatEncoder::Raw(e) => e.key_hash(row),
             FormatEncoder::Csv(e) => e.key_hash(row),
             FormatEncoder::Avro(e) => e.key_hash(row),
+            FormatEncoder::Protobuf(e) => e.key_hash(row),
         }
     }
 }
@@ -133,6 +144,9 @@ pub(crate) fn build(
         FormatSpec::Csv(opts) => FormatEncoder::Csv(CsvEncoder::new(layout, opts)?),
         FormatSpec::Avro(registry) => {
             FormatEncoder::Avro(AvroEncoder::new(layout, registry.clone()))
+        }
+        FormatSpec::Protobuf(source) => {
+            FormatEncoder::Protobuf(ProtobufEncoder::new(layout, source.clone()))
         }
     })
 }

@@ -162,6 +162,11 @@ impl RowSlots {
         }
     }
 
+    /// Whether column `col` has a value.
+    pub(crate) fn is_set(&self, col: usize) -> bool {
+        self.spans[col].is_some()
+    }
+
     /// Like [`put`](Self::put), but `write` may answer `false`: no value
     /// (a null for a column that is not Nullable), the column stays unset.
     pub(crate) fn put_if<E>(
