@@ -24,6 +24,11 @@ Suites (BENCH_SUITE, comma-separated; default "e2e"):
 - backpressure: the default memory budget against one too large to ever
   pause a lane (the ratio of steady rates; issue: within 5%).
 
+- formats: the same small events as JSON and as Avro (Confluent wire
+  format, `spate gen --format avro` through scripts/schema_registry.py),
+  alternated BENCH_REPEAT times in one run: steady rows/s, CPU s per
+  million rows and peak RSS of `spate run` per format.
+
 Measurement, for spate and the consume ceiling alike:
 - steady rows/s: the rate between 10% and 90% of the rows (for spate from
   the rows of the table's active parts in system.parts, sampled every
@@ -552,12 +557,61 @@ def suite_backpressure(topic, date):
     return md, summary, []
 
 
+def suite_formats(topic, date):
+    """JSON against Avro on the same events, alternated, in one run."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    registry = subprocess.Popen([sys.executable, os.path.join(ROOT, "scripts", "schema_registry.py"),
+                                 "--port", str(port)])
+    try:
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(url + "/subjects/none/versions/1", timeout=1)
+            except urllib.error.HTTPError:
+                break
+            except OSError:
+                time.sleep(0.05)
+        avro_topic = topic + "_avro"
+        subprocess.run(
+            [SPATE, "gen", "--brokers", BROKERS, "--topic", avro_topic, "--count", str(MESSAGES),
+             "--partitions", str(PARTITIONS), "--schema", "small", "--format", "avro",
+             "--schema-registry", url],
+            check=True, stderr=subprocess.DEVNULL, timeout=RUN_TIMEOUT,
+        )
+        runs = {"json": [], "avro": []}
+        for i in range(REPEAT):
+            runs["json"].append(run_spate(topic, f"fmt-json-{i}", []))
+            runs["avro"].append(run_spate(avro_topic, f"fmt-avro-{i}",
+                                          ["--format", "avro", "--schema-registry", url]))
+            log(f"  round {i}: json {runs['json'][-1]['rows_per_s']:,.0f}/s, "
+                f"avro {runs['avro'][-1]['rows_per_s']:,.0f}/s")
+    finally:
+        registry.terminate()
+        registry.wait(timeout=10)
+    md = [f"# spate bench: formats\n\n{date}, {os.cpu_count()} cores, ClickHouse {ch('SELECT version()')}; "
+          f"{MESSAGES:,} small events per format on {PARTITIONS} partitions, medians of {REPEAT} "
+          "alternated rounds.\n",
+          "| format | rows/s | CPU s per million rows | peak RSS MiB |\n|---|---:|---:|---:|"]
+    for name, rs in runs.items():
+        md.append(f"| {name} | {statistics.median(r['rows_per_s'] for r in rs):,.0f} | "
+                  f"{statistics.median(r['cpu_s_per_million'] for r in rs):.2f} | "
+                  f"{max(r['peak_rss_mib'] for r in rs):.0f} |")
+    md.append("| protobuf | not measured: `spate gen` does not produce Protobuf yet | | |")
+    json_rate = statistics.median(r["rows_per_s"] for r in runs["json"])
+    avro_rate = statistics.median(r["rows_per_s"] for r in runs["avro"])
+    summary = f"bench: formats json_rows_per_s={json_rate:.0f} avro_rows_per_s={avro_rate:.0f}"
+    return "\n".join(md) + "\n", summary, []
+
+
 def main():
     suites = os.environ.get("BENCH_SUITE", "e2e").split(",")
     for s in suites:
-        if s not in ("e2e", "backpressure"):
-            sys.exit(f"bench: unknown suite {s} (e2e, backpressure)")
-    for exe in (SPATE, CONSUME_CEILING):
+        if s not in ("e2e", "backpressure", "formats"):
+            sys.exit(f"bench: unknown suite {s} (e2e, backpressure, formats)")
+    for exe in (SPATE, CONSUME_CEILING) if "e2e" in suites else (SPATE,):
         if not os.access(exe, os.X_OK):
             sys.exit(f"bench: {exe} is missing; run `make bench` (it builds it)")
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H%MZ")
@@ -583,7 +637,8 @@ def run_suites(suites, topic, date):
     for suite in suites:
         log(f"bench: suite {suite}")
         try:
-            md, summary, checks = {"e2e": suite_e2e, "backpressure": suite_backpressure}[suite](topic, date)
+            md, summary, checks = {"e2e": suite_e2e, "backpressure": suite_backpressure,
+                                   "formats": suite_formats}[suite](topic, date)
         finally:
             drop_tables()
         path = os.path.join(ROOT, "bench", "results", f"{suite}-{date}.md")

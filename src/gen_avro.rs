@@ -124,7 +124,8 @@ impl AvroEvents {
         Ok(Self::with_id(schema, id))
     }
 
-    fn with_id(schema: Schema, id: u32) -> Self {
+    /// The converter for a schema already registered as `id`.
+    pub fn with_id(schema: Schema, id: u32) -> Self {
         let fields = schema
             .columns()
             .iter()

@@ -119,7 +119,8 @@ fn protobuf_source(a: &RunArgs) -> Result<ProtobufSource, Exit> {
 /// The schema registry of `--format avro|protobuf`.
 fn registry(a: &RunArgs) -> Result<SchemaRegistry, Exit> {
     let url = a.schema_registry.clone().ok_or_else(|| {
-        Exit::usage(format!("--format {:?} needs --schema-registry URL", a.format).to_lowercase())
+        let name = format!("{:?}", a.format).to_lowercase();
+        Exit::usage(format!("--format {name} needs --schema-registry URL"))
     })?;
     SchemaRegistry::new(&RegistryConfig {
         url,
@@ -287,5 +288,54 @@ mod tests {
         let e = validate_pipelines(&[("main".into(), bad())]).err().unwrap();
         assert_eq!(e.message(), "--batch-rows must be at least 1");
         assert_eq!(validate_pipelines(&[("a".into(), a())]).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn format_flags_are_checked_together() {
+        let err = |extra: &[&str]| {
+            let mut argv = vec!["--topic", "t"];
+            argv.extend_from_slice(extra);
+            validate(&run_args(&argv))
+                .err()
+                .map(|e| e.message().to_owned())
+        };
+        assert_eq!(
+            err(&["--raw-column", "x"]).as_deref(),
+            Some("--raw-column needs --format raw")
+        );
+        assert_eq!(
+            err(&["--format", "raw"]).as_deref(),
+            Some("--format raw needs --raw-column COLUMN")
+        );
+        assert_eq!(
+            err(&["--format", "avro"]).as_deref(),
+            Some("--format avro needs --schema-registry URL")
+        );
+        assert!(err(&["--format", "csv", "--csv-delimiter", "\""]).is_some());
+        assert!(err(&["--format", "avro", "--schema-registry", "https://r"]).is_some());
+        let missing = [
+            "--format",
+            "protobuf",
+            "--protobuf-descriptor",
+            "/nonexistent",
+            "--protobuf-message",
+            "a.B",
+        ];
+        assert!(err(&missing).is_some_and(|e| e.contains("/nonexistent")));
+        assert_eq!(err(&["--format", "csv", "--csv-columns", "a,,b"]), None);
+        assert_eq!(
+            err(&["--format", "avro", "--schema-registry", "http://r:8081"]),
+            None
+        );
+        let v = validate(&run_args(&[
+            "--topic",
+            "t",
+            "--format",
+            "csv",
+            "--csv-delimiter",
+            ";",
+        ]))
+        .unwrap();
+        assert!(matches!(v.format, FormatSpec::Csv(ref o) if o.delimiter == b';'));
     }
 }

@@ -81,6 +81,19 @@ pub enum FormatEncoder {
     Protobuf(ProtobufEncoder),
 }
 
+impl FormatEncoder {
+    /// An encoder for `format` over the table's `columns` (what
+    /// [`crate::EncoderFactory::build`] makes per driver thread).
+    pub fn new(
+        format: &FormatSpec,
+        columns: &[crate::schema::Column],
+        opts: crate::encode::EncoderOptions,
+        shard_key: &[String],
+    ) -> Result<Self, crate::encode::SchemaError> {
+        build(format, columns, opts, shard_key)
+    }
+}
+
 fn failure(e: RowError) -> EncodeFailure {
     EncodeFailure {
         column: e.column,
