@@ -28,6 +28,10 @@ Suites (BENCH_SUITE, comma-separated; default "e2e"):
   one run on the same data, both into a fresh ReplicatedMergeTree table
   (what exactly-once needs on 18.16; the suite's ZooKeeper): the ratio of
   steady rows/s and of CPU seconds per million rows (issue 19).
+- formats: the same small events as JSON and as Avro (Confluent wire
+  format, `spate gen --format avro` through scripts/schema_registry.py),
+  alternated BENCH_REPEAT times in one run: steady rows/s, CPU s per
+  million rows and peak RSS of `spate run` per format.
 
 Measurement, for spate and the consume ceiling alike:
 - steady rows/s: the rate between 10% and 90% of the rows (for spate from
@@ -591,7 +595,56 @@ def suite_delivery(topic, date):
     return md, summary, []
 
 
-SUITES = {"e2e": None, "backpressure": None, "delivery": None}
+def suite_formats(topic, date):
+    """JSON against Avro on the same events, alternated, in one run."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    registry = subprocess.Popen([sys.executable, os.path.join(ROOT, "scripts", "schema_registry.py"),
+                                 "--port", str(port)])
+    try:
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(url + "/subjects/none/versions/1", timeout=1)
+            except urllib.error.HTTPError:
+                break
+            except OSError:
+                time.sleep(0.05)
+        avro_topic = topic + "_avro"
+        subprocess.run(
+            [SPATE, "gen", "--brokers", BROKERS, "--topic", avro_topic, "--count", str(MESSAGES),
+             "--partitions", str(PARTITIONS), "--schema", "small", "--format", "avro",
+             "--schema-registry", url],
+            check=True, stderr=subprocess.DEVNULL, timeout=RUN_TIMEOUT,
+        )
+        runs = {"json": [], "avro": []}
+        for i in range(REPEAT):
+            runs["json"].append(run_spate(topic, f"fmt-json-{i}", []))
+            runs["avro"].append(run_spate(avro_topic, f"fmt-avro-{i}",
+                                          ["--format", "avro", "--schema-registry", url]))
+            log(f"  round {i}: json {runs['json'][-1]['rows_per_s']:,.0f}/s, "
+                f"avro {runs['avro'][-1]['rows_per_s']:,.0f}/s")
+    finally:
+        registry.terminate()
+        registry.wait(timeout=10)
+    md = [f"# spate bench: formats\n\n{date}, {os.cpu_count()} cores, ClickHouse {ch('SELECT version()')}; "
+          f"{MESSAGES:,} small events per format on {PARTITIONS} partitions, medians of {REPEAT} "
+          "alternated rounds.\n",
+          "| format | rows/s | CPU s per million rows | peak RSS MiB |\n|---|---:|---:|---:|"]
+    for name, rs in runs.items():
+        md.append(f"| {name} | {statistics.median(r['rows_per_s'] for r in rs):,.0f} | "
+                  f"{statistics.median(r['cpu_s_per_million'] for r in rs):.2f} | "
+                  f"{max(r['peak_rss_mib'] for r in rs):.0f} |")
+    md.append("| protobuf | not measured: `spate gen` does not produce Protobuf yet | | |")
+    json_rate = statistics.median(r["rows_per_s"] for r in runs["json"])
+    avro_rate = statistics.median(r["rows_per_s"] for r in runs["avro"])
+    summary = f"bench: formats json_rows_per_s={json_rate:.0f} avro_rows_per_s={avro_rate:.0f}"
+    return "\n".join(md) + "\n", summary, []
+
+
+SUITES = {"e2e": None, "backpressure": None, "delivery": None, "formats": None}
 
 
 def main():
@@ -627,7 +680,7 @@ def run_suites(suites, topic, date):
         log(f"bench: suite {suite}")
         try:
             md, summary, checks = {"e2e": suite_e2e, "backpressure": suite_backpressure,
-                                   "delivery": suite_delivery}[suite](topic, date)
+                                   "delivery": suite_delivery, "formats": suite_formats}[suite](topic, date)
         finally:
             drop_tables()
         path = os.path.join(ROOT, "bench", "results", f"{suite}-{date}.md")

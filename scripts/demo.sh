@@ -10,6 +10,9 @@
 #
 # Environment: DEMO_COUNT (1000000), DEMO_PARTITIONS (4), DEMO_TOPIC (demo),
 #   DEMO_GROUP (spate-demo), DEMO_SKIP_BUILD=1 to use the existing binary,
+#   DEMO_FORMAT (json; avro: the events in the Confluent wire format, through
+#   SCHEMA_REGISTRY_URL, or a scripts/schema_registry.py started on
+#   DEMO_REGISTRY_PORT, default 8081, for the demo's duration),
 #   SPATE_BIN (default \$CARGO_TARGET_DIR or target/, then release/spate),
 #   plus everything scripts/services.sh reads (ports, SPATE_BUILD_DIR).
 # Exit status: non-zero if any step fails or fewer distinct offsets than
@@ -79,9 +82,25 @@ chq "CREATE TABLE $TABLE (
 PARTITION BY toYYYYMM(ts)
 ORDER BY (ts)" allow_experimental_low_cardinality_type=1
 
-say "spate gen: $DEMO_COUNT events"
+# --format avro: a schema registry for gen (registers) and run (fetches).
+FORMAT_ARGS=()
+if [[ ${DEMO_FORMAT:-json} != json ]]; then
+    if [[ -z ${SCHEMA_REGISTRY_URL:-} ]]; then
+        SCHEMA_REGISTRY_URL="http://127.0.0.1:${DEMO_REGISTRY_PORT:-8081}"
+        python3 scripts/schema_registry.py --port "${DEMO_REGISTRY_PORT:-8081}" &
+        REGISTRY_PID=$!
+        trap 'kill "$REGISTRY_PID" 2>/dev/null || true' EXIT
+        for _ in $(seq 50); do
+            python3 -c "import urllib.request,sys; urllib.request.urlopen(sys.argv[1] + '/subjects/x/versions/1')" "$SCHEMA_REGISTRY_URL" 2>&1 | grep -q 404 && break
+            sleep 0.1
+        done
+    fi
+    FORMAT_ARGS=(--format "$DEMO_FORMAT" --schema-registry "$SCHEMA_REGISTRY_URL")
+fi
+
+say "spate gen: $DEMO_COUNT ${DEMO_FORMAT:-json} events"
 t0=$(date +%s.%N)
-"$SPATE" gen --brokers "$SPATE_TEST_BROKERS" --topic "$DEMO_TOPIC" --count "$DEMO_COUNT"
+"$SPATE" gen --brokers "$SPATE_TEST_BROKERS" --topic "$DEMO_TOPIC" --count "$DEMO_COUNT" "${FORMAT_ARGS[@]}"
 t1=$(date +%s.%N)
 
 say "spate run --until-end"
@@ -92,6 +111,7 @@ say "spate run --until-end"
     --clickhouse-url "$SPATE_TEST_CLICKHOUSE_URL" \
     --table "$TABLE" \
     --until-end \
+    "${FORMAT_ARGS[@]}" \
     -X session.timeout.ms=6000
 t2=$(date +%s.%N)
 

@@ -31,7 +31,7 @@ pub enum Command {
     /// non-zero when `run` would fail.
     #[command(args_override_self = true, after_long_help = crate::kafka_help::after_long_help())]
     Check(CheckArgs),
-    /// Produce generated demo events (JSON) into a topic.
+    /// Produce generated demo events (JSON or Avro) into a topic.
     Gen(GenArgs),
 }
 
@@ -77,6 +77,21 @@ pub enum Delivery {
     /// recorded before each insert, ClickHouse deduplication drops a
     /// replayed block. Needs a table that deduplicates (checked at start).
     ExactlyOnce,
+}
+
+/// The format of the message values (`--format`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum MessageFormat {
+    /// One JSON object per message; keys name columns.
+    Json,
+    /// Avro in the Confluent wire format (needs --schema-registry).
+    Avro,
+    /// Protobuf in the Confluent wire format, or with --protobuf-descriptor.
+    Protobuf,
+    /// The whole value into one String column (--raw-column).
+    Raw,
+    /// One CSV record (RFC 4180) per message.
+    Csv,
 }
 
 /// Log output format.
@@ -212,6 +227,54 @@ pub struct RunArgs {
         value_parser = parse_rename
     )]
     pub rename: Vec<(String, String)>,
+    // Message formats (issue 18).
+    /// Format of the message values.
+    #[arg(long, env = "SPATE_FORMAT", value_enum, default_value_t = MessageFormat::Json)]
+    pub format: MessageFormat,
+    /// --format raw: the String column that takes each whole value.
+    #[arg(long, env = "SPATE_RAW_COLUMN", value_name = "COLUMN")]
+    pub raw_column: Option<String>,
+    /// --format csv: the column of each field, in field order (an empty
+    /// name skips its field) [default: the table's columns in table order,
+    /// metadata columns left out].
+    #[arg(
+        long,
+        env = "SPATE_CSV_COLUMNS",
+        value_name = "COLUMN[,COLUMN...]",
+        value_delimiter = ','
+    )]
+    pub csv_columns: Vec<String>,
+    /// --format csv: the field delimiter (one ASCII character).
+    #[arg(long, env = "SPATE_CSV_DELIMITER", default_value_t = ',')]
+    pub csv_delimiter: char,
+    /// Confluent schema registry URL (--format avro/protobuf), e.g.
+    /// http://registry:8081; user:password@ in the URL or the next flags
+    /// give basic auth.
+    #[arg(long, env = "SPATE_SCHEMA_REGISTRY", value_name = "URL")]
+    pub schema_registry: Option<String>,
+    /// Schema registry basic-auth user.
+    #[arg(long, env = "SPATE_SCHEMA_REGISTRY_USER")]
+    pub schema_registry_user: Option<String>,
+    /// Schema registry basic-auth password.
+    #[arg(long, env = "SPATE_SCHEMA_REGISTRY_PASSWORD", hide_env_values = true)]
+    pub schema_registry_password: Option<String>,
+    /// --format protobuf without a registry: a serialized FileDescriptorSet
+    /// (`protoc --include_imports -o FILE`); messages are plain, not framed.
+    #[arg(
+        long,
+        env = "SPATE_PROTOBUF_DESCRIPTOR",
+        value_name = "FILE",
+        requires = "protobuf_message"
+    )]
+    pub protobuf_descriptor: Option<String>,
+    /// The message type of --protobuf-descriptor, e.g. `shop.v1.Order`.
+    #[arg(
+        long,
+        env = "SPATE_PROTOBUF_MESSAGE",
+        value_name = "NAME",
+        requires = "protobuf_descriptor"
+    )]
+    pub protobuf_message: Option<String>,
     /// Insert a batch when it reaches this many rows.
     #[arg(long, env = "SPATE_BATCH_ROWS", default_value_t = 100_000)]
     pub batch_rows: u64,
@@ -357,6 +420,33 @@ pub struct GenArgs {
     /// Log level.
     #[arg(long, env = "SPATE_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
+    // Message formats (issue 18).
+    /// Format of the events: JSON, or Avro in the Confluent wire format
+    /// (the schema is registered under --subject first).
+    #[arg(long = "format", env = "SPATE_GEN_FORMAT", value_enum, default_value_t = GenFormat::Json)]
+    pub format: GenFormat,
+    /// Schema registry URL (--format avro).
+    #[arg(long, env = "SPATE_SCHEMA_REGISTRY", value_name = "URL")]
+    pub schema_registry: Option<String>,
+    /// Schema registry basic-auth user.
+    #[arg(long, env = "SPATE_SCHEMA_REGISTRY_USER")]
+    pub schema_registry_user: Option<String>,
+    /// Schema registry basic-auth password.
+    #[arg(long, env = "SPATE_SCHEMA_REGISTRY_PASSWORD", hide_env_values = true)]
+    pub schema_registry_password: Option<String>,
+    /// Subject the schema is registered under [default: TOPIC-value, the
+    /// Confluent TopicNameStrategy].
+    #[arg(long, env = "SPATE_GEN_SUBJECT")]
+    pub subject: Option<String>,
+}
+
+/// The format `spate gen` writes events in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum GenFormat {
+    /// JSON objects.
+    Json,
+    /// Avro, Confluent wire format.
+    Avro,
 }
 
 fn parse_on_error(s: &str) -> Result<spate_core::policy::OnError, String> {

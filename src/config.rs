@@ -76,6 +76,15 @@ const PIPELINE_KEYS: &[&str] = &[
     "dead_letter_topic",
     "dead_letter_table",
     "dead_letter_clickhouse_url",
+    "format",
+    "raw_column",
+    "csv_columns",
+    "csv_delimiter",
+    "schema_registry",
+    "schema_registry_user",
+    "schema_registry_password",
+    "protobuf_descriptor",
+    "protobuf_message",
 ];
 
 /// One way to name the servers; a pipeline or the command line that sets

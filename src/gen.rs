@@ -5,15 +5,21 @@
 //! [`crate::events`]): `small`, about 200 bytes
 //! (`{"ts":…,"user_id":…,"event":"…","value":…,"tags":[…],…}`), or `wide`,
 //! 50 columns in about 1 KB. Events are spread round-robin over the
-//! topic's partitions.
+//! topic's partitions. With `--format avro` the same events go out as
+//! Avro in the Confluent wire format ([`avro`]), the schema registered
+//! first.
 
-use crate::cli::GenArgs;
+#[path = "gen_avro.rs"]
+pub mod avro;
+
+use crate::cli::{GenArgs, GenFormat};
 use crate::exit::Exit;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
+use spate_clickhouse::RegistryConfig;
 use std::time::{Duration, Instant};
 
 pub fn run(args: GenArgs) -> Result<(), Exit> {
@@ -40,15 +46,24 @@ pub fn run(args: GenArgs) -> Result<(), Exit> {
         .create()
         .map_err(|e| Exit::usage(format!("kafka producer configuration: {e}")))?;
     let partitions = topic_partitions(&producer, &args.topic).unwrap_or(args.partitions);
+    let avro = avro_events(&args)?;
     let started = Instant::now();
     let mut payload = String::with_capacity(2048);
+    let mut binary = Vec::with_capacity(2048);
     for i in 0..args.count {
         payload.clear();
         args.schema.write(i, &mut payload);
+        let bytes = match &avro {
+            Some(a) => {
+                a.encode(&payload, &mut binary).map_err(Exit::failed)?;
+                &binary[..]
+            }
+            None => payload.as_bytes(),
+        };
         let partition = (i % partitions as u64) as i32;
         loop {
-            let record = BaseRecord::<(), str>::to(&args.topic)
-                .payload(payload.as_str())
+            let record = BaseRecord::<(), [u8]>::to(&args.topic)
+                .payload(bytes)
                 .partition(partition);
             match producer.send(record) {
                 Ok(()) => break,
@@ -67,15 +82,41 @@ pub fn run(args: GenArgs) -> Result<(), Exit> {
         .map_err(|e| Exit::failed(format!("flushing produced events: {e}")))?;
     let secs = started.elapsed().as_secs_f64();
     eprintln!(
-        "spate gen: produced {} {} events to {} ({} partitions) in {:.1}s ({:.0} events/s)",
+        "spate gen: produced {} {} {:?} events to {} ({} partitions) in {:.1}s ({:.0} events/s)",
         args.count,
         args.schema.name(),
+        args.format,
         args.topic,
         partitions,
         secs,
         args.count as f64 / secs.max(1e-9)
     );
     Ok(())
+}
+
+/// The Avro converter of `--format avro` (its schema registered), or
+/// `None` for JSON.
+fn avro_events(args: &GenArgs) -> Result<Option<avro::AvroEvents>, Exit> {
+    if args.format == GenFormat::Json {
+        if args.schema_registry.is_some() {
+            return Err(Exit::usage("--schema-registry needs --format avro"));
+        }
+        return Ok(None);
+    }
+    let url = args
+        .schema_registry
+        .clone()
+        .ok_or_else(|| Exit::usage("--format avro needs --schema-registry URL"))?;
+    let registry = RegistryConfig {
+        url,
+        user: args.schema_registry_user.clone(),
+        password: args.schema_registry_password.clone(),
+    };
+    let subject = args
+        .subject
+        .clone()
+        .unwrap_or_else(|| format!("{}-value", args.topic));
+    avro::AvroEvents::register(args.schema, &registry, &subject).map(Some)
 }
 
 async fn ensure_topic(config: &ClientConfig, topic: &str, partitions: i32) -> Result<(), Exit> {

@@ -186,6 +186,39 @@ fn pipeline_settings(out: &mut String, name: &str, p: &RunArgs) {
     for (k, v) in fields {
         let _ = writeln!(out, "{k} = {v}");
     }
+    format_settings(out, p);
+}
+
+/// The message-format keys (issue 18), the registry's secrets masked.
+fn format_settings(out: &mut String, p: &RunArgs) {
+    let url = p
+        .schema_registry
+        .as_ref()
+        .map(|u| match (u.find("://"), u.rfind('@')) {
+            (Some(s), Some(at)) if at > s => {
+                let user = u[s + 3..at].split(':').next().unwrap_or("");
+                format!("{}{user}:***{}", &u[..s + 3], &u[at..])
+            }
+            _ => u.clone(),
+        });
+    let fields = [
+        ("format", quoted(&format!("{:?}", p.format).to_lowercase())),
+        ("raw_column", opt(p.raw_column.clone())),
+        ("csv_columns", list(&p.csv_columns)),
+        ("schema_registry", opt(url)),
+        ("schema_registry_user", opt(p.schema_registry_user.clone())),
+        (
+            "schema_registry_password",
+            p.schema_registry_password
+                .as_ref()
+                .map_or_else(|| "(unset)".into(), |v| masked("password", v)),
+        ),
+        ("protobuf_descriptor", opt(p.protobuf_descriptor.clone())),
+        ("protobuf_message", opt(p.protobuf_message.clone())),
+    ];
+    for (k, v) in fields {
+        let _ = writeln!(out, "{k} = {v}");
+    }
 }
 
 #[cfg(test)]
@@ -229,14 +262,40 @@ mod tests {
             "\n[kafka]\n\"sasl.password\" = \"***\"\n\"fetch.min.bytes\" = \"2\"\n",
             "\n[[pipeline]]\nname = \"one\"\ntopics = [\"t\"]\n",
             "shards = [\"http://a:8123\"]\n",
-            "password = \"***\"\n",
+            // A line of its own: `schema_registry_password = ...` is not it.
+            "\npassword = \"***\"\n",
             "\n[[pipeline]]\nname = \"two\"\n",
             "clickhouse_url = \"http://b:8123\"\n",
-            "password = (unset)\n",
+            "\npassword = (unset)\n",
         ] {
             assert!(out.contains(want), "{want:?} not in:\n{out}");
         }
         assert!(!out.contains("hunter2") && !out.contains("s3cret"), "{out}");
         assert!(!out.contains("\"fetch.min.bytes\" = \"1\""), "{out}");
+    }
+
+    #[test]
+    fn format_settings_are_shown_with_registry_secrets_masked() {
+        let a = run_args(&[
+            "--topic",
+            "t",
+            "--clickhouse-url",
+            "http://b:8123",
+            "--format",
+            "avro",
+            "--schema-registry",
+            "http://bob:pw1@reg:8081",
+            "--schema-registry-password",
+            "pw2",
+        ]);
+        let out = effective_config(&[("one".into(), a)]);
+        for want in [
+            "\nformat = \"avro\"\n",
+            "\nschema_registry = \"http://bob:***@reg:8081\"\n",
+            "\nschema_registry_password = \"***\"\n",
+        ] {
+            assert!(out.contains(want), "{want:?} not in:\n{out}");
+        }
+        assert!(!out.contains("pw1") && !out.contains("pw2"), "{out}");
     }
 }

@@ -6,13 +6,15 @@
 //!
 //! Pure functions of the parsed flags, called on the main thread.
 
-use crate::cli::{Compression, InsertFormat, RunArgs};
+use crate::cli::{Compression, InsertFormat, MessageFormat, RunArgs};
 use crate::exit::Exit;
 use spate_clickhouse::{
-    ChClientOptions, RetryPolicy, Secret, SinkSpec, TableRef, TlsFiles, Topology, TopologySource,
+    ChClientOptions, CsvOptions, FormatSpec, ProtobufSource, RegistryConfig, RetryPolicy,
+    SchemaRegistry, Secret, SinkSpec, TableRef, TlsFiles, Topology, TopologySource,
 };
 use spate_kafka::KafkaSourceConfig;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What `run` and `check` derive from the flags before contacting
@@ -23,6 +25,7 @@ pub(crate) struct Validated {
     pub topology: TopologySource,
     /// The ClickHouse password, from --password or --password-file.
     pub password: Option<Secret>,
+    pub format: FormatSpec,
 }
 
 /// Validate every pipeline of one process (`spate run`): each one's
@@ -80,6 +83,7 @@ pub(crate) fn validate(args: &RunArgs) -> Result<Validated, Exit> {
         kafka,
         topology: topology_source(args)?,
         password,
+        format: format_spec(args)?,
     })
 }
 
@@ -161,6 +165,7 @@ pub(crate) fn sink_spec(a: &RunArgs, v: &Validated) -> SinkSpec {
         retry: retry_policy(a, v),
         workers_per_shard: a.insert_workers.max(1),
         native: a.insert_format == InsertFormat::Native,
+        format: v.format.clone(),
         exactly_once: a.delivery == crate::cli::Delivery::ExactlyOnce,
     }
 }
@@ -176,6 +181,89 @@ fn retry_policy(a: &RunArgs, v: &Validated) -> RetryPolicy {
         max_insert_timeout: a.insert_timeout.saturating_mul(8).min(below_poll),
         ..RetryPolicy::default()
     }
+}
+
+/// `--format protobuf`: a descriptor file and message, or the registry.
+fn protobuf_source(a: &RunArgs) -> Result<ProtobufSource, Exit> {
+    let (Some(file), Some(message)) = (&a.protobuf_descriptor, &a.protobuf_message) else {
+        return Ok(ProtobufSource::Registry(Arc::new(registry(a)?)));
+    };
+    if a.schema_registry.is_some() {
+        return Err(Exit::usage(
+            "--protobuf-descriptor and --schema-registry exclude each other",
+        ));
+    }
+    let set = std::fs::read(file)
+        .map_err(|e| Exit::usage(format!("--protobuf-descriptor {file}: {e}")))?;
+    ProtobufSource::from_descriptor_set(&set, message)
+        .map_err(|e| Exit::usage(format!("--protobuf-descriptor {file}: {e}")))
+}
+
+/// The schema registry of `--format avro|protobuf`.
+fn registry(a: &RunArgs) -> Result<SchemaRegistry, Exit> {
+    let url = a.schema_registry.clone().ok_or_else(|| {
+        let name = format!("{:?}", a.format).to_lowercase();
+        Exit::usage(format!("--format {name} needs --schema-registry URL"))
+    })?;
+    SchemaRegistry::new(&RegistryConfig {
+        url,
+        user: a.schema_registry_user.clone(),
+        password: a.schema_registry_password.clone(),
+    })
+    .map_err(|e| Exit::usage(e.to_string()))
+}
+
+/// The message format and the options it needs (`--format` and its flags).
+fn format_spec(a: &RunArgs) -> Result<FormatSpec, Exit> {
+    let unused = |flag: &str, set: bool| {
+        if set {
+            Err(Exit::usage(format!(
+                "{flag} needs --format {}",
+                match flag {
+                    "--raw-column" => "raw",
+                    "--csv-columns" => "csv",
+                    _ => "avro or protobuf",
+                }
+            )))
+        } else {
+            Ok(())
+        }
+    };
+    if a.format != MessageFormat::Raw {
+        unused("--raw-column", a.raw_column.is_some())?;
+    }
+    if a.format != MessageFormat::Csv {
+        unused("--csv-columns", !a.csv_columns.is_empty())?;
+    }
+    if !matches!(a.format, MessageFormat::Avro | MessageFormat::Protobuf) {
+        unused("--schema-registry", a.schema_registry.is_some())?;
+    }
+    if a.format != MessageFormat::Protobuf && a.protobuf_descriptor.is_some() {
+        return Err(Exit::usage("--protobuf-descriptor needs --format protobuf"));
+    }
+    Ok(match a.format {
+        MessageFormat::Json => FormatSpec::Json,
+        MessageFormat::Raw => FormatSpec::Raw {
+            column: a
+                .raw_column
+                .clone()
+                .ok_or_else(|| Exit::usage("--format raw needs --raw-column COLUMN"))?,
+        },
+        MessageFormat::Csv => {
+            let delimiter = u8::try_from(a.csv_delimiter)
+                .ok()
+                .filter(|d| d.is_ascii() && !matches!(d, b'"' | b'\r' | b'\n'))
+                .ok_or_else(|| {
+                    Exit::usage("--csv-delimiter must be one ASCII character other than a quote or a line break")
+                })?;
+            FormatSpec::Csv(CsvOptions {
+                columns: a.csv_columns.clone(),
+                delimiter,
+            })
+        }
+        MessageFormat::Avro => FormatSpec::Avro(Arc::new(registry(a)?)),
+        MessageFormat::Protobuf => FormatSpec::Protobuf(protobuf_source(a)?),
+    })
 }
 
 /// Where the shards come from: one URL, a cluster read from a seed URL,
@@ -333,5 +421,54 @@ mod tests {
         let e = validate_pipelines(&[("main".into(), bad())]).err().unwrap();
         assert_eq!(e.message(), "--batch-rows must be at least 1");
         assert_eq!(validate_pipelines(&[("a".into(), a())]).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn format_flags_are_checked_together() {
+        let err = |extra: &[&str]| {
+            let mut argv = vec!["--topic", "t"];
+            argv.extend_from_slice(extra);
+            validate(&run_args(&argv))
+                .err()
+                .map(|e| e.message().to_owned())
+        };
+        assert_eq!(
+            err(&["--raw-column", "x"]).as_deref(),
+            Some("--raw-column needs --format raw")
+        );
+        assert_eq!(
+            err(&["--format", "raw"]).as_deref(),
+            Some("--format raw needs --raw-column COLUMN")
+        );
+        assert_eq!(
+            err(&["--format", "avro"]).as_deref(),
+            Some("--format avro needs --schema-registry URL")
+        );
+        assert!(err(&["--format", "csv", "--csv-delimiter", "\""]).is_some());
+        assert!(err(&["--format", "avro", "--schema-registry", "https://r"]).is_some());
+        let missing = [
+            "--format",
+            "protobuf",
+            "--protobuf-descriptor",
+            "/nonexistent",
+            "--protobuf-message",
+            "a.B",
+        ];
+        assert!(err(&missing).is_some_and(|e| e.contains("/nonexistent")));
+        assert_eq!(err(&["--format", "csv", "--csv-columns", "a,,b"]), None);
+        assert_eq!(
+            err(&["--format", "avro", "--schema-registry", "http://r:8081"]),
+            None
+        );
+        let v = validate(&run_args(&[
+            "--topic",
+            "t",
+            "--format",
+            "csv",
+            "--csv-delimiter",
+            ";",
+        ]))
+        .unwrap();
+        assert!(matches!(v.format, FormatSpec::Csv(ref o) if o.delimiter == b';'));
     }
 }

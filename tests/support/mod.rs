@@ -28,7 +28,8 @@
 //! Layout: `admin` (admin server and /proc probes of a running spate), `env` (service addresses, unique names, the ClickHouse lock,
 //! the shared runtime, `wait_for`), `clickhouse` (`Ch`), `kafka` (topics,
 //! producing, committed offsets), `process` (running the binary), `secure`
-//! (the TLS/SASL/mutual-TLS brokers), `tls` (the HTTPS ClickHouse) and `checks` (assertions shared by several tests).
+//! (the TLS/SASL/mutual-TLS brokers), `tls` (the HTTPS ClickHouse), `registry`
+//! (a test schema registry) and `checks` (assertions shared by several tests).
 
 #![allow(dead_code, unused_imports)] // each test binary uses a different subset
 #![allow(unknown_lints, clippy::manual_is_multiple_of)] // MSRV 1.85
@@ -39,6 +40,7 @@ mod clickhouse;
 mod env;
 mod kafka;
 mod process;
+mod registry;
 mod secure;
 mod tls;
 
@@ -48,6 +50,7 @@ pub use clickhouse::*;
 pub use env::*;
 pub use kafka::*;
 pub use process::*;
+pub use registry::*;
 pub use secure::*;
 pub use tls::*;
 

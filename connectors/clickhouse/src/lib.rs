@@ -28,6 +28,7 @@ pub mod classify;
 pub mod client;
 pub mod dead_letter;
 pub mod encode;
+pub mod formats;
 pub mod metrics;
 pub mod schema;
 pub mod shard_hash;
@@ -40,6 +41,9 @@ pub use client::{ChClient, ChClientOptions, ClientError, InsertError};
 pub use dead_letter::ChDeadLetters;
 pub use encode::{
     EncoderOptions, NativeLayout, PathTarget, RowEncoder, RowError, SchemaError, TransposeError,
+};
+pub use formats::{
+    CsvOptions, FormatEncoder, FormatSpec, ProtobufSource, RegistryConfig, SchemaRegistry,
 };
 pub use metrics::ChMetrics;
 pub use schema::{Column, DefaultKind, ServerFeatures, VersionError};

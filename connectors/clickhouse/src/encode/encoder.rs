@@ -76,7 +76,7 @@ fn cut(s: &str) -> String {
 }
 
 impl RowError {
-    fn new(column: Option<&str>, value: &str, reason: impl Into<String>) -> RowError {
+    pub(crate) fn new(column: Option<&str>, value: &str, reason: impl Into<String>) -> RowError {
         RowError {
             column: column.map(str::to_owned),
             value: cut(value),
@@ -87,7 +87,7 @@ impl RowError {
 
 /// Where a column's value comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Source {
+pub(crate) enum Source {
     Json,
     Topic,
     Partition,
@@ -146,7 +146,7 @@ pub struct RowEncoder {
 
 const NOT_KEY: u8 = u8::MAX;
 
-fn strip(ty: &ChType) -> (&ChType, bool) {
+pub(crate) fn strip(ty: &ChType) -> (&ChType, bool) {
     let t = ty.strip_low_cardinality();
     match t {
         ChType::Nullable(inner) => (inner.strip_low_cardinality(), true),
@@ -154,7 +154,7 @@ fn strip(ty: &ChType) -> (&ChType, bool) {
     }
 }
 
-fn metadata_source(c: &Column) -> Result<Source, SchemaError> {
+pub(crate) fn metadata_source(c: &Column) -> Result<Source, SchemaError> {
     let (inner, _) = strip(&c.ty);
     let bad = |expected| SchemaError::MetadataType {
         column: c.name.clone(),
@@ -199,7 +199,7 @@ fn metadata_source(c: &Column) -> Result<Source, SchemaError> {
     })
 }
 
-fn check_type(column: &str, ty: &ChType) -> Result<(), SchemaError> {
+pub(crate) fn check_type(column: &str, ty: &ChType) -> Result<(), SchemaError> {
     let bad = |reason: &str| SchemaError::Unsupported {
         column: column.to_owned(),
         reason: reason.to_owned(),
@@ -666,7 +666,7 @@ fn nested_groups(plans: &mut [Plan]) -> Vec<Group> {
     groups
 }
 
-fn write_metadata(
+pub(crate) fn write_metadata(
     source: Source,
     ty: &ChType,
     msg: &Message<'_>,

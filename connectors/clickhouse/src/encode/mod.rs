@@ -23,14 +23,14 @@
 //! live in the encoder and are reused (proved by `tests/alloc_free.rs`).
 
 mod dynamic;
-mod encoder;
+pub(crate) mod encoder;
 mod json;
 mod names;
 mod native;
 mod nested;
-mod number;
-mod time;
-mod value;
+pub(crate) mod number;
+pub(crate) mod time;
+pub(crate) mod value;
 
 pub use encoder::{EncoderOptions, RowEncoder, RowError, SchemaError};
 pub use names::PathTarget;

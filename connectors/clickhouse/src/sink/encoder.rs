@@ -3,9 +3,11 @@
 //! thread. Each encoder is owned by one driver (lane) thread; it reads a
 //! message and appends one row to that thread's batch buffer.
 //! [`WirePlan::choose`] decides, once per schema, how rows reach the server
-//! and how DEFAULTs are left to it.
+//! and how DEFAULTs are left to it. The pipeline's [`FormatSpec`] picks the
+//! decoder ([`FormatEncoder`]); JSON is the default.
 
 use crate::encode::{EncoderOptions, NativeLayout, RowEncoder, RowError, SchemaError};
+use crate::formats::{FormatEncoder, FormatSpec};
 use crate::schema::{Column, ServerFeatures};
 use spate_core::record::Message;
 use spate_core::sink::{EncodeFailure, RowEncode};
@@ -19,6 +21,8 @@ pub struct EncoderFactory {
     pub(crate) renames: Vec<(String, String)>,
     /// Set by a running sink: encoders follow its schema versions.
     pub(crate) live: Option<std::sync::Arc<super::live::LiveSchema>>,
+    /// The format of the message values.
+    pub(crate) format: FormatSpec,
 }
 
 impl EncoderFactory {
@@ -26,6 +30,21 @@ impl EncoderFactory {
     /// watches them).
     pub fn build(&self) -> Result<super::live::LiveRowEncoder, SchemaError> {
         super::live::LiveRowEncoder::new(self)
+    }
+
+    /// A fresh decoder for the pipeline's format, on this factory's
+    /// columns (one schema version).
+    pub(crate) fn build_format(&self) -> Result<FormatEncoder, SchemaError> {
+        if matches!(self.format, FormatSpec::Json) {
+            return Ok(FormatEncoder::Json(ChRowEncoder(self.row_encoder()?)));
+        }
+        crate::formats::build(&self.format, &self.columns, self.options, &self.shard_key)
+    }
+
+    /// The pipeline's message format.
+    #[must_use]
+    pub fn format(&self) -> &FormatSpec {
+        &self.format
     }
 
     /// The bare [`RowEncoder`] (start-up uses one to check the schema).

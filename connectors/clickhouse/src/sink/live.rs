@@ -365,7 +365,7 @@ async fn refresh_once(live: &LiveSchema, shards: &[Arc<Shard<ChClient>>], db: &s
 /// An encoder that follows the [`LiveSchema`] (when its factory has one):
 /// one per driver thread.
 pub struct LiveRowEncoder {
-    inner: super::encoder::ChRowEncoder,
+    inner: crate::formats::FormatEncoder,
     live: Option<Arc<LiveSchema>>,
     version: u64,
 }
@@ -374,14 +374,14 @@ impl LiveRowEncoder {
     pub(crate) fn new(factory: &EncoderFactory) -> Result<Self, crate::encode::SchemaError> {
         let Some(live) = &factory.live else {
             return Ok(LiveRowEncoder {
-                inner: super::encoder::ChRowEncoder(factory.row_encoder()?),
+                inner: factory.build_format()?,
                 live: None,
                 version: 0,
             });
         };
         let v = live.current();
         Ok(LiveRowEncoder {
-            inner: super::encoder::ChRowEncoder(v.factory.row_encoder()?),
+            inner: v.factory.build_format()?,
             version: v.id,
             live: Some(live.clone()),
         })
@@ -409,8 +409,7 @@ impl RowEncode for LiveRowEncoder {
         let v = live.current();
         self.version = v.id;
         // A published version's factory was built once already: it builds.
-        let e = v.factory.row_encoder().ok()?;
-        self.inner.0 = e;
+        self.inner = v.factory.build_format().ok()?;
         Some(v.id)
     }
 }

@@ -82,7 +82,13 @@ impl SinkPool {
             shard_key: spec.shard_key.clone(),
             renames: spec.renames.clone(),
             live: None,
+            format: spec.format.clone(),
         };
+        // The format can fill the table (a usage error at start if not).
+        factory.build_format().map_err(|source| SinkError::Schema {
+            table: spec.table.to_string(),
+            source,
+        })?;
         let mut template = InsertQuery {
             db: spec.table.db.clone(),
             table: spec.table.table.clone(),

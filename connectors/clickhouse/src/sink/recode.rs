@@ -118,6 +118,7 @@ mod tests {
             shard_key: Vec::new(),
             renames: Vec::new(),
             live: None,
+            format: crate::formats::FormatSpec::Json,
         };
         let template = InsertQuery {
             db: "db".into(),

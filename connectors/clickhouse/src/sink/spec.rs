@@ -75,6 +75,8 @@ pub struct SinkSpec {
     /// `--delivery exactly-once`: check the table deduplicates, record an
     /// intent before each block (see `sink::intent`).
     pub exactly_once: bool,
+    /// The format of the message values (JSON unless said).
+    pub format: crate::formats::FormatSpec,
 }
 
 #[cfg(test)]

@@ -1,0 +1,248 @@
+//! `--format protobuf`: Protobuf messages, either in the Confluent wire
+//! format (magic byte 0, the schema id as 4 bytes big endian, the message
+//! indexes as zig-zag varints, then the message) with the `.proto` text
+//! fetched from the registry and compiled at run time (protox), or plain
+//! messages of one type from a `FileDescriptorSet` file
+//! (`--protobuf-descriptor FILE --protobuf-message NAME`).
+//!
+//! Descriptors come from prost-reflect; the wire decoding is `plan`'s. One
+//! [`ProtobufEncoder`] per driver thread, with its plans per (schema id,
+//! message indexes).
+
+mod plan;
+
+use super::registry::{RegistryError, SchemaRegistry, SchemaType};
+use super::row::{payload, RowLayout, RowSlots};
+use crate::encode::RowError;
+use plan::{compile, Lists, MsgPlan};
+use prost_reflect::{DescriptorPool, MessageDescriptor};
+use spate_core::record::Message;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Where the message types come from.
+#[derive(Clone, Debug)]
+pub enum ProtobufSource {
+    /// Confluent-framed messages; schemas from this registry.
+    Registry(Arc<SchemaRegistry>),
+    /// Plain messages of one type.
+    Descriptor {
+        /// The type, from a `FileDescriptorSet`.
+        message: MessageDescriptor,
+    },
+}
+
+impl ProtobufSource {
+    /// Message `name` of the serialized `FileDescriptorSet` `set`.
+    pub fn from_descriptor_set(set: &[u8], name: &str) -> Result<Self, String> {
+        let pool =
+            DescriptorPool::decode(set).map_err(|e| format!("not a FileDescriptorSet: {e}"))?;
+        let message = pool
+            .get_message_by_name(name.trim_start_matches('.'))
+            .ok_or_else(|| format!("the descriptor set has no message {name}"))?;
+        Ok(ProtobufSource::Descriptor { message })
+    }
+}
+
+/// Compile `.proto` source text (imports: the well-known types only) into
+/// a serialized `FileDescriptorSet` (for `--protobuf-descriptor` files and
+/// tests).
+pub fn compile_proto(name: &str, source: &str) -> Result<Vec<u8>, String> {
+    Ok(compile_pool(name, source)?.encode_to_vec())
+}
+
+fn compile_pool(name: &str, source: &str) -> Result<DescriptorPool, String> {
+    struct One(String, String);
+    impl protox::file::FileResolver for One {
+        fn open_file(&self, name: &str) -> Result<protox::file::File, protox::Error> {
+            if name == self.0 {
+                protox::file::File::from_source(name, &self.1)
+            } else {
+                Err(protox::Error::file_not_found(name))
+            }
+        }
+    }
+    let mut chain = protox::file::ChainFileResolver::new();
+    chain.add(One(name.to_owned(), source.to_owned()));
+    chain.add(protox::file::GoogleFileResolver::new());
+    let mut c = protox::Compiler::with_file_resolver(chain);
+    c.include_imports(true);
+    c.open_file(name).map_err(|e| e.to_string())?;
+    Ok(c.descriptor_pool())
+}
+
+/// A compiled message and its number of list slots, or why there is none.
+type Compiled = Result<(MsgPlan, usize), String>;
+
+/// Decodes Protobuf messages into rows.
+pub struct ProtobufEncoder {
+    layout: RowLayout,
+    slots: RowSlots,
+    source: ProtobufSource,
+    plans: HashMap<(u32, Vec<i64>), Compiled>,
+    fixed: Option<(MsgPlan, usize)>,
+    indexes: Vec<i64>,
+    lists: Lists,
+}
+
+impl std::fmt::Debug for ProtobufEncoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProtobufEncoder")
+            .field("plans", &self.plans.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn zigzag(b: &[u8], pos: &mut usize) -> Option<i64> {
+    let mut n = 0u64;
+    for shift in (0..64).step_by(7) {
+        let c = *b.get(*pos)?;
+        *pos += 1;
+        n |= u64::from(c & 0x7f) << shift;
+        if c & 0x80 == 0 {
+            return Some((n >> 1) as i64 ^ -((n & 1) as i64));
+        }
+    }
+    None
+}
+
+impl ProtobufEncoder {
+    pub(crate) fn new(layout: RowLayout, source: ProtobufSource) -> Self {
+        let fixed = match &source {
+            ProtobufSource::Descriptor { message } => Some(compile(message, &layout)),
+            ProtobufSource::Registry(_) => None,
+        };
+        ProtobufEncoder {
+            slots: RowSlots::new(&layout),
+            layout,
+            source,
+            plans: HashMap::new(),
+            fixed,
+            indexes: Vec::new(),
+            lists: Lists::new(0),
+        }
+    }
+
+    /// Append one row for `msg` to `out` (unchanged on error).
+    pub fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<(), RowError> {
+        let b = payload(msg)?;
+        let (body, key) = match self.fixed {
+            Some(_) => (0, None),
+            None => {
+                let (id, at) = super::avro::framing(b)?;
+                let at = self.message_indexes(b, at)?;
+                (at, Some(id))
+            }
+        };
+        let plan = match key {
+            None => self.fixed.as_ref().map(|(p, n)| (p, *n)),
+            Some(id) => {
+                let k = (id, std::mem::take(&mut self.indexes));
+                if !self.plans.contains_key(&k) {
+                    let compiled = self.compile(id, &k.1)?;
+                    self.plans.insert(k.clone(), compiled);
+                }
+                self.indexes = k.1.clone();
+                match &self.plans[&k] {
+                    Ok((p, n)) => Some((p, *n)),
+                    Err(reason) => {
+                        return Err(RowError::new(None, &id.to_string(), reason.clone()))
+                    }
+                }
+            }
+        };
+        let Some((plan, lists)) = plan else {
+            return Err(RowError::new(None, "", "internal: no Protobuf plan"));
+        };
+        if self.lists.items_len() != lists {
+            self.lists = Lists::new(lists);
+        }
+        self.slots.clear();
+        self.lists.clear();
+        plan.decode_message(&b[body..], &mut self.slots, &mut self.lists)
+            .map_err(|(col, f)| {
+                let name = col.map(|c| self.layout.cols[c].name.as_str());
+                let reason = match name {
+                    Some(n) => format!("Protobuf field `{n}`: {}", f.reason),
+                    None => f.reason,
+                };
+                RowError::new(name, &f.value, reason)
+            })?;
+        self.slots.finish(&self.layout, msg, out)
+    }
+
+    /// Read the message indexes after the Confluent header into
+    /// `self.indexes`; where the message starts.
+    fn message_indexes(&mut self, b: &[u8], mut at: usize) -> Result<usize, RowError> {
+        let bad = || RowError::new(None, "", "bad message indexes after the Confluent header");
+        let n = zigzag(b, &mut at).ok_or_else(bad)?;
+        self.indexes.clear();
+        if n == 0 {
+            self.indexes.push(0);
+        }
+        for _ in 0..n.clamp(0, 64) {
+            self.indexes.push(zigzag(b, &mut at).ok_or_else(bad)?);
+        }
+        Ok(at)
+    }
+
+    fn compile(
+        &self,
+        id: u32,
+        indexes: &[i64],
+    ) -> Result<Result<(MsgPlan, usize), String>, RowError> {
+        let ProtobufSource::Registry(registry) = &self.source else {
+            return Ok(Err("internal: no registry".into()));
+        };
+        let fetched = registry.schema_waiting(id).map_err(|e| {
+            let reason = match &e {
+                RegistryError::NotFound(_) => e.to_string(),
+                other => format!("schema id {id}: {other}"),
+            };
+            RowError::new(None, &id.to_string(), reason)
+        })?;
+        if fetched.schema_type != SchemaType::Protobuf {
+            return Ok(Err(format!(
+                "schema id {id} is a {:?} schema, not Protobuf",
+                fetched.schema_type
+            )));
+        }
+        let name = format!("schema-{id}.proto");
+        let plan = compile_pool(&name, &fetched.schema)
+            .map_err(|e| format!("schema id {id}: {e}"))
+            .and_then(|pool| {
+                let file = pool
+                    .get_file_by_name(&name)
+                    .ok_or("the compiled schema has no file")?;
+                let mut m = usize::try_from(indexes[0])
+                    .ok()
+                    .and_then(|i| file.messages().nth(i));
+                for &i in &indexes[1..] {
+                    m = m.and_then(|m| {
+                        usize::try_from(i)
+                            .ok()
+                            .and_then(|i| m.child_messages().nth(i))
+                    });
+                }
+                m.ok_or_else(|| format!("schema id {id} has no message at indexes {indexes:?}"))
+            })
+            .map(|m| compile(&m, &self.layout));
+        if let Err(e) = &plan {
+            tracing::warn!(schema_id = id, error = %e, "Protobuf schema unusable; its messages are bad messages");
+        }
+        Ok(plan)
+    }
+
+    /// Whether rows are routed by a shard key.
+    pub fn has_shard_key(&self) -> bool {
+        self.layout.has_shard_key()
+    }
+
+    /// The shard key hash of the row the last `encode` appended.
+    pub fn key_hash(&self, row: &[u8]) -> Option<u64> {
+        self.slots.key_hash(&self.layout, row)
+    }
+}
+
+#[cfg(test)]
+mod tests;
