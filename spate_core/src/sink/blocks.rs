@@ -247,7 +247,13 @@ impl LaneBlock {
         self.bytes = 0;
         (self.parts.iter_mut().enumerate())
             .filter(|(_, p)| p.rows > 0)
-            .map(|(shard, p)| (shard, std::mem::take(&mut p.data), std::mem::take(&mut p.rows)))
+            .map(|(shard, p)| {
+                (
+                    shard,
+                    std::mem::take(&mut p.data),
+                    std::mem::take(&mut p.rows),
+                )
+            })
             .collect()
     }
 }

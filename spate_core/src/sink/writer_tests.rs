@@ -286,7 +286,17 @@ fn exactly_once_block_splits_into_deterministic_shard_parts() {
     let (parts, mut cp) = cut(Vec::new(), 0);
     assert_eq!(parts.len(), 2, "one part per shard");
     let view: Vec<_> = (parts.iter())
-        .map(|c| (c.shard, c.data.clone(), c.acks[0].parts, c.acks[0].part, c.spans[0].first, c.spans[0].last, c.spans[0].rows))
+        .map(|c| {
+            (
+                c.shard,
+                c.data.clone(),
+                c.acks[0].parts,
+                c.acks[0].part,
+                c.spans[0].first,
+                c.spans[0].last,
+                c.spans[0].rows,
+            )
+        })
         .collect();
     assert_eq!(
         view,
@@ -296,12 +306,20 @@ fn exactly_once_block_splits_into_deterministic_shard_parts() {
         ]
     );
     cp.ack(&parts[0].acks[0]);
-    assert_eq!(cp.watermark(LaneId(1)), None, "shard 1's part is not in yet");
+    assert_eq!(
+        cp.watermark(LaneId(1)),
+        None,
+        "shard 1's part is not in yet"
+    );
     cp.ack(&parts[1].acks[0]);
     assert_eq!(cp.watermark(LaneId(1)), Some(Watermark(4)));
     // The replay of the recorded range is cut into the same parts.
     let (again, _) = cut(vec![(Offset(0), Offset(3))], 0);
-    let bytes = |cs: &[Chunk]| cs.iter().map(|c| (c.shard, c.data.clone(), c.spans.to_vec())).collect::<Vec<_>>();
+    let bytes = |cs: &[Chunk]| {
+        cs.iter()
+            .map(|c| (c.shard, c.data.clone(), c.spans.to_vec()))
+            .collect::<Vec<_>>()
+    };
     assert_eq!(bytes(&again), bytes(&parts));
 }
 
@@ -319,7 +337,9 @@ fn exactly_once_unkeyed_block_goes_to_its_chosen_shard() {
     let p = PartitionId::new("t", 0);
     let slot = w.add_partition_lane(LaneId(1), p.clone(), None);
     for off in 0..40 {
-        w.append(slot, (off % 2) as usize, Offset(off), row).unwrap().unwrap();
+        w.append(slot, (off % 2) as usize, Offset(off), row)
+            .unwrap()
+            .unwrap();
     }
     let mut seen = [0; 2];
     for (s, rx) in rx.iter_mut().enumerate() {
@@ -331,5 +351,8 @@ fn exactly_once_unkeyed_block_goes_to_its_chosen_shard() {
         }
     }
     assert_eq!(seen[0] + seen[1], 20);
-    assert!(seen[0] > 0 && seen[1] > 0, "blocks spread over both shards: {seen:?}");
+    assert!(
+        seen[0] > 0 && seen[1] > 0,
+        "blocks spread over both shards: {seen:?}"
+    );
 }

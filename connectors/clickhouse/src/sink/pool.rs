@@ -94,7 +94,7 @@ impl SinkPool {
             settings: insert_settings(seed.features()),
         };
         let intents = if spec.exactly_once {
-            Some(super::intent::prepare(spec, seed, shards.len(), &mut query.settings).await?)
+            Some(super::intent::prepare(spec, seed, &shards, &mut query.settings).await?)
         } else {
             None
         };
