@@ -153,10 +153,16 @@ install_zookeeper() {
     [[ -s $ZK_JAR ]] || die "$ZK_JAR still missing after install"
 }
 
+# zk_answers: ZooKeeper is up and serving sessions. `ruok` says imok as soon as
+# the process listens, before it serves (loading its data, the 18.16 server's
+# handshake then fails and a server with Replicated tables exits at start);
+# `srvr` names the Mode only once it serves.
 zk_answers() {
     local reply
     reply=$(timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$ZK_PORT; printf ruok >&3; cat <&3" 2>/dev/null) || return 1
-    [[ $reply == imok ]]
+    [[ $reply == imok ]] || return 1
+    reply=$(timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$ZK_PORT; printf srvr >&3; cat <&3" 2>/dev/null) || return 1
+    [[ $reply == *"Mode: "* ]]
 }
 
 zk_up() {
