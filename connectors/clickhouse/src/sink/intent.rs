@@ -258,7 +258,7 @@ pub(crate) async fn prepare(
 ) -> Result<std::sync::Arc<IntentLog>, super::error::SinkError> {
     use super::error::SinkError;
     let table = spec.table.to_string();
-    let mut passed = None;
+    let mut checked = 0;
     let mut engine = String::new();
     for shard in shards {
         let Some(replica) = shard.replicas.first() else {
@@ -276,10 +276,18 @@ pub(crate) async fn prepare(
             SinkError::Config(format!("{e} (shard {}, {})", shard.label, replica.url))
         })?;
         engine = facts.engine;
-        passed.get_or_insert(here);
+        checked += 1;
+        // Every shard's needs (a view on one shard is enough to need the
+        // setting on all inserts).
+        for kv in here.settings {
+            if !settings.contains(&kv) {
+                settings.push(kv);
+            }
+        }
     }
-    let passed = passed.ok_or_else(|| SinkError::Config(format!("{table}: no shard to check")))?;
-    settings.extend(passed.settings);
+    if checked == 0 {
+        return Err(SinkError::Config(format!("{table}: no shard to check")));
+    }
     let log = IntentLog::open(
         seed.clone(),
         &spec.table.db,
