@@ -27,7 +27,7 @@
 #   ZooKeeper:  Debian's zookeeper 3.8 (apt), started by hand (java, no daemon
 #               scripts) with its data under build/services/zookeeper/, for the
 #               18.16 server's ReplicatedMergeTree tables (exactly-once tests);
-#               the 18.16 server (main) gets <zookeeper> from its command line.
+#               every 18.16 server (main, nodes a/b) gets <zookeeper> in config.d.
 #
 # Usage: scripts/services.sh <command> [NODE]
 #   up         install what is missing, start the Kafka brokers, ClickHouse and
@@ -153,10 +153,16 @@ install_zookeeper() {
     [[ -s $ZK_JAR ]] || die "$ZK_JAR still missing after install"
 }
 
+# zk_answers: ZooKeeper is up and serving sessions. `ruok` says imok as soon as
+# the process listens, before it serves (loading its data, the 18.16 server's
+# handshake then fails and a server with Replicated tables exits at start);
+# `srvr` names the Mode only once it serves.
 zk_answers() {
     local reply
     reply=$(timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$ZK_PORT; printf ruok >&3; cat <&3" 2>/dev/null) || return 1
-    [[ $reply == imok ]]
+    [[ $reply == imok ]] || return 1
+    reply=$(timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$ZK_PORT; printf srvr >&3; cat <&3" 2>/dev/null) || return 1
+    [[ $reply == *"Mode: "* ]]
 }
 
 zk_up() {
@@ -223,7 +229,14 @@ zk_ch_config() {
     for d in config.d conf.d users.d; do
         [[ -d $src/$d ]] && cp -r "$src/$d/." "$etc/$d/"
     done
-    cat >"$etc/config.d/spate-zookeeper.xml" <<EOF
+    zk_xml >"$etc/config.d/spate-zookeeper.xml"
+}
+
+# zk_xml: the <zookeeper> section every 18.16 server gets (the main server and
+# cluster nodes a/b, whose shards are ReplicatedMergeTree in the exactly-once
+# sharding test), so each shard deduplicates replayed blocks.
+zk_xml() {
+    cat <<EOF
 <!-- written by scripts/services.sh: the ZooKeeper of ReplicatedMergeTree tables -->
 <yandex>
     <zookeeper>
@@ -287,6 +300,7 @@ ch_node_config() {
         echo "<!-- written by scripts/services.sh from $CH_CLUSTER_XML -->"
         sed "${sed_args[@]}" -e '/^<?xml/d' "$CH_CLUSTER_XML"
     } >"$etc/config.d/spate-cluster.xml"
+    zk_xml >"$etc/config.d/spate-zookeeper.xml"
     if grep -q -e '<host>clickhouse-' -e 'clickhouse>$' "$etc/config.d/spate-cluster.xml" ||
         { [[ $CH_CLUSTER_TCP_PORT != 9000 ]] && grep -q '<port>9000<' "$etc/config.d/spate-cluster.xml"; }; then
         die "$CH_CLUSTER_XML: could not rewrite every host/port (see $etc/config.d/spate-cluster.xml)"

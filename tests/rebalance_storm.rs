@@ -38,6 +38,9 @@
 //!   but so that the killed member's partitions, and with them its replay,
 //!   are known exactly.
 //!
+//! Also run at exactly-once, with cooperative and with eager (`range`)
+//! assignment.
+//!
 //! Not here: static membership (`group.instance.id`).
 
 #![allow(unknown_lints, clippy::manual_is_multiple_of)]
@@ -286,6 +289,35 @@ fn rebalance_storm_exactly_once_has_no_duplicates() {
     ));
     let dups = storm(&svc, &ch, &table, &["--delivery", "exactly-once"]);
     assert_eq!(dups, 0, "exactly-once storm left duplicates");
+}
+
+/// The exactly-once storm with eager (non-cooperative) assignment
+/// (`-X partition.assignment.strategy=range`): every rebalance revokes
+/// every member's partitions at once, and the guarantee must hold the same.
+#[test]
+fn rebalance_storm_exactly_once_eager_has_no_duplicates() {
+    let Some(svc) = services() else { return };
+    let _timer = Timer::start("rebalance_storm_exactly_once_eager");
+    let _lock = ch_shared_lock();
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let db = ch.fresh_db("storm_eos_eager");
+    let table = format!("{db}.t");
+    ch.exec(&format!(
+        "CREATE TABLE {table} (n UInt64, s String, _partition UInt32, _offset UInt64) \
+         ENGINE = ReplicatedMergeTree('/clickhouse/tables/{db}/t', 'r1') ORDER BY (_partition, _offset) \
+         SETTINGS replicated_deduplication_window = 10000"
+    ));
+    let extra = [
+        "--delivery",
+        "exactly-once",
+        "-X",
+        "partition.assignment.strategy=range",
+    ];
+    let dups = storm(&svc, &ch, &table, &extra);
+    assert_eq!(
+        dups, 0,
+        "exactly-once storm (eager assignment) left duplicates"
+    );
 }
 
 /// Run the storm into `table` with `extra` member flags; the duplicates.

@@ -144,11 +144,19 @@ impl<E: RowEncode> EncodeChain<E> {
     }
 
     /// The same chain cutting exactly-once blocks: one partition per
-    /// chunk, replays at the offsets `plans` recorded
-    /// ([`ShardWriter::exactly_once`]). Call before any lane is added.
+    /// block, replays at the offsets `plans` recorded
+    /// ([`ShardWriter::exactly_once`]). On several shards a keyed row goes
+    /// to its key's shard (a block's part per shard); without a key each
+    /// whole block goes to the shard its partition and first offset pick
+    /// ([`ShardWriter::route_blocks`]), not round robin, so a replay goes
+    /// where the first attempt went. Call before any lane is added.
     #[must_use]
     pub fn exactly_once(mut self, plans: Arc<dyn crate::sink::BlockPlans>) -> Self {
-        self.writer = self.writer.exactly_once(plans);
+        let mut writer = self.writer.exactly_once(plans);
+        if !self.keyed {
+            writer = writer.route_blocks(self.slots.clone());
+        }
+        self.writer = writer;
         self
     }
 

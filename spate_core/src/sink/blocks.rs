@@ -39,14 +39,30 @@ pub trait BlockPlans: Send + Sync + std::fmt::Debug {
     ) -> Result<Vec<(Offset, Offset)>, String>;
 }
 
-/// The open block of one lane, and the replayed blocks still ahead of it.
-#[derive(Debug)]
-pub(super) struct LaneBlock {
+/// One shard's part of an open block: its rows, in offset order.
+#[derive(Debug, Default)]
+pub(super) struct BlockPart {
     pub(super) data: Vec<u8>,
     pub(super) rows: u64,
+}
+
+/// The open block of one lane, and the replayed blocks still ahead of it.
+///
+/// A block is one offset range of one partition; on a sharded table it is
+/// split into one part per shard its rows go to. Every part is a function
+/// of the range alone (rows routed by their shard key hash, or the whole
+/// block to one shard chosen from the partition and first offset, see
+/// [`block_shard`]), so a replay of the range rebuilds the same parts.
+#[derive(Debug)]
+pub(super) struct LaneBlock {
+    /// Per shard (indexed by shard).
+    pub(super) parts: Vec<BlockPart>,
+    /// Rows over all parts.
+    pub(super) rows: u64,
+    /// Bytes over all parts.
+    pub(super) bytes: usize,
     pub(super) first: Offset,
     pub(super) last: Offset,
-    pub(super) shard: usize,
     /// Seal by age (free blocks only).
     pub(super) deadline: Option<Instant>,
     /// The open block is the replay of this recorded block.
@@ -58,18 +74,58 @@ pub(super) struct LaneBlock {
 
 impl Default for LaneBlock {
     fn default() -> Self {
+        Self::new(1)
+    }
+}
+
+impl LaneBlock {
+    /// An empty block for a table of `shards` shards.
+    pub(super) fn new(shards: usize) -> Self {
         LaneBlock {
-            data: Vec::new(),
+            parts: (0..shards.max(1)).map(|_| BlockPart::default()).collect(),
             rows: 0,
+            bytes: 0,
             first: Offset(-1),
             last: Offset(-1),
-            shard: 0,
             deadline: None,
             planned: None,
             plan: VecDeque::new(),
             looked_up: false,
         }
     }
+
+    /// The buffer the row at the block's next position on `shard` is
+    /// encoded into.
+    pub(super) fn buffer(&mut self, shard: usize) -> &mut Vec<u8> {
+        &mut self.parts[shard].data
+    }
+}
+
+/// The shard a whole block of an unkeyed table goes to: a slot of `slots`
+/// chosen by a stable hash (FNV-1a 64, never a per-process hasher) of the
+/// partition and the block's first offset, so every owner sends the
+/// replay of a block to the shard the first attempt went to (the slot
+/// table, i.e. shard count and weights, must not change in between).
+#[must_use]
+pub fn block_shard(slots: &[u16], partition: &PartitionId, first: Offset) -> usize {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let (p, f) = (partition.partition.to_le_bytes(), first.0.to_le_bytes());
+    let bytes = (partition.topic.as_bytes().iter())
+        .chain(&[0u8])
+        .chain(&p)
+        .chain(&f);
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    // FNV's low bits are weak (the modulus below reads them): mix them
+    // with the high ones (the SplitMix64 finalizer).
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^= h >> 31;
+    slots
+        .get((h % slots.len().max(1) as u64) as usize)
+        .map_or(0, |&s| usize::from(s))
 }
 
 /// What to do before appending a row.
@@ -126,17 +182,21 @@ impl LaneBlock {
         }
     }
 
-    /// Record an appended row at `offset`; `deadline` is the age limit a
-    /// free block gets at its first row.
+    /// Record a row at `offset` appended to `shard`'s part
+    /// ([`buffer`](Self::buffer)), `len` bytes before the append;
+    /// `deadline` is the age limit a free block gets at its first row.
     pub(super) fn appended(
         &mut self,
         offset: Offset,
         shard: usize,
+        len: usize,
         deadline: impl FnOnce() -> Instant,
     ) {
+        let part = &mut self.parts[shard];
+        part.rows += 1;
+        self.bytes += part.data.len().saturating_sub(len);
         if self.rows == 0 {
             self.first = offset;
-            self.shard = shard;
             self.planned = self
                 .plan
                 .front()
@@ -175,15 +235,26 @@ impl LaneBlock {
         self.rows > 0 && self.planned.is_some_and(|(_, last)| self.last < last)
     }
 
-    /// Take the open block's rows and reset it (the plan stays).
-    pub(super) fn take(&mut self) -> (Vec<u8>, u64) {
+    /// Take the open block's non-empty parts `(shard, data, rows)` in
+    /// shard order and reset it (the plan stays).
+    pub(super) fn take(&mut self) -> Vec<(usize, Vec<u8>, u64)> {
         if self.planned.is_some() {
             self.plan.pop_front();
         }
         self.planned = None;
         self.deadline = None;
-        let rows = std::mem::take(&mut self.rows);
-        (std::mem::take(&mut self.data), rows)
+        self.rows = 0;
+        self.bytes = 0;
+        (self.parts.iter_mut().enumerate())
+            .filter(|(_, p)| p.rows > 0)
+            .map(|(shard, p)| {
+                (
+                    shard,
+                    std::mem::take(&mut p.data),
+                    std::mem::take(&mut p.rows),
+                )
+            })
+            .collect()
     }
 }
 
@@ -222,28 +293,28 @@ mod tests {
         b.set_plan(o(0), vec![(o(0), o(2)), (o(5), o(6))]);
         for off in 0..=2 {
             assert_eq!(b.before(o(off)), Before::Append);
-            b.appended(o(off), 0, || now);
+            b.appended(o(off), 0, 0, || now);
             assert_eq!(b.complete(true), off == 2, "offset {off}");
         }
         assert!(!b.due(now), "a replay ignores the age limit");
         b.take();
         // A free block between the replays ends before the next one.
         b.before(o(3));
-        b.appended(o(3), 0, || now);
+        b.appended(o(3), 0, 0, || now);
         assert!(!b.complete(false));
         b.before(o(4));
-        b.appended(o(4), 0, || now);
+        b.appended(o(4), 0, 0, || now);
         assert!(b.complete(false), "offset 5 starts a replayed block");
         b.take();
         // Offsets with a hole: a free block reaching past the start seals first.
         let mut c = LaneBlock::default();
         c.set_plan(o(0), vec![(o(5), o(6))]);
         c.before(o(3));
-        c.appended(o(3), 0, || now);
+        c.appended(o(3), 0, 0, || now);
         assert_eq!(c.before(o(6)), Before::SealFirst);
         c.take();
         assert_eq!(c.before(o(6)), Before::Append);
-        c.appended(o(6), 0, || now);
+        c.appended(o(6), 0, 0, || now);
         assert!(c.complete(false));
     }
 
@@ -252,10 +323,11 @@ mod tests {
         let now = Instant::now();
         let mut b = LaneBlock::default();
         b.set_plan(o(0), vec![(o(0), o(9))]);
-        b.appended(o(0), 0, || now);
+        b.appended(o(0), 0, 0, || now);
         assert!(b.partial_replay());
-        let (_, rows) = b.take();
-        assert_eq!(rows, 1);
+        let parts = b.take();
+        assert_eq!(parts.len(), 1);
+        assert_eq!(parts[0].2, 1);
         assert!(!b.partial_replay());
     }
 }

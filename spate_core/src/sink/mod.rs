@@ -29,7 +29,7 @@ mod blocks;
 mod queue;
 mod writer;
 
-pub use blocks::BlockPlans;
+pub use blocks::{block_shard, BlockPlans};
 pub use queue::{shard_bit, QueueDepths, QueueTicket, ShardQueues, ShardReceiver};
 pub use writer::{BatchLimits, ShardWriter};
 

@@ -29,13 +29,17 @@
 //! made only of skipped offsets has no chunk to ride in: at the next flush
 //! (or one batch interval later) it goes out as a row-less [`Chunk`] on
 //! the writer's skip shard, which the sink acknowledges without inserting anything.
+//! (see [`super::blocks`]). On a sharded table a block is one segment of
+//! one part per shard: rows go to the shard their key routes them to, or
+//! (unkeyed, [`route_blocks`](ShardWriter::route_blocks)) the whole block
+//! to the shard its partition and first offset pick.
 //!
 //! Time: a chunk's age deadline is read from the writer's injected
 //! [`Clock`] (the runtime's clock; a [`ManualClock`](crate::clock::ManualClock)
 //! in tests), and [`tick`](ShardWriter::tick) is given the driver's reading
 //! of the same clock.
 
-use super::blocks::{Before, BlockPlans, LaneBlock};
+use super::blocks::{block_shard, Before, BlockPlans, LaneBlock};
 use super::{Chunk, ChunkSpan, RowIndex, RowOrigin, ShardQueues};
 use crate::checkpoint::{AckRange, PendingGate};
 use crate::clock::{self, SharedClock};
@@ -144,6 +148,9 @@ pub struct ShardWriter {
     skip_shard: usize,
     /// Schema version the chunks are tagged with ([`Chunk::schema`]).
     schema: u64,
+    /// Exactly-once on an unkeyed table: each whole block goes to the
+    /// shard [`block_shard`] picks from this slot table.
+    block_slots: Option<Arc<[u16]>>,
 }
 
 impl ShardWriter {
@@ -162,6 +169,7 @@ impl ShardWriter {
             skip_deadline: None,
             skip_shard: 0,
             schema: 0,
+            block_slots: None,
         }
     }
 
@@ -179,6 +187,16 @@ impl ShardWriter {
     /// [`flush`](Self::flush)es first, so no chunk mixes two versions.
     pub fn set_schema(&mut self, version: u64) {
         self.schema = version;
+    }
+
+    /// Exactly-once on a table without a shard key: the shard a row is
+    /// appended with is ignored, each whole block goes to the shard
+    /// [`block_shard`] picks from `slots` for its partition and first
+    /// offset (so a replay goes where the first attempt went).
+    #[must_use]
+    pub fn route_blocks(mut self, slots: Arc<[u16]>) -> Self {
+        self.block_slots = Some(slots);
+        self
     }
 
     /// The same writer reading chunk ages from `clock`.
@@ -235,7 +253,7 @@ impl ShardWriter {
             open_parts: 0,
             sealed: Vec::new(),
             fed: 0,
-            block: self.plans.is_some().then(LaneBlock::default),
+            block: (self.plans.is_some()).then(|| LaneBlock::new(self.open.len())),
             skipped: false,
         };
         if let Some(slot) = self.lanes.iter().position(Option::is_none) {
@@ -503,18 +521,29 @@ impl ShardWriter {
             limits,
             clock,
             rng,
+            block_slots,
             ..
         } = self;
         let lane = lanes[slot].as_mut().expect("registered lane");
         let block = lane.block.as_mut().expect("exactly-once lane");
-        if let Err(e) = encode(&mut block.data) {
+        let shard = match (block_slots, &lane.partition) {
+            (Some(slots), Some(p)) => {
+                let first = if block.rows == 0 { offset } else { block.first };
+                block_shard(slots, p, first)
+            }
+            _ => shard,
+        };
+        let buffer = block.buffer(shard);
+        let len = buffer.len();
+        if let Err(e) = encode(buffer) {
+            buffer.truncate(len);
             return Ok(Err(e));
         }
-        block.appended(offset, shard, || {
+        block.appended(offset, shard, len, || {
             let jitter = limits.interval.mul_f64(limits.jitter * unit(rng));
             clock.now() + limits.interval + jitter
         });
-        let full = block.rows >= limits.rows || block.data.len() >= limits.bytes;
+        let full = block.rows >= limits.rows || block.bytes >= limits.bytes;
         let complete = block.complete(full);
         lane.fed |= super::queue::shard_bit(shard);
         if let Some(g) = &lane.gate {
@@ -555,7 +584,8 @@ impl ShardWriter {
         Ok(())
     }
 
-    /// Seal lane `slot`'s open block into a one-segment chunk.
+    /// Seal lane `slot`'s open block into one segment with a part (a
+    /// chunk) per shard its rows went to, each part acknowledged on its own.
     fn seal_block(&mut self, slot: usize) -> Result<(), ChainError> {
         let Some(lane) = self.lanes.get_mut(slot).and_then(Option::as_mut) else {
             return Ok(());
@@ -563,40 +593,44 @@ impl ShardWriter {
         let Some(block) = lane.block.as_mut().filter(|b| b.rows > 0) else {
             return Ok(());
         };
-        let (first, last, shard) = (block.first, block.last, block.shard);
-        let (data, rows) = block.take();
+        let (first, last) = (block.first, block.last);
+        let parts = block.take();
         let seq = lane.seq;
         lane.seq += 1;
-        let spans: Vec<ChunkSpan> = (lane.partition.clone())
-            .map(|partition| ChunkSpan {
-                partition,
-                first,
-                last,
+        let count = parts.len() as u32;
+        for (shard, data, rows) in parts {
+            let spans: Vec<ChunkSpan> = (lane.partition.clone())
+                .map(|partition| ChunkSpan {
+                    partition,
+                    first,
+                    last,
+                    rows,
+                })
+                .into_iter()
+                .collect();
+            let chunk = Chunk {
+                shard,
                 rows,
-            })
-            .into_iter()
-            .collect();
-        let chunk = Chunk {
-            shard,
-            rows,
-            data,
-            acks: vec![AckRange {
-                lane: lane.id,
-                seq,
-                parts: 1,
-                part: shard as u32,
-                start: first,
-                end: last,
-                rows,
-            }],
-            spans: spans.into(),
-            ticket: None,
-            index: Box::default(),
-            schema: self.schema,
-        };
-        self.queues
-            .push(chunk)
-            .map_err(|_| ChainError::QueueClosed { shard })
+                data,
+                acks: vec![AckRange {
+                    lane: lane.id,
+                    seq,
+                    parts: count,
+                    part: shard as u32,
+                    start: first,
+                    end: last,
+                    rows,
+                }],
+                spans: spans.into(),
+                ticket: None,
+                index: Box::default(),
+                schema: self.schema,
+            };
+            self.queues
+                .push(chunk)
+                .map_err(|_| ChainError::QueueClosed { shard })?;
+        }
+        Ok(())
     }
 
     fn seal(&mut self, shard: usize) -> Result<(), ChainError> {

@@ -345,3 +345,101 @@ fn multi_shard_segment_needs_every_shard() {
     assert_eq!(cp.watermark(LaneId(1)), Some(Watermark(4)));
     assert_eq!(cp.total_pending_rows(), 0);
 }
+
+/// Exactly-once on two shards, keyed: a block is one segment split into
+/// one part per shard, both cut at the block's offsets; the watermark
+/// moves only once both parts are acknowledged, and a replay of the range
+/// rebuilds the same parts.
+#[test]
+fn exactly_once_block_splits_into_deterministic_shard_parts() {
+    let cut = |plans: Vec<(Offset, Offset)>, from: i64| {
+        let (q, mut rx) = ShardQueues::new(2, 1 << 20, 1 << 19);
+        let mut w = ShardWriter::new(q, limits(4), 1).exactly_once(Arc::new(Recorded(0, plans)));
+        let mut cp = Checkpointer::new();
+        let gate = cp.add_lane(LaneId(1), PartitionId::new("t", 0), 1000);
+        let slot = w.add_partition_lane(LaneId(1), PartitionId::new("t", 0), Some(gate));
+        for off in from..from + 4 {
+            let shard = (off % 3 == 0) as usize;
+            w.append(slot, shard, Offset(off), |o: &mut Vec<u8>| {
+                o.push(off as u8);
+                Ok::<(), ()>(())
+            })
+            .unwrap()
+            .unwrap();
+        }
+        let parts: Vec<Chunk> = (0..2).filter_map(|s| rx[s].try_recv()).collect();
+        (parts, cp)
+    };
+    let (parts, mut cp) = cut(Vec::new(), 0);
+    assert_eq!(parts.len(), 2, "one part per shard");
+    let view: Vec<_> = (parts.iter())
+        .map(|c| {
+            (
+                c.shard,
+                c.data.clone(),
+                c.acks[0].parts,
+                c.acks[0].part,
+                c.spans[0].first,
+                c.spans[0].last,
+                c.spans[0].rows,
+            )
+        })
+        .collect();
+    assert_eq!(
+        view,
+        vec![
+            (0, vec![1, 2], 2, 0, Offset(0), Offset(3), 2),
+            (1, vec![0, 3], 2, 1, Offset(0), Offset(3), 2),
+        ]
+    );
+    cp.ack(&parts[0].acks[0]);
+    assert_eq!(
+        cp.watermark(LaneId(1)),
+        None,
+        "shard 1's part is not in yet"
+    );
+    cp.ack(&parts[1].acks[0]);
+    assert_eq!(cp.watermark(LaneId(1)), Some(Watermark(4)));
+    // The replay of the recorded range is cut into the same parts.
+    let (again, _) = cut(vec![(Offset(0), Offset(3))], 0);
+    let bytes = |cs: &[Chunk]| {
+        cs.iter()
+            .map(|c| (c.shard, c.data.clone(), c.spans.to_vec()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(bytes(&again), bytes(&parts));
+}
+
+/// Exactly-once on two shards without a key: the shard a row comes with
+/// is ignored; each whole block goes to the shard its partition and first
+/// offset pick, whoever cuts it.
+#[test]
+fn exactly_once_unkeyed_block_goes_to_its_chosen_shard() {
+    let slots: Arc<[u16]> = Arc::from(vec![0u16, 1]);
+    let (q, mut rx) = ShardQueues::new(2, 1 << 20, 1 << 19);
+    let plans = Arc::new(Recorded(0, Vec::new()));
+    let mut w = ShardWriter::new(q, limits(2), 1)
+        .exactly_once(plans)
+        .route_blocks(slots.clone());
+    let p = PartitionId::new("t", 0);
+    let slot = w.add_partition_lane(LaneId(1), p.clone(), None);
+    for off in 0..40 {
+        w.append(slot, (off % 2) as usize, Offset(off), row)
+            .unwrap()
+            .unwrap();
+    }
+    let mut seen = [0; 2];
+    for (s, rx) in rx.iter_mut().enumerate() {
+        while let Some(c) = rx.try_recv() {
+            assert_eq!(c.rows, 2, "the whole block in one part");
+            assert_eq!(c.acks[0].parts, 1);
+            assert_eq!(s, block_shard(&slots, &p, c.spans[0].first));
+            seen[s] += 1;
+        }
+    }
+    assert_eq!(seen[0] + seen[1], 20);
+    assert!(
+        seen[0] > 0 && seen[1] > 0,
+        "blocks spread over both shards: {seen:?}"
+    );
+}

@@ -68,7 +68,7 @@ impl IntentLog {
         let sql = format!(
             "CREATE TABLE IF NOT EXISTS {}.{STATE_TABLE} (target String, topic String, \
              partition Int32, first Int64, last Int64, shard UInt32, at DateTime DEFAULT now()) \
-             ENGINE = ReplacingMergeTree() ORDER BY (target, topic, partition, first, last)",
+             ENGINE = ReplacingMergeTree() ORDER BY (target, topic, partition, first, last, shard)",
             crate::client::ident(db)
         );
         client.execute(&sql, &[]).await?;
@@ -246,27 +246,48 @@ pub(crate) fn check(
     Ok(passed)
 }
 
-/// Exactly-once at start: refuse what it does not cover yet (several
-/// shards, a shard key), check the table deduplicates (adding what the
-/// inserts need to `settings`), and open the intent log on `seed`.
+/// Exactly-once at start: check the target table deduplicates on every
+/// shard (adding what the inserts need to `settings`), and open the intent
+/// log on `seed` (one log for all shards: a block's parts are recorded
+/// per shard there).
 pub(crate) async fn prepare(
     spec: &super::spec::SinkSpec,
     seed: &ChClient,
-    shards: usize,
+    shards: &[std::sync::Arc<super::shard::Shard<ChClient>>],
     settings: &mut Vec<(String, String)>,
 ) -> Result<std::sync::Arc<IntentLog>, super::error::SinkError> {
     use super::error::SinkError;
     let table = spec.table.to_string();
-    if shards != 1 || !spec.shard_key.is_empty() {
-        return Err(SinkError::Config(format!(
-            "--delivery exactly-once supports one shard without --shard-key for now; {table} has {shards} shard(s)"
-        )));
+    let mut checked = 0;
+    let mut engine = String::new();
+    for shard in shards {
+        let Some(replica) = shard.replicas.first() else {
+            continue;
+        };
+        let facts = facts(&replica.client, &spec.table.db, &spec.table.table)
+            .await
+            .map_err(|e| {
+                SinkError::Config(format!(
+                    "exactly-once preflight of {table} on shard {} ({}): {e}",
+                    shard.label, replica.url
+                ))
+            })?;
+        let here = check(&table, replica.client.features(), &facts).map_err(|e| {
+            SinkError::Config(format!("{e} (shard {}, {})", shard.label, replica.url))
+        })?;
+        engine = facts.engine;
+        checked += 1;
+        // Every shard's needs (a view on one shard is enough to need the
+        // setting on all inserts).
+        for kv in here.settings {
+            if !settings.contains(&kv) {
+                settings.push(kv);
+            }
+        }
     }
-    let facts = facts(seed, &spec.table.db, &spec.table.table)
-        .await
-        .map_err(|e| SinkError::Config(format!("exactly-once preflight of {table}: {e}")))?;
-    let passed = check(&table, seed.features(), &facts).map_err(SinkError::Config)?;
-    settings.extend(passed.settings);
+    if checked == 0 {
+        return Err(SinkError::Config(format!("{table}: no shard to check")));
+    }
     let log = IntentLog::open(
         seed.clone(),
         &spec.table.db,
@@ -280,7 +301,7 @@ pub(crate) async fn prepare(
             spec.table.db
         ))
     })?;
-    tracing::info!(table, engine = %facts.engine, state = %format!("{}.{STATE_TABLE}", spec.table.db), "exactly-once delivery: the table deduplicates");
+    tracing::info!(table, engine = %engine, shards = shards.len(), state = %format!("{}.{STATE_TABLE}", spec.table.db), "exactly-once delivery: the table deduplicates");
     Ok(std::sync::Arc::new(log))
 }
 

@@ -100,7 +100,7 @@ impl SinkPool {
         // Exactly-once settings go into the template, so every schema
         // version the table goes through inserts with them.
         let intents = if spec.exactly_once {
-            Some(super::intent::prepare(spec, seed, shards.len(), &mut template.settings).await?)
+            Some(super::intent::prepare(spec, seed, &shards, &mut template.settings).await?)
         } else {
             None
         };
