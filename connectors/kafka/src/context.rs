@@ -10,7 +10,7 @@
 //! threads keep the consumer alive but do not touch this state.
 
 use crate::connect::{record_error, Diagnosed, FailureLog};
-use crate::lane::Fence;
+use crate::fence::Fence;
 use crate::rendezvous::Request;
 use crossbeam_channel::Sender;
 use rdkafka::consumer::base_consumer::PartitionQueue;

@@ -26,43 +26,6 @@ use std::ffi::CString;
 use std::ptr::NonNull;
 use std::time::Instant;
 
-/// A lane's tenure of its partition, ended by the rebalance callback
-/// (revoked or lost) before librdkafka gives the partition up. The lane
-/// takes messages off the fetch queue only while holding it, so once a
-/// revocation's `end` returns no take of the old lane runs or can start:
-/// the old and the new lane of a re-assigned partition share librdkafka's
-/// fetch queue, and a take straddling the re-assignment would hand the
-/// new assignment's messages out under the old lane's ID.
-#[derive(Debug)]
-pub(crate) struct Fence {
-    held: std::sync::Mutex<bool>,
-}
-
-impl Fence {
-    pub(crate) fn new() -> Self {
-        Self {
-            held: std::sync::Mutex::new(true),
-        }
-    }
-
-    /// The tenure for one take, `None` once ended.
-    fn hold(&self) -> Option<std::sync::MutexGuard<'_, bool>> {
-        let g = self
-            .held
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        (*g).then_some(g)
-    }
-
-    /// End the tenure; waits for a take in progress.
-    pub(crate) fn end(&self) {
-        *self
-            .held
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = false;
-    }
-}
-
 /// A lane reached the end of its partition.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct LaneEnd {
@@ -87,7 +50,7 @@ pub struct KafkaLane {
     ended: bool,
     /// Transient fetch errors since the last message.
     fetch_errors: FetchErrors,
-    fence: std::sync::Arc<Fence>,
+    fence: std::sync::Arc<crate::fence::Fence>,
 }
 
 impl KafkaLane {
@@ -99,7 +62,7 @@ impl KafkaLane {
         split: PartitionQueue<SpateContext>,
         until_end: bool,
         ended_tx: Sender<LaneEnd>,
-        fence: std::sync::Arc<Fence>,
+        fence: std::sync::Arc<crate::fence::Fence>,
     ) -> Option<Self> {
         let raw = RawQueue::new(consumer, &partition.topic, partition.partition)?;
         Some(Self {
@@ -424,35 +387,5 @@ fn bytes<'a>(ptr: *mut std::ffi::c_void, len: usize) -> Option<&'a [u8]> {
         // SAFETY: librdkafka's payload/key pointer and length, valid while
         // the message lives (the caller's lifetime 'a is the batch's).
         Some(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Fence;
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    #[test]
-    fn ending_a_fence_waits_for_the_take_that_holds_it() {
-        let fence = Arc::new(Fence::new());
-        let held = fence.hold().expect("a fresh fence is held");
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        let ender = {
-            let fence = fence.clone();
-            std::thread::spawn(move || {
-                fence.end();
-                let _ = tx.send(());
-            })
-        };
-        assert!(
-            rx.recv_timeout(Duration::from_millis(200)).is_err(),
-            "the fence ended while a take held it"
-        );
-        drop(held);
-        rx.recv_timeout(Duration::from_secs(10))
-            .expect("the fence ends once the take is done");
-        ender.join().unwrap();
-        assert!(fence.hold().is_none(), "an ended fence is never held again");
     }
 }

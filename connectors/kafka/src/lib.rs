@@ -30,6 +30,7 @@ pub mod config;
 pub mod connect;
 mod context;
 mod dead_letter;
+mod fence;
 mod fetch_error;
 mod lane;
 mod rebalance;

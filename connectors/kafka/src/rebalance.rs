@@ -79,7 +79,7 @@ impl SpateContext {
             tracing::info!(%partition, lane = %id, "partition assigned");
             shared.lanes.insert(partition.clone(), id);
             shared.by_id.insert(id, partition.clone());
-            let fence = std::sync::Arc::new(crate::lane::Fence::new());
+            let fence = std::sync::Arc::new(crate::fence::Fence::new());
             shared.fences.insert(id, fence.clone());
             shared.new_lanes.push(SplitPartition {
                 id,
