@@ -76,6 +76,21 @@ pub trait Headers: fmt::Debug {
     fn get(&self, index: usize) -> Option<(&[u8], Option<&[u8]>)>;
 }
 
+/// Headers copied out of a message (a dead letter keeps its original's).
+pub type OwnedHeaders = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+
+/// An owned copy of `headers` (empty for none).
+#[must_use]
+pub fn owned_headers(headers: Option<&dyn Headers>) -> OwnedHeaders {
+    let Some(h) = headers else {
+        return Vec::new();
+    };
+    (0..h.count())
+        .filter_map(|i| h.get(i))
+        .map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec)))
+        .collect()
+}
+
 /// Headers held as a slice of `(name, value)`, for tests and sources that
 /// own them.
 #[derive(Clone, Copy, Debug)]

@@ -35,6 +35,10 @@ const COLUMNS: &[(&str, &str)] = &[
     ("stage", "String"),
     ("error", "String"),
     ("column", "Nullable(String)"),
+    // The original message's headers, in the Kafka engine's shape (a null
+    // value as '').
+    ("headers.name", "Array(String)"),
+    ("headers.value", "Array(String)"),
 ];
 
 /// A dead-letter table on one server.
@@ -96,16 +100,7 @@ impl ChDeadLetters {
 /// One letter as a RowBinary row of [`COLUMNS`].
 fn row(letter: &DeadLetter) -> Vec<u8> {
     fn string(out: &mut Vec<u8>, s: &[u8]) {
-        let mut n = s.len() as u64;
-        loop {
-            let byte = (n & 0x7f) as u8;
-            n >>= 7;
-            if n == 0 {
-                out.push(byte);
-                break;
-            }
-            out.push(byte | 0x80);
-        }
+        varint(out, s.len());
         out.extend_from_slice(s);
     }
     fn nullable(out: &mut Vec<u8>, s: Option<&[u8]>) {
@@ -133,7 +128,33 @@ fn row(letter: &DeadLetter) -> Vec<u8> {
     string(&mut out, letter.stage.as_str().as_bytes());
     string(&mut out, letter.error.as_bytes());
     nullable(&mut out, letter.column.as_deref().map(str::as_bytes));
+    let headers = &letter.original_headers;
+    for pick in [0, 1] {
+        varint(&mut out, headers.len());
+        for (k, v) in headers {
+            let s = if pick == 0 {
+                &k[..]
+            } else {
+                v.as_deref().unwrap_or_default()
+            };
+            string(&mut out, s);
+        }
+    }
     out
+}
+
+/// A length in RowBinary (of a string or an array): LEB128.
+fn varint(out: &mut Vec<u8>, n: usize) {
+    let mut n = n as u64;
+    loop {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            out.push(byte);
+            break;
+        }
+        out.push(byte | 0x80);
+    }
 }
 
 impl DeadLetterSink for ChDeadLetters {
@@ -196,6 +217,7 @@ mod tests {
             stage: Stage::Insert,
             error: "e".into(),
             column: Some("a".into()),
+            original_headers: vec![(b"h".to_vec(), Some(b"v".to_vec())), (b"n".to_vec(), None)],
         };
         let r = row(&letter);
         let mut want = vec![1, b't'];
@@ -206,6 +228,8 @@ mod tests {
         want.extend_from_slice(&[6]);
         want.extend_from_slice(b"insert");
         want.extend_from_slice(&[1, b'e', 0, 1, b'a']);
+        // headers.name ['h', 'n'], headers.value ['v', ''].
+        want.extend_from_slice(&[2, 1, b'h', 1, b'n', 2, 1, b'v', 0]);
         assert_eq!(r, want);
     }
 }

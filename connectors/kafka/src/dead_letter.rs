@@ -79,7 +79,16 @@ impl KafkaDeadLetters {
     fn send_once(&self, letter: &DeadLetter) -> Result<(), KafkaError> {
         let (tx, rx) = mpsc::sync_channel(1);
         let extra = letter.headers();
-        let mut headers = OwnedHeaders::new_with_capacity(extra.len());
+        let original = &letter.original_headers;
+        let mut headers = OwnedHeaders::new_with_capacity(original.len() + extra.len());
+        // The original's headers first (a name that is not UTF-8 is kept
+        // as its lossy text: Kafka header names are strings), then spate's.
+        for (key, value) in original {
+            headers = headers.insert(Header {
+                key: &String::from_utf8_lossy(key),
+                value: value.as_deref(),
+            });
+        }
         for (key, value) in &extra {
             headers = headers.insert(Header {
                 key,

@@ -8,7 +8,7 @@
 //! the caller (backpressure); nothing is dropped.
 
 use super::Stage;
-use crate::record::Message;
+use crate::record::{owned_headers, Message, OwnedHeaders};
 
 /// One rejected message, owned (it may cross threads).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,6 +31,8 @@ pub struct DeadLetter {
     pub error: String,
     /// The column, when known.
     pub column: Option<String>,
+    /// The original message's headers, in order.
+    pub original_headers: OwnedHeaders,
 }
 
 impl DeadLetter {
@@ -47,10 +49,12 @@ impl DeadLetter {
             stage,
             error: cut(error, 1000).to_owned(),
             column: column.map(str::to_owned),
+            original_headers: owned_headers(msg.headers),
         }
     }
 
-    /// The headers a dead-letter record carries besides the original's:
+    /// The headers a dead-letter record carries after the original's
+    /// ([`original_headers`](Self::original_headers)):
     /// `spate.error`, `spate.stage`, `spate.topic`, `spate.partition`,
     /// `spate.offset` and, when known, `spate.column`.
     #[must_use]
@@ -149,5 +153,30 @@ mod tests {
         );
         assert_eq!(h[1].1, "decode");
         assert_eq!((h[3].1.as_str(), h[4].1.as_str()), ("3", "77"));
+        assert!(l.original_headers.is_empty());
+    }
+
+    /// The original's headers travel with the letter (and with the row
+    /// kept for an insert-stage letter), in order, a null value kept null.
+    #[test]
+    fn a_letter_keeps_the_original_headers() {
+        let pairs: [(&[u8], Option<&[u8]>); 2] = [(b"trace", Some(b"t-1")), (b"none", None)];
+        let headers = crate::record::SliceHeaders(&pairs);
+        let msg = Message {
+            topic: "events",
+            partition: 0,
+            offset: 1,
+            timestamp_ms: None,
+            key: None,
+            payload: Some(b"x"),
+            headers: Some(&headers),
+        };
+        let want = vec![
+            (b"trace".to_vec(), Some(b"t-1".to_vec())),
+            (b"none".to_vec(), None),
+        ];
+        let l = DeadLetter::of(&msg, Stage::Decode, "e", None);
+        assert_eq!(l.original_headers, want);
+        assert_eq!(crate::sink::Original::of(&msg).headers, want);
     }
 }

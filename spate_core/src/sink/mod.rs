@@ -96,6 +96,8 @@ pub struct Original {
     pub value: Option<Vec<u8>>,
     /// Its timestamp (ms since the epoch).
     pub timestamp_ms: Option<i64>,
+    /// Its headers.
+    pub headers: crate::record::OwnedHeaders,
 }
 
 impl Original {
@@ -106,11 +108,18 @@ impl Original {
             key: msg.key.map(<[u8]>::to_vec),
             value: msg.payload.map(<[u8]>::to_vec),
             timestamp_ms: msg.timestamp_ms,
+            headers: crate::record::owned_headers(msg.headers),
         }
     }
 
     fn bytes(&self) -> usize {
-        self.key.as_ref().map_or(0, Vec::len) + self.value.as_ref().map_or(0, Vec::len) + 32
+        let headers: usize = (self.headers.iter())
+            .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len) + 48)
+            .sum();
+        self.key.as_ref().map_or(0, Vec::len)
+            + self.value.as_ref().map_or(0, Vec::len)
+            + 32
+            + headers
     }
 }
 

@@ -406,6 +406,7 @@ impl<C: InsertTarget> Worker<C> {
                     stage: Stage::Insert,
                     error: message.to_owned(),
                     column: None,
+                    original_headers: o.headers.clone(),
                 })),
                 None => Err(fail(
                     " (its original message was not kept for a dead letter)",

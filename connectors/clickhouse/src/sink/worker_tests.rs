@@ -264,6 +264,7 @@ impl Harness {
                     key: None,
                     value: Some(vec![b'v', i]),
                     timestamp_ms: Some(1000 + i64::from(i)),
+                    headers: Vec::new(),
                 })
                 .collect(),
         });
