@@ -1,5 +1,7 @@
 //! End to end: `--on-error dead-letter --dead-letter-table` with the
-//! dead-letter table's server frozen (SIGSTOP) for 10 s mid-run.
+//! dead-letter table's server frozen (SIGSTOP) for 10 s mid-run; while it
+//! is, `/readyz` is 503 naming the dead-letter table (after
+//! `--stall-timeout`), so the wait is never silent.
 //!
 //! The pipeline writes to ClickHouse 18.16; the dead-letter table lives on
 //! the 26.9 server (`--dead-letter-clickhouse-url`), so that server can be
@@ -69,9 +71,15 @@ fn dead_letter_table_server_frozen_mid_run() {
     let bad: Vec<usize> = (0..N).filter(|i| [7, 32].contains(&(i % 50))).collect();
     let good = N - bad.len();
 
+    let port = free_port();
+    let admin = format!("127.0.0.1:{port}");
     let mut args = run_args(&svc, &topic, &group, &table);
     args.extend(
         [
+            "--admin-addr",
+            &admin,
+            "--stall-timeout",
+            "1s",
             "--until-end",
             "--on-error",
             "dead-letter",
@@ -82,7 +90,7 @@ fn dead_letter_table_server_frozen_mid_run() {
             "--batch-rows",
             "200",
             "--insert-timeout",
-            "5s",
+            "2s",
         ]
         .map(String::from),
     );
@@ -112,6 +120,25 @@ fn dead_letter_table_server_frozen_mid_run() {
     assert!(
         !spate.has_exited(),
         "the run ended while the dead-letter table was frozen"
+    );
+    // Waiting for the table is not silent: /readyz names it.
+    let ready = wait_for(
+        "/readyz 503 naming the frozen dead-letter table",
+        Duration::from_secs(9).saturating_sub(frozen_at.elapsed()),
+        Duration::from_millis(200),
+        || match http_get(port, "/readyz") {
+            Some(r)
+                if r.starts_with("HTTP/1.1 503")
+                    && r.contains(&format!("dead-letter table {letters}")) =>
+            {
+                Ok(r)
+            }
+            other => Err(format!("{other:?}")),
+        },
+    );
+    eprintln!(
+        "[e2e_policy_dead_letter_table] /readyz while frozen: {}",
+        ready.lines().last().unwrap_or("")
     );
     std::thread::sleep(Duration::from_secs(10).saturating_sub(frozen_at.elapsed()));
     signal(&modern_pid, libc::SIGCONT);

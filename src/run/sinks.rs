@@ -14,6 +14,7 @@ use crate::exit::Exit;
 use crate::settings::{sink_spec, Validated};
 use spate_clickhouse::{ChClient, ChClientOptions, ChDeadLetters, RetryPolicy, TableRef};
 use spate_clickhouse::{EncoderFactory, PreparedSink, SinkPool, SinkSpec};
+use spate_core::health::TransientStalls;
 use spate_core::metrics::Metrics;
 use spate_core::pipeline::SinkRuntime;
 use spate_core::policy::{AllOf, DeadLetterSink, Rejections};
@@ -114,15 +115,18 @@ pub(super) fn spawn_all(
     let mut routes = Vec::with_capacity(prepared.len());
     for (p, (_, a)) in prepared.into_iter().zip(pipelines) {
         let n = p.shards();
+        // The sink's workers and the dead-letter destinations report what
+        // keeps failing here; /readyz names it after --stall-timeout.
+        let stalls = TransientStalls::new(spate_core::clock::system());
         let rejections = Rejections::with_dead_letters(
             a.error_policy(),
             metrics,
             spate_core::clock::system(),
-            dead_letters(a, io)?,
+            dead_letters(a, io, &stalls)?,
         );
         let pool = p
             .with_rejections(rejections.clone())
-            .with_stall_timeout(a.stall_timeout)
+            .with_stalls(stalls, a.stall_timeout)
             .spawn(
                 &queues,
                 receivers.by_ref().take(n).collect(),
@@ -157,15 +161,18 @@ pub(super) fn spawn_all(
 fn dead_letters(
     a: &RunArgs,
     io: &tokio::runtime::Runtime,
+    stalls: &Arc<TransientStalls>,
 ) -> Result<Option<Arc<dyn DeadLetterSink>>, Exit> {
     let mut all: Vec<Arc<dyn DeadLetterSink>> = Vec::new();
     if let Some(topic) = &a.dead_letter_topic {
         let producer = KafkaDeadLetters::new(&a.brokers, topic, &a.properties)
             .map_err(|e| Exit::usage(format!("--dead-letter-topic {topic}: {e}")))?;
-        all.push(Arc::new(producer));
+        all.push(Arc::new(producer.with_stalls(stalls.clone())));
     }
     if let Some(table) = &a.dead_letter_table {
-        all.push(Arc::new(dead_letter_table(a, table, io)?));
+        all.push(Arc::new(
+            dead_letter_table(a, table, io)?.with_stalls(stalls.clone()),
+        ));
     }
     Ok(match all.len() {
         0 => None,

@@ -22,7 +22,9 @@ use crate::classify::ErrorClass;
 use crate::client::{ChClient, ClientError};
 use crate::sink::{RetryPolicy, TableRef};
 use bytes::Bytes;
+use spate_core::health::TransientStalls;
 use spate_core::policy::{DeadLetter, DeadLetterSink};
+use std::sync::Arc;
 
 /// The columns spate writes (in order), as `name type`.
 const COLUMNS: &[(&str, &str)] = &[
@@ -50,6 +52,8 @@ pub struct ChDeadLetters {
     insert_settings: Vec<(String, String)>,
     /// Send an `insert_deduplication_token` per letter.
     dedup: bool,
+    /// Where a letter waiting out an outage is reported (`/readyz`).
+    stalls: Option<Arc<TransientStalls>>,
 }
 
 impl ChDeadLetters {
@@ -93,7 +97,17 @@ impl ChDeadLetters {
             insert_settings: crate::sink::dead_letter_insert_settings(&client),
             dedup,
             client,
+            stalls: None,
         })
+    }
+
+    /// Report a letter that keeps failing to `stalls`, so `/readyz` turns
+    /// 503 naming this table once it has not cleared for `--stall-timeout`
+    /// (the pipeline waits for it meanwhile).
+    #[must_use]
+    pub fn with_stalls(mut self, stalls: Arc<TransientStalls>) -> Self {
+        self.stalls = Some(stalls);
+        self
     }
 }
 
@@ -172,8 +186,9 @@ impl DeadLetterSink for ChDeadLetters {
             );
             settings.push(("insert_deduplication_token".into(), token));
         }
+        let who = format!("dead-letter {}", self.describe());
         let mut attempt = 0u32;
-        loop {
+        let done = loop {
             attempt += 1;
             let insert = self.client.insert(
                 &self.table.db,
@@ -184,15 +199,22 @@ impl DeadLetterSink for ChDeadLetters {
                 &settings,
             );
             match self.io.block_on(insert) {
-                Ok(()) => return Ok(()),
-                Err(e) if e.class == ErrorClass::Fatal => return Err(e.to_string()),
+                Ok(()) => break Ok(()),
+                Err(e) if e.class == ErrorClass::Fatal => break Err(e.to_string()),
                 Err(e) => {
                     let delay = self.retry.delay(attempt, rand::random::<f64>());
                     tracing::warn!(table = %self.table, attempt, error = %e, backoff_ms = delay.as_millis() as u64, "dead letter not stored yet; retrying");
+                    if let Some(s) = &self.stalls {
+                        s.failing(&who, &e.to_string());
+                    }
                     std::thread::sleep(delay);
                 }
             }
+        };
+        if let Some(s) = &self.stalls {
+            s.cleared(&who);
         }
+        done
     }
 
     fn describe(&self) -> String {

@@ -17,8 +17,10 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
 use rdkafka::ClientContext;
+use spate_core::health::TransientStalls;
 use spate_core::policy::{DeadLetter, DeadLetterSink};
 use std::sync::mpsc;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Pause before sending a letter again after a failed delivery.
@@ -41,6 +43,8 @@ impl ProducerContext for Deliveries {
 pub struct KafkaDeadLetters {
     producer: ThreadedProducer<Deliveries>,
     topic: String,
+    /// Where a letter waiting out an outage is reported (`/readyz`).
+    stalls: Option<Arc<TransientStalls>>,
 }
 
 impl KafkaDeadLetters {
@@ -73,7 +77,17 @@ impl KafkaDeadLetters {
         Ok(Self {
             producer,
             topic: topic.to_owned(),
+            stalls: None,
         })
+    }
+
+    /// Report a letter that keeps failing to `stalls`, so `/readyz` turns
+    /// 503 naming this destination once it has not cleared for
+    /// `--stall-timeout` (the pipeline waits for it meanwhile).
+    #[must_use]
+    pub fn with_stalls(mut self, stalls: Arc<TransientStalls>) -> Self {
+        self.stalls = Some(stalls);
+        self
     }
 
     fn send_once(&self, letter: &DeadLetter) -> Result<(), KafkaError> {
@@ -125,18 +139,26 @@ impl KafkaDeadLetters {
 
 impl DeadLetterSink for KafkaDeadLetters {
     fn store(&self, letter: &DeadLetter) -> Result<(), String> {
+        let who = format!("dead-letter {}", self.describe());
         let mut attempt = 0u32;
-        loop {
+        let done = loop {
             attempt += 1;
             match self.send_once(letter) {
-                Ok(()) => return Ok(()),
-                Err(e) if is_permanent(&e) => return Err(e.to_string()),
+                Ok(()) => break Ok(()),
+                Err(e) if is_permanent(&e) => break Err(e.to_string()),
                 Err(e) => {
                     tracing::warn!(topic = %self.topic, attempt, error = %e, "dead letter not stored yet; retrying");
+                    if let Some(s) = &self.stalls {
+                        s.failing(&who, &e.to_string());
+                    }
                     std::thread::sleep(RETRY_PAUSE);
                 }
             }
+        };
+        if let Some(s) = &self.stalls {
+            s.cleared(&who);
         }
+        done
     }
 
     fn describe(&self) -> String {

@@ -288,11 +288,20 @@ impl PreparedSink {
     /// while an insert has been retrying a transient error for longer than
     /// `after` (`--stall-timeout`).
     #[must_use]
-    pub fn with_stall_timeout(mut self, after: Duration) -> Self {
-        self.stalls = Some(Stalls {
-            table: spate_core::health::TransientStalls::new(spate_core::clock::system()),
-            after,
-        });
+    pub fn with_stall_timeout(self, after: Duration) -> Self {
+        let table = spate_core::health::TransientStalls::new(spate_core::clock::system());
+        self.with_stalls(table, after)
+    }
+
+    /// [`with_stall_timeout`](Self::with_stall_timeout) on a stall table
+    /// others report to as well (the pipeline's dead-letter destinations).
+    #[must_use]
+    pub fn with_stalls(
+        mut self,
+        table: Arc<spate_core::health::TransientStalls>,
+        after: Duration,
+    ) -> Self {
+        self.stalls = Some(Stalls { table, after });
         self
     }
 
