@@ -396,7 +396,6 @@ tls_client_files() {
     log "TLS: client certificate $TLS_DIR/client.crt"
 }
 
-stunnel_bin() { command -v stunnel4 || command -v stunnel; }
 
 # mtls_answers: ApiVersions through the terminator with the client certificate.
 mtls_answers() {
@@ -417,7 +416,8 @@ EOF
 
 mtls_start() {
     local bin
-    bin=$(stunnel_bin) || die "stunnel4 is needed for the mutual-TLS test broker: apt-get install -y stunnel4"
+    bin=$(stunnel_bin)
+    [[ -n $bin ]] || die "stunnel4 is needed for the mutual-TLS test broker: apt-get install -y stunnel4"
     if [[ -n $(pid_of "$MTLS_PID" "$MTLS_CONF") ]]; then
         wait_until "stunnel (Kafka mutual TLS)" "$MTLS_PID" "$MTLS_CONF" "$MTLS_LOG" -- mtls_answers
         log "Kafka mtls: reusing stunnel pid $(<"$MTLS_PID") on $KAFKA_HOST:$KAFKA_MTLS_PORT"

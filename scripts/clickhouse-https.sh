@@ -132,7 +132,6 @@ ch_https_spawn() {
 https_ok() { ch_answers_tls "https://$HOST:$HTTPS_PORT" "$CERTS/ca.crt" "$CERTS/client.crt" "$CERTS/client.key"; }
 stunnel_ok() { ch_answers_tls "https://$HOST:$STUNNEL_PORT" "$CERTS/ca.crt"; }
 
-stunnel_bin() { command -v stunnel4 2>/dev/null || command -v stunnel 2>/dev/null || true; }
 
 stunnel_spawn() {
     if [[ -n $(pid_of "$STUNNEL_PID" "$STUNNEL_CONF") ]]; then

@@ -181,6 +181,21 @@ as_root() {
     fi
 }
 
+# stunnel_bin: the path of stunnel (Debian's stunnel4), installed with
+# apt-get when missing (the HTTPS ClickHouse without client certificates
+# and the mutual-TLS broker sit behind it).
+stunnel_bin() {
+    local bin
+    bin=$(command -v stunnel4 2>/dev/null || command -v stunnel 2>/dev/null || true)
+    if [[ -z $bin ]]; then
+        log "installing stunnel4 from Debian (apt-get)" >&2
+        { as_root apt-get update -q && as_root env DEBIAN_FRONTEND=noninteractive \
+            apt-get install -y -q --no-install-recommends stunnel4; } >&2 || true
+        bin=$(command -v stunnel4 2>/dev/null || command -v stunnel 2>/dev/null || true)
+    fi
+    printf '%s' "$bin"
+}
+
 ch_server_bin() {
     command -v clickhouse-server 2>/dev/null || { [[ -x /usr/sbin/clickhouse-server ]] && echo /usr/sbin/clickhouse-server; } || true
 }
