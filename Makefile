@@ -49,6 +49,9 @@ BENCH_VENV := $(or $(SPATE_BUILD_DIR),build)/bench-venv
 bench: services $(BENCH_VENV)/.ready ## micro + end-to-end benchmarks, ceilings, peers (BENCH_MESSAGES, BENCH_SUITE); results in bench/results/
 	$(CARGO) build --release
 	$(CARGO) build --release -p spate_kafka --example consume_ceiling
+	# HTTPS inserts as a ratio to plain HTTP (one line), then the main bench,
+	# whose fixed-form summary line stays last.
+	source $(ENV_FILE) && python3 bench/https_ratio.py
 	source $(ENV_FILE) && $(BENCH_VENV)/bin/python bench/bench.py
 
 # matplotlib for the plot, in a venv of its own (the bench's only non-stdlib module).
