@@ -25,6 +25,7 @@
 mod dynamic;
 pub(crate) mod encoder;
 mod json;
+mod metadata;
 mod names;
 mod native;
 mod nested;
