@@ -38,7 +38,7 @@ lint: ## cargo clippy on every crate and target, warnings as errors
 
 # lint comes first, so a lint fails before services start and tests build.
 test: lint services ## clippy, services up, then every test (unit, fakes, proptest, integration, loom) against them
-	source $(ENV_FILE) && $(CARGO) test --workspace --release --features spate/fault-injection --no-fail-fast $(TEST_ARGS)
+	source $(ENV_FILE) && $(CARGO) test --workspace --profile ci --features spate/fault-injection --no-fail-fast $(TEST_ARGS)
 	$(MAKE) loom
 
 loom: ## model-check the drain barrier and the pending gate with loom
