@@ -639,7 +639,9 @@ impl ShardWriter {
         // Keep the next buffer about the size of the last one, so the
         // steady state does not re-grow it row by row.
         self.open[shard].data = Vec::with_capacity(capacity.min(self.limits.bytes + (1 << 16)));
-        self.open[shard].index = Vec::with_capacity(chunk.index.len());
+        // The row index the same way: its capacity, not its length, or
+        // a chunk one row longer than the last regrows it.
+        self.open[shard].index = Vec::with_capacity(chunk.index.capacity());
         let mut acks = Vec::with_capacity(chunk.pieces.len());
         let mut partitions = Vec::with_capacity(chunk.pieces.len());
         for piece in &chunk.pieces {
