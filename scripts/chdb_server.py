@@ -13,13 +13,13 @@ Users (DIR/users.xml, plus DIR/users.d/ = deploy/clickhouse-modern/
 spate-test-users.xml, which the docker-compose service loads too):
   default      no password, access management on, the stock profile (on 26.9
                that profile already has async_insert=1, wait_for_async_insert=1)
-  spate_async  password `async`, profile `async_acks`: async_insert=1,
+  spate_async  password `spate-test-pw`, profile `async_acks`: async_insert=1,
                wait_for_async_insert=0, a 3 s flush timeout: a server that
                answers an INSERT before the rows are written, unless the
                client sets async_insert=0 itself. (The chdb build has no
                async insert queue: it accepts these settings and still
                inserts synchronously.)
-  spate_async_locked  password `async`, async_insert=1 under a readonly
+  spate_async_locked  password `spate-test-pw`, async_insert=1 under a readonly
                constraint: any query that sets async_insert itself fails
                (code 452), which shows whether a client sets it explicitly
 

@@ -544,7 +544,7 @@ fn async_insert_profile_does_not_change_acknowledgements() {
     let as_async = block_on(spate_clickhouse::ChClient::connect(
         &svc.clickhouse_url,
         Some("spate_async"),
-        Some("async"),
+        Some("spate-test-pw"),
     ))
     .expect("connect as spate_async");
     let got = block_on(as_async.fetch_text(
@@ -571,7 +571,7 @@ fn async_insert_profile_does_not_change_acknowledgements() {
             "--user",
             "spate_async",
             "--password",
-            "async",
+            "spate-test-pw",
             "--batch-rows",
             "1000",
         ]
@@ -602,7 +602,7 @@ fn async_insert_profile_does_not_change_acknowledgements() {
     // forbids changing it gets every insert refused, naming the setting.
     let group = unique("g_async_locked");
     let mut args = run_args(&svc, &topic, &group, &table);
-    args.extend(["--user", "spate_async_locked", "--password", "async"].map(String::from));
+    args.extend(["--user", "spate_async_locked", "--password", "spate-test-pw"].map(String::from));
     let running = spawn("async_locked", &args);
     wait_for(
         "spate's insert to be refused for setting async_insert",
