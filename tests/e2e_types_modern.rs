@@ -602,7 +602,15 @@ fn async_insert_profile_does_not_change_acknowledgements() {
     // forbids changing it gets every insert refused, naming the setting.
     let group = unique("g_async_locked");
     let mut args = run_args(&svc, &topic, &group, &table);
-    args.extend(["--user", "spate_async_locked", "--password", "spate-test-pw"].map(String::from));
+    args.extend(
+        [
+            "--user",
+            "spate_async_locked",
+            "--password",
+            "spate-test-pw",
+        ]
+        .map(String::from),
+    );
     let running = spawn("async_locked", &args);
     wait_for(
         "spate's insert to be refused for setting async_insert",
