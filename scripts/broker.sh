@@ -22,7 +22,7 @@
 # requires a client certificate signed by the CA (`verify = 2`, CAfile) and
 # forwards to the mtls broker, which advertises the terminator's address, so
 # clients keep coming back through it. The client certificate is
-# build/services/tls/client.{crt,key} (CN "spate test client").
+# build/services/tls/client.{crt,key} (CN "spate-client").
 # The TLS ones serve build/services/tls/server.{crt,key}, signed by the CA
 # build/services/tls/ca.crt (made with openssl at the first start), for
 # 127.0.0.1 and localhost. The SCRAM ones know the user SCRAM_USER with
@@ -123,25 +123,10 @@ install_nisshi() {
     log "built $("$NISSHI_BIN" --version) in $((SECONDS - t0)) s"
 }
 
-# tls_files: a CA and a server certificate for 127.0.0.1/localhost, made once.
-tls_files() {
-    [[ -s $TLS_DIR/server.crt && -s $TLS_DIR/server.key && -s $TLS_DIR/ca.crt ]] &&
-        openssl x509 -checkend 86400 -noout -in "$TLS_DIR/server.crt" >/dev/null 2>&1 && return 0
-    command -v openssl >/dev/null 2>&1 || die "openssl is needed for the TLS test brokers: apt-get install -y openssl"
-    rm -rf "$TLS_DIR"
-    mkdir -p "$TLS_DIR"
-    local o=$TLS_DIR/openssl.log
-    {
-        openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=spate test CA" \
-            -keyout "$TLS_DIR/ca.key" -out "$TLS_DIR/ca.crt" &&
-            openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" \
-                -keyout "$TLS_DIR/server.key" -out "$TLS_DIR/server.csr" &&
-            printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >"$TLS_DIR/server.ext" &&
-            openssl x509 -req -in "$TLS_DIR/server.csr" -CA "$TLS_DIR/ca.crt" -CAkey "$TLS_DIR/ca.key" \
-                -CAcreateserial -days 3650 -extfile "$TLS_DIR/server.ext" -out "$TLS_DIR/server.crt"
-    } >"$o" 2>&1 || { cat "$o" >&2; die "openssl could not make the test certificates"; }
-    log "TLS: CA $TLS_DIR/ca.crt, server certificate for 127.0.0.1/localhost"
-}
+# tls_files: the test CA, the server certificate for 127.0.0.1/localhost
+# and the client certificate the mutual-TLS terminator accepts, made once
+# (scripts/lib.sh's tls_make_certs, shared with the HTTPS ClickHouse).
+tls_files() { tls_make_certs "$TLS_DIR"; }
 
 # ---------------------------------------------------------------- start ----
 kb_url() { echo "tcp://$KAFKA_HOST:${KB_PORT[$1]}"; }
@@ -381,22 +366,6 @@ MTLS_CONF="$SVC/stunnel-mtls.conf"
 MTLS_PID="$SVC/stunnel-mtls.pid"
 MTLS_LOG="$SVC/stunnel-mtls.log"
 
-# tls_client_files: a client certificate signed by the test CA, made once.
-tls_client_files() {
-    [[ -s $TLS_DIR/client.crt && -s $TLS_DIR/client.key ]] &&
-        openssl verify -CAfile "$TLS_DIR/ca.crt" "$TLS_DIR/client.crt" >/dev/null 2>&1 && return 0
-    local o=$TLS_DIR/openssl-client.log
-    {
-        openssl req -newkey rsa:2048 -nodes -subj "/CN=spate test client" \
-            -keyout "$TLS_DIR/client.key" -out "$TLS_DIR/client.csr" &&
-            printf 'extendedKeyUsage=clientAuth\n' >"$TLS_DIR/client.ext" &&
-            openssl x509 -req -in "$TLS_DIR/client.csr" -CA "$TLS_DIR/ca.crt" -CAkey "$TLS_DIR/ca.key" \
-                -CAcreateserial -days 3650 -extfile "$TLS_DIR/client.ext" -out "$TLS_DIR/client.crt"
-    } >"$o" 2>&1 || { cat "$o" >&2; die "openssl could not make the test client certificate"; }
-    log "TLS: client certificate $TLS_DIR/client.crt"
-}
-
-
 # mtls_answers: ApiVersions through the terminator with the client certificate.
 mtls_answers() {
     python3 - "$KAFKA_HOST" "$KAFKA_MTLS_PORT" "$TLS_DIR" <<'EOF' >/dev/null 2>&1
@@ -426,7 +395,6 @@ mtls_start() {
     port_in_use "$KAFKA_HOST" "$KAFKA_MTLS_PORT" &&
         die "port $KAFKA_MTLS_PORT is taken by a process this script did not start; stop it or set SPATE_KAFKA_MTLS_PORT"
     tls_files
-    tls_client_files
     cat >"$MTLS_CONF" <<EOF
 ; written by scripts/broker.sh: mutual TLS in front of nisshi mtls
 foreground = yes
