@@ -321,44 +321,25 @@ struct Letter {
 
 /// Every record of partition 0 of `topic` (which has `count` records).
 fn read_letters(brokers: &str, topic: &str, count: i64) -> Vec<Letter> {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::message::{Headers, Message};
-    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", unique("g_letters"))
-        .set("enable.auto.commit", "false")
-        .create()
-        .expect("consumer");
-    let mut tpl = rdkafka::TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
-        .expect("partition");
-    consumer.assign(&tpl).expect("assign");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut out = Vec::new();
-    while (out.len() as i64) < count {
-        assert!(
-            Instant::now() < deadline,
-            "read {} of {count} letters",
-            out.len()
-        );
-        let Some(m) = consumer.poll(Duration::from_millis(200)) else {
-            continue;
-        };
-        let m = m.expect("a record");
-        let mut headers = std::collections::BTreeMap::new();
-        if let Some(h) = m.headers() {
-            for i in 0..h.count() {
-                let hd = h.get(i);
-                let v = hd.value.map(|v| String::from_utf8_lossy(v).into_owned());
-                headers.insert(hd.key.to_owned(), v.unwrap_or_default());
+    let records = read_partition(brokers, topic, 0, usize::try_from(count).expect("a count"));
+    records
+        .iter()
+        .map(|m| {
+            let mut headers = std::collections::BTreeMap::new();
+            if let Some(h) = m.headers() {
+                for i in 0..h.count() {
+                    let hd = h.get(i);
+                    let v = hd.value.map(|v| String::from_utf8_lossy(v).into_owned());
+                    headers.insert(hd.key.to_owned(), v.unwrap_or_default());
+                }
             }
-        }
-        out.push(Letter {
-            value: m.payload().map(|p| String::from_utf8_lossy(p).into_owned()),
-            headers,
-        });
-    }
-    out
+            Letter {
+                value: m.payload().map(|p| String::from_utf8_lossy(p).into_owned()),
+                headers,
+            }
+        })
+        .collect()
 }
 
 on_both_servers!(dead_letters_hold_every_bad_message_once_and_reload);

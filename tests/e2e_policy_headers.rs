@@ -8,10 +8,9 @@
 
 mod support;
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use support::*;
 
 const N: usize = 60;
@@ -63,40 +62,21 @@ fn produce_with_headers(brokers: &str, topic: &str) {
 
 /// Every record of partition 0 of `topic`: its headers, in order.
 fn read_headers(brokers: &str, topic: &str, count: usize) -> Vec<Vec<(String, Option<String>)>> {
-    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", unique("g_letter_headers"))
-        .set("enable.auto.commit", "false")
-        .create()
-        .expect("consumer");
-    let mut tpl = rdkafka::TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
-        .expect("partition");
-    consumer.assign(&tpl).expect("assign");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut out = Vec::new();
-    while out.len() < count {
-        assert!(
-            Instant::now() < deadline,
-            "read {} of {count} letters",
-            out.len()
-        );
-        let Some(m) = consumer.poll(Duration::from_millis(200)) else {
-            continue;
-        };
-        let m = m.expect("a record");
-        let h = m.headers().map_or_else(Vec::new, |h| {
-            (0..h.count())
-                .map(|i| {
-                    let hd = h.get(i);
-                    let v = hd.value.map(|v| String::from_utf8_lossy(v).into_owned());
-                    (hd.key.to_owned(), v)
-                })
-                .collect()
-        });
-        out.push(h);
-    }
-    out
+    let records = read_partition(brokers, topic, 0, count);
+    records
+        .iter()
+        .map(|m| {
+            m.headers().map_or_else(Vec::new, |h| {
+                (0..h.count())
+                    .map(|i| {
+                        let hd = h.get(i);
+                        let v = hd.value.map(|v| String::from_utf8_lossy(v).into_owned());
+                        (hd.key.to_owned(), v)
+                    })
+                    .collect()
+            })
+        })
+        .collect()
 }
 
 on_both_servers!(dead_letters_keep_the_original_headers);

@@ -333,6 +333,40 @@ pub fn committed_at(
         .collect()
 }
 
+/// The first `count` records of partition `partition` of `topic`, read
+/// from the beginning by a fresh, non-committing consumer; panics after
+/// 30 s with fewer.
+pub fn read_partition(
+    brokers: &str,
+    topic: &str,
+    partition: i32,
+    count: usize,
+) -> Vec<rdkafka::message::OwnedMessage> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", super::env::unique("g_read_partition"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, Offset::Beginning)
+        .expect("partition");
+    consumer.assign(&tpl).expect("assign");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut out = Vec::with_capacity(count);
+    while out.len() < count {
+        assert!(
+            Instant::now() < deadline,
+            "read {} of {count} records of {topic}/{partition}",
+            out.len()
+        );
+        if let Some(m) = consumer.poll(Duration::from_millis(200)) {
+            out.push(m.expect("a record").detach());
+        }
+    }
+    out
+}
+
 /// The end offset (high watermark) of each partition `0..partitions`, from
 /// ListOffsets(latest); retried until the broker answers, bounded.
 pub fn end_offsets(brokers: &str, topic: &str, partitions: i32) -> Vec<i64> {
