@@ -21,21 +21,20 @@ use spate_core::pipeline::{Chain, ChainCtx, EncodeChain, SinkOptions};
 use spate_core::record::{Message, PartitionId};
 use spate_core::sink::{BatchLimits, RowEncode, ShardQueues};
 use spate_core::source::LaneId;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 #[path = "../connectors/clickhouse/tests/counting_alloc/mod.rs"]
 mod counting_alloc;
 
-use counting_alloc::{ALLOCS, COUNTING};
+use counting_alloc::{allocs, COUNTING};
 
 /// Allocations `f` makes on this thread.
 fn allocations(f: impl FnOnce()) -> u64 {
     COUNTING.with(|c| c.set(true));
-    let before = ALLOCS.load(Ordering::Relaxed);
+    let before = allocs();
     f();
-    let after = ALLOCS.load(Ordering::Relaxed);
+    let after = allocs();
     COUNTING.with(|c| c.set(false));
     after - before
 }

@@ -463,13 +463,24 @@ impl ChClient {
     /// Fetch the raw output of a query in `format` (e.g. `JSONEachRow`);
     /// for tests and tooling.
     pub async fn fetch_text(&self, sql: &str, format: &str) -> Result<String, ClientError> {
+        self.fetch_text_within(sql, format, self.opts.insert_timeout)
+            .await
+    }
+
+    /// [`Self::fetch_text`] with its own timeout.
+    pub async fn fetch_text_within(
+        &self,
+        sql: &str,
+        format: &str,
+        timeout: Duration,
+    ) -> Result<String, ClientError> {
         let fetch = async {
             let mut cursor = self.inner.query(sql).fetch_bytes(format)?;
             cursor.collect().await
         };
-        let bytes = tokio::time::timeout(self.opts.insert_timeout, fetch)
+        let bytes = tokio::time::timeout(timeout, fetch)
             .await
-            .map_err(|_| timeout_error("fetching", self.opts.insert_timeout))?
+            .map_err(|_| timeout_error("fetching", timeout))?
             .map_err(|e| request_error("fetching", &e))?;
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }

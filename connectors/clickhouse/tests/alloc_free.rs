@@ -4,13 +4,12 @@
 
 use spate_clickhouse::{parse_type, Column, DefaultKind, EncoderOptions, RowEncoder};
 use spate_core::record::Message;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 #[path = "counting_alloc/mod.rs"]
 mod counting_alloc;
 
-use counting_alloc::{ALLOCS, COUNTING};
+use counting_alloc::{allocs, COUNTING};
 
 fn col(name: &str, ty: &str) -> Column {
     Column {
@@ -80,7 +79,7 @@ fn encode_allocates_nothing_per_row() {
         let mut hashes = 0u64;
         let start = Instant::now();
         COUNTING.with(|c| c.set(true));
-        let before = ALLOCS.load(Ordering::Relaxed);
+        let before = allocs();
         for i in 0..rows {
             if out.len() > (1 << 20) - 4096 {
                 out.clear();
@@ -92,7 +91,7 @@ fn encode_allocates_nothing_per_row() {
                 hashes = hashes.wrapping_add(h | 1);
             }
         }
-        let after = ALLOCS.load(Ordering::Relaxed);
+        let after = allocs();
         COUNTING.with(|c| c.set(false));
         let elapsed = start.elapsed();
         eprintln!(
@@ -109,9 +108,9 @@ fn encode_allocates_nothing_per_row() {
     }
     // The counter itself must work, or this test cannot fail.
     COUNTING.with(|c| c.set(true));
-    let probe = ALLOCS.load(Ordering::Relaxed);
+    let probe = allocs();
     drop(std::hint::black_box(vec![1u8; 16]));
-    let probed = ALLOCS.load(Ordering::Relaxed) - probe;
+    let probed = allocs() - probe;
     COUNTING.with(|c| c.set(false));
     assert!(probed >= 1, "the counting allocator does not count");
     for (what, n, rows) in allocations {
@@ -146,7 +145,7 @@ fn nested_json_and_renames_allocate_nothing_per_row() {
     out.clear();
     let rows = 20_000;
     COUNTING.with(|c| c.set(true));
-    let before = ALLOCS.load(Ordering::Relaxed);
+    let before = allocs();
     for i in 0..rows {
         if out.len() > (1 << 20) - 4096 {
             out.clear();
@@ -154,7 +153,7 @@ fn nested_json_and_renames_allocate_nothing_per_row() {
         enc.encode(&msg(&payloads[i % payloads.len()]), &mut out)
             .expect("row");
     }
-    let n = ALLOCS.load(Ordering::Relaxed) - before;
+    let n = allocs() - before;
     COUNTING.with(|c| c.set(false));
     assert!(out.len() > rows.min(1000), "rows were written");
     assert_eq!(

@@ -21,7 +21,18 @@ use crate::client::{insert_sql, ChClient, InsertError};
 use crate::schema::ServerFeatures;
 use spate_core::record::{Offset, PartitionId};
 use spate_core::sink::{BlockPlans, ChunkSpan};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use super::retry::RetryPolicy;
+use crate::classify::ErrorClass;
+use crate::client::ClientError;
+
+/// How long a new owner keeps asking for a partition's recorded blocks
+/// while ClickHouse does not answer (timeouts, refused connections,
+/// retriable server errors) before the pipeline fails. It blocks one
+/// driver thread, so it stays under the 60 s after which `/healthz`
+/// reports the thread stalled.
+const PLAN_READ_BUDGET: Duration = Duration::from_secs(45);
 
 /// Name of the state table, in the target table's database.
 pub const STATE_TABLE: &str = "spate_intents";
@@ -33,6 +44,8 @@ pub struct IntentLog {
     target: String,
     io: tokio::runtime::Handle,
     timeout: Duration,
+    /// Backoff and per-attempt timeouts of the plan read.
+    retry: RetryPolicy,
 }
 
 impl std::fmt::Debug for IntentLog {
@@ -63,7 +76,7 @@ impl IntentLog {
         client: ChClient,
         db: &str,
         target: String,
-        timeout: Duration,
+        retry: RetryPolicy,
     ) -> Result<Self, crate::client::ClientError> {
         let sql = format!(
             "CREATE TABLE IF NOT EXISTS {}.{STATE_TABLE} (target String, topic String, \
@@ -77,7 +90,8 @@ impl IntentLog {
             db: db.to_owned(),
             target,
             io: tokio::runtime::Handle::current(),
-            timeout,
+            timeout: retry.insert_timeout,
+            retry,
         })
     }
 
@@ -125,11 +139,55 @@ impl BlockPlans for IntentLog {
             partition.partition,
             from.0
         );
-        let text = self
-            .io
-            .block_on(self.client.fetch_text(&sql, "TabSeparated"))
-            .map_err(|e| e.to_string())?;
+        let text = read_with_retries(&self.retry, PLAN_READ_BUDGET, |timeout| {
+            self.io
+                .block_on(self.client.fetch_text_within(&sql, "TabSeparated", timeout))
+        })
+        .map_err(|e| {
+            format!("{e}; is ClickHouse up? the partition's replay cannot start until it answers")
+        })?;
         parse_blocks(&text)
+    }
+}
+
+/// Call `read` (given each attempt's timeout) until it succeeds, fails for
+/// good, or `budget` is spent: a ClickHouse that is frozen, restarting or
+/// overloaded when a partition is assigned delays the lane, it does not
+/// fail the pipeline (a CI run failed on one 1 s timeout).
+fn read_with_retries<T>(
+    policy: &RetryPolicy,
+    budget: Duration,
+    mut read: impl FnMut(Duration) -> Result<T, ClientError>,
+) -> Result<T, String> {
+    let started = Instant::now();
+    let mut attempt = 0u32;
+    loop {
+        let left = budget.saturating_sub(started.elapsed());
+        let timeout = policy
+            .attempt_timeout(attempt)
+            .min(left.max(Duration::from_millis(100)));
+        let error = match read(timeout) {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
+        };
+        attempt += 1;
+        let retriable = matches!(
+            error,
+            ClientError::Request {
+                class: ErrorClass::Retriable,
+                ..
+            }
+        );
+        let unit = f64::from(started.elapsed().subsec_nanos() % 1000) / 1000.0;
+        let backoff = policy.delay(attempt, unit);
+        if !retriable || started.elapsed() + backoff >= budget {
+            return Err(format!(
+                "{error} (attempt {attempt}, {:.1?} after the first)",
+                started.elapsed()
+            ));
+        }
+        tracing::warn!(error = %error, attempt, backoff_ms = backoff.as_millis() as u64, "exactly-once: reading the recorded blocks failed; retrying");
+        std::thread::sleep(backoff);
     }
 }
 
@@ -292,7 +350,10 @@ pub(crate) async fn prepare(
         seed.clone(),
         &spec.table.db,
         table.clone(),
-        spec.client.insert_timeout,
+        RetryPolicy {
+            insert_timeout: spec.client.insert_timeout,
+            ..spec.retry
+        },
     )
     .await
     .map_err(|e| {
@@ -341,6 +402,68 @@ pub(crate) async fn facts(client: &ChClient, db: &str, table: &str) -> Result<Ta
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn quick() -> RetryPolicy {
+        RetryPolicy {
+            initial: Duration::from_millis(2),
+            max: Duration::from_millis(10),
+            factor: 2.0,
+            jitter: 0.0,
+            insert_timeout: Duration::from_millis(50),
+            max_insert_timeout: Duration::from_millis(400),
+        }
+    }
+
+    fn failure(class: ErrorClass) -> ClientError {
+        ClientError::Request {
+            what: "fetching",
+            class,
+            code: None,
+            message: "timed out".into(),
+        }
+    }
+
+    #[test]
+    fn plan_read_retries_until_clickhouse_answers() {
+        let mut timeouts = Vec::new();
+        let got = read_with_retries(&quick(), Duration::from_secs(5), |t| {
+            timeouts.push(t);
+            if timeouts.len() < 4 {
+                Err(failure(ErrorClass::Retriable))
+            } else {
+                Ok(7)
+            }
+        });
+        assert_eq!(got, Ok(7));
+        // Each attempt after a failure waits longer for its answer, capped.
+        let ms: Vec<u128> = timeouts.iter().map(Duration::as_millis).collect();
+        assert_eq!(ms, vec![50, 100, 200, 400]);
+    }
+
+    #[test]
+    fn plan_read_gives_up_at_once_on_a_fatal_error() {
+        let mut calls = 0;
+        let got: Result<(), _> = read_with_retries(&quick(), Duration::from_secs(5), |_| {
+            calls += 1;
+            Err(failure(ErrorClass::Fatal))
+        });
+        assert_eq!(calls, 1);
+        assert!(got.unwrap_err().contains("attempt 1"));
+    }
+
+    #[test]
+    fn plan_read_fails_when_its_budget_is_spent() {
+        let started = Instant::now();
+        let mut calls = 0;
+        let got: Result<(), _> = read_with_retries(&quick(), Duration::from_millis(60), |_| {
+            calls += 1;
+            Err(failure(ErrorClass::Retriable))
+        });
+        let err = got.unwrap_err();
+        assert!(calls > 1, "retried before giving up: {calls}");
+        assert!(err.contains("timed out"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
 
     fn facts(engine: &str, full: &str, default_window: Option<u64>, views: bool) -> TableFacts {
         TableFacts {
