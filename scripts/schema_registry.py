@@ -7,7 +7,7 @@ Implements the subset spate uses, as Confluent documents it:
   POST /subjects/{subject}/versions               ({"schema": ..., "schemaType": ...})
 with optional HTTP basic auth (--user USER:PASSWORD). Schemas live in memory
 only. For real deployments run confluentinc/cp-schema-registry (see
-docker-compose.yml); the Rust tests use their own copy (tests/support/registry.rs).
+docker-compose.yml); the Rust tests use their own copy (tests/e2e/support/registry.rs).
 
   scripts/schema_registry.py --port 8081 [--user u:p]
 """

@@ -1,0 +1,173 @@
+//! End to end: ClickHouse goes away in the middle of a bounded run.
+//!
+//! 300 000 messages on 4 partitions (`--insert-timeout 5s`). Once rows are
+//! arriving:
+//! 1. ClickHouse is frozen at once (SIGSTOP via its PID file) for 6 s:
+//!    in-flight inserts hang past the insert timeout and their retries hang
+//!    too;
+//! 2. the frozen server is killed (SIGKILL) and `services.sh ch-stop` clears
+//!    its PID file; it stays down ~5 s (connections refused) and is started
+//!    again (`ch-start`), same data directory.
+//!
+//! spate must still be running after the outage, retry, finish with exit 0,
+//! and every (partition, offset) must be in the table (duplicates from
+//! inserts whose outcome was unknown are allowed and printed).
+//!
+//! Why freeze and kill instead of a plain `ch-stop`: spate loads these rows
+//! in about a second, and a graceful stop of ClickHouse 18.16 takes seconds
+//! (up to ~15 s observed) during which it keeps serving the open keep-alive
+//! connections, so the whole load finished through the stopping server and
+//! the outage tested nothing (seen in practice). Without a PID file (e.g.
+//! docker-compose services) the test falls back to a plain `ch-stop`.
+//!
+//! This test stops the shared server, so it holds the exclusive ClickHouse
+//! lock (every other e2e test holds it shared).
+//!
+//! ClickHouse 18.16 only: the outage is driven by `scripts/services.sh`
+//! (SIGSTOP, SIGKILL, ch-start on the same data), and what is tested is
+//! spate's retry and acknowledgement path, which does not depend on the
+//! server version; a second 300k-message outage would add a minute.
+
+// `is_multiple_of` is newer than the workspace's rust-version (1.85).
+#![allow(unknown_lints, clippy::manual_is_multiple_of)]
+
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+use crate::support::*;
+
+const N: usize = 300_000;
+const PARTITIONS: i32 = 4;
+
+/// Send `sig` to the local clickhouse-server named in its PID file; `false`
+/// without one (e.g. against docker-compose).
+fn signal_clickhouse(pid_file: Option<&str>, sig: libc::c_int) -> bool {
+    let Some(file) = pid_file else { return false };
+    let Ok(text) = std::fs::read_to_string(file) else {
+        return false;
+    };
+    let pid: libc::pid_t = text
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{file}: not a pid: {text:?}: {e}"));
+    // SAFETY: kill(2) on the pid the services script recorded for ClickHouse.
+    let rc = unsafe { libc::kill(pid, sig) };
+    assert_eq!(
+        rc,
+        0,
+        "kill -{sig} {pid}: {}",
+        std::io::Error::last_os_error()
+    );
+    true
+}
+
+#[test]
+fn clickhouse_outage_mid_run() {
+    let Some(svc) = services() else { return };
+    let script = svc.script();
+    let _timer = Timer::start("e2e_clickhouse_outage");
+    let _lock = ch_exclusive_lock();
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let topic = unique("t_outage");
+    let group = unique("g_outage");
+    let table = ch.fresh_offsets_table("e2e_outage");
+
+    create_topic(&svc.brokers, &topic, PARTITIONS);
+    let produced = produce(&svc.brokers, &topic, PARTITIONS, N, |i| Msg {
+        partition: (i % PARTITIONS as usize) as i32,
+        key: None,
+        payload: format!(r#"{{"n":{i},"s":"outage-{i}"}}"#),
+        timestamp_ms: None,
+    });
+
+    let mut args = run_args(&svc, &topic, &group, &table);
+    args.extend(
+        [
+            "--until-end",
+            "--batch-rows",
+            "10000",
+            "--flush-interval",
+            "200ms",
+            "--insert-timeout",
+            "5s",
+        ]
+        .map(String::from),
+    );
+    let mut running = spawn("outage", &args);
+
+    let before = wait_for(
+        "the first rows in the table",
+        Duration::from_secs(60),
+        Duration::from_millis(20),
+        || match ch.try_u64(&format!("SELECT count() FROM {table}")) {
+            Ok(n) if n > 0 => Ok(n),
+            Ok(n) => Err(format!("{n} rows")),
+            Err(e) => Err(e),
+        },
+    );
+    assert!(
+        !running.has_exited() && before < N as u64,
+        "spate finished before ClickHouse could be stopped ({before} rows in): the outage tests nothing"
+    );
+    let mut guard = Undo::new(|| {
+        eprintln!("[test] resuming/restarting ClickHouse after a failure");
+        let _ = Command::new(&script).arg("ch-resume").status();
+        let _ = Command::new(&script).arg("ch-start").status();
+    });
+    let pid_file = svc.clickhouse_pid_file.as_deref();
+    let frozen = signal_clickhouse(pid_file, libc::SIGSTOP);
+    if frozen {
+        eprintln!("[e2e_clickhouse_outage] ClickHouse frozen (SIGSTOP) with {before} rows in");
+        // Longer than --insert-timeout: a fixed pause is the point here.
+        std::thread::sleep(Duration::from_secs(6));
+        signal_clickhouse(pid_file, libc::SIGKILL);
+    }
+    // Clears the PID file after the kill (or stops the server gracefully
+    // when there was no PID file to freeze and kill).
+    services_sh(&script, "ch-stop");
+    let stopped = Instant::now();
+    eprintln!("[e2e_clickhouse_outage] ClickHouse down ({before} rows were in at the start of the outage)");
+    // The outage itself: a fixed pause is the point of this test.
+    std::thread::sleep(Duration::from_secs(5));
+    let still_running = !running.has_exited();
+    services_sh(&script, "ch-start");
+    Ch::wait_up(&svc.clickhouse_url, Duration::from_secs(60));
+    guard.disarm();
+    eprintln!(
+        "[e2e_clickhouse_outage] ClickHouse back after {:.1?} down",
+        stopped.elapsed()
+    );
+    if !still_running {
+        let fin = running.wait(Duration::from_secs(1));
+        let rows = Ch::connect(&svc.clickhouse_url).u64(&format!("SELECT count() FROM {table}"));
+        panic!(
+            "spate exited ({:?}) before ClickHouse was back ({before} rows were in when the outage \
+             began, {rows} now){}; stderr tail:\n{}",
+            fin.status,
+            if frozen { "" } else { ": the graceful stop let it finish, the outage tested nothing" },
+            fin.tail(30)
+        );
+    }
+
+    let fin = running.wait(Duration::from_secs(180));
+    fin.assert_code(0);
+    // A fresh client: the old one's pooled connections died with the server.
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let count = ch.u64(&format!("SELECT count() FROM {table}"));
+    let uniq = ch.u64(&format!(
+        "SELECT uniqExact(_partition, _offset) FROM {table}"
+    ));
+    eprintln!(
+        "[e2e_clickhouse_outage] {count} rows, {uniq} distinct offsets, {} duplicates; spate took {:.1?}",
+        count - uniq,
+        fin.elapsed
+    );
+    assert_eq!(uniq, N as u64, "every (partition, offset) present");
+    let ends: Vec<Option<i64>> = produced.counts.iter().map(|&c| Some(c)).collect();
+    assert_eq!(
+        committed(&svc.brokers, &group, &topic, PARTITIONS),
+        ends,
+        "committed offsets vs end offsets"
+    );
+    ch.drop_database_of(&table);
+}

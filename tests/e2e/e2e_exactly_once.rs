@@ -1,0 +1,188 @@
+//! End to end: `--delivery exactly-once` through `kill -9` (issue 19).
+//!
+//! A producer writes slowly (so age-limited tails occur) to 4 partitions
+//! while spate is killed with `kill -9` five times, each time a moment
+//! after ClickHouse took a block (a random pause, then the next rise of
+//! the row count: the worst instant, an insert landed and its offsets not
+//! yet committed). A bounded run then loads the rest. Exactly-once: every
+//! offset present exactly once, committed = ends. The negative control runs
+//! the same scenario at least once and must show duplicates, so the check
+//! can fail.
+//!
+//! On ClickHouse 26.9: a plain MergeTree with
+//! `non_replicated_deduplication_window` (ReplicatedMergeTree is read-only
+//! on the suite's 26.9 server), deduplicated by the token. On 18.16: a
+//! ReplicatedMergeTree on the suite's ZooKeeper (`scripts/services.sh`),
+//! deduplicated by block hash (18.16 has no token).
+
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use crate::support::*;
+
+const N: usize = 40_000;
+const PARTITIONS: i32 = 4;
+const KILLS: usize = 5;
+
+on_both_servers!(exactly_once_survives_kill9_with_a_slow_producer);
+
+fn exactly_once_survives_kill9_with_a_slow_producer(svc: Services) {
+    let (dups, missing) = scenario(&svc, "exactly-once");
+    assert_eq!(missing, 0, "exactly-once lost rows");
+    assert_eq!(dups, 0, "exactly-once left duplicates");
+}
+
+/// Negative control: the same kills at least once duplicate rows.
+#[test]
+fn at_least_once_duplicates_in_the_same_scenario() {
+    let Some(svc) = services_on(Server::V26) else {
+        return;
+    };
+    let (dups, missing) = scenario(&svc, "at-least-once");
+    assert_eq!(missing, 0, "at-least-once lost rows");
+    assert!(
+        dups > 0,
+        "no duplicates at least once: the scenario cannot tell the modes apart"
+    );
+}
+
+/// A tiny LCG, seeded from the clock (printed, so a failure can be rerun).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+}
+
+/// Returns (duplicates, missing) after five kills and a bounded run.
+fn scenario(svc: &Services, delivery: &str) -> (u64, u64) {
+    let _timer = Timer::start("e2e_exactly_once");
+    let _lock = ch_shared_lock();
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let db = ch.fresh_db("e2e_eos");
+    let table = format!("{db}.t");
+    let engine = if svc.is_modern() {
+        "MergeTree() ORDER BY (_partition, _offset) SETTINGS non_replicated_deduplication_window = 10000"
+            .to_string()
+    } else {
+        format!(
+            "ReplicatedMergeTree('/clickhouse/tables/{db}/t', 'r1') ORDER BY (_partition, _offset) \
+             SETTINGS replicated_deduplication_window = 10000"
+        )
+    };
+    ch.exec(&format!(
+        "CREATE TABLE {table} (n UInt64, s String, _partition UInt32, _offset UInt64) ENGINE = {engine}"
+    ));
+    let topic = unique("t_eos");
+    let group = unique("g_eos");
+    create_topic(&svc.brokers, &topic, PARTITIONS);
+    let seed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64);
+    eprintln!("[e2e_exactly_once] {delivery}: seed {seed}");
+    let mut rng = Rng(seed);
+    let mut exercised = 0;
+    let producer = produce_paced(&svc.brokers, &topic, N, Duration::from_secs(30), |i| Msg {
+        partition: (i % PARTITIONS as usize) as i32,
+        key: None,
+        payload: format!(r#"{{"n":{i},"s":"row {i}"}}"#),
+        timestamp_ms: None,
+    });
+    let mut args = run_args(svc, &topic, &group, &table);
+    args.extend(
+        [
+            "--delivery",
+            delivery,
+            "--batch-rows",
+            "500",
+            "--flush-interval",
+            "200ms",
+        ]
+        .map(String::from),
+    );
+    for k in 0..KILLS {
+        let mut proc = spawn(&format!("eos-{delivery}-{k}"), &args);
+        let pause = Duration::from_millis(1000 + rng.next() % 2000);
+        std::thread::sleep(pause);
+        let before = ch
+            .try_u64(&format!("SELECT count() FROM {table}"))
+            .unwrap_or(0);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            assert!(
+                !proc.has_exited(),
+                "run {k} exited: {}",
+                proc.stderr_so_far()
+            );
+            let rows = ch
+                .try_u64(&format!("SELECT count() FROM {table}"))
+                .unwrap_or(0);
+            if rows > before || Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        proc.kill9();
+        let landed = landed_past_commit(svc, &ch, &table, &group, &topic);
+        exercised += landed;
+        eprintln!(
+            "[e2e_exactly_once] {delivery}: kill {k} after {pause:?}; {landed} rows landed past the commit"
+        );
+    }
+    let delivered = producer.join();
+    assert!(
+        delivered.errors.is_empty(),
+        "producer errors: {:?}",
+        &delivered.errors[..3.min(delivered.errors.len())]
+    );
+    let mut last = args.clone();
+    last.push("--until-end".into());
+    let fin = run(
+        &format!("eos-{delivery}-bounded"),
+        &last,
+        Duration::from_secs(90),
+    );
+    fin.assert_code(0);
+    let count = ch.u64(&format!("SELECT count() FROM {table}"));
+    let uniq = ch.u64(&format!(
+        "SELECT uniqExact(_partition, _offset) FROM {table}"
+    ));
+    let ends = end_offsets(&svc.brokers, &topic, PARTITIONS);
+    let total: i64 = ends.iter().sum();
+    let committed = committed(&svc.brokers, &group, &topic, PARTITIONS);
+    eprintln!(
+        "[e2e_exactly_once] {delivery}: {count} rows, {uniq} distinct of {total}, {} duplicates; committed {committed:?}",
+        count - uniq
+    );
+    assert_eq!(
+        committed,
+        ends.iter().map(|&e| Some(e)).collect::<Vec<_>>(),
+        "committed = ends"
+    );
+    ch.exec(&format!("DROP DATABASE {db}"));
+    assert!(
+        exercised > 0,
+        "no kill left a landed block uncommitted: nothing had to be deduplicated"
+    );
+    (count - uniq, total as u64 - uniq)
+}
+
+/// Rows in the table at or past the committed offsets (what the next owner
+/// must not insert again), once the killed process's inserts settled.
+fn landed_past_commit(svc: &Services, ch: &Ch, table: &str, group: &str, topic: &str) -> u64 {
+    std::thread::sleep(Duration::from_millis(300));
+    let committed = committed(&svc.brokers, group, topic, PARTITIONS);
+    let c = assert_committed_prefix_present(ch, table, &committed, "after kill -9");
+    c.iter()
+        .enumerate()
+        .map(|(p, c)| {
+            ch.u64(&format!(
+                "SELECT count() FROM {table} WHERE _partition = {p} AND _offset >= {c}"
+            ))
+        })
+        .sum()
+}

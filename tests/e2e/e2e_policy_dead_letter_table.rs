@@ -1,0 +1,183 @@
+//! End to end: `--on-error dead-letter --dead-letter-table` with the
+//! dead-letter table's server frozen (SIGSTOP) for 10 s mid-run; while it
+//! is, `/readyz` is 503 naming the dead-letter table (after
+//! `--stall-timeout`), so the wait is never silent.
+//!
+//! The pipeline writes to ClickHouse 18.16; the dead-letter table lives on
+//! the 26.9 server (`--dead-letter-clickhouse-url`), so that server can be
+//! frozen alone. While it is frozen the letters cannot be stored: the
+//! pipeline must wait (nothing past an unstored letter committed, the run
+//! not finished), and once it is back the run completes with every good
+//! row once in the table, every bad message once in the dead-letter table
+//! with its position, stage and column, and committed = end offsets.
+
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+use crate::support::*;
+
+const N: usize = 3000;
+const PARTITIONS: i32 = 2;
+
+fn signal(pid_file: &str, sig: libc::c_int) {
+    let text = std::fs::read_to_string(pid_file).expect("pid file");
+    let pid: libc::pid_t = text.trim().parse().expect("a pid");
+    // SAFETY: kill(2) on the pid the services script recorded for the server.
+    let rc = unsafe { libc::kill(pid, sig) };
+    assert_eq!(rc, 0, "kill -{sig} {pid}");
+}
+
+/// Every 50th message does not fit (`small` out of range), every 50th + 25
+/// is rejected by the server's `throwIf`.
+fn payload(i: usize) -> String {
+    match i % 50 {
+        7 => format!(r#"{{"a": {}, "small": 300}}"#, i + 100),
+        32 => r#"{"a": 13, "small": 1}"#.to_owned(),
+        _ => format!(r#"{{"a": {}, "small": 1}}"#, i + 100),
+    }
+}
+
+#[test]
+fn dead_letter_table_server_frozen_mid_run() {
+    let Some(svc) = services_on(Server::V18) else {
+        return;
+    };
+    let Some(modern_pid) = svc.on(Server::V26).clickhouse_pid_file else {
+        eprintln!("[e2e_policy_dlt] no PID file for the 26.9 server; skipped");
+        return;
+    };
+    let _timer = Timer::start("e2e_policy_dead_letter_table");
+    let _lock = ch_exclusive_lock();
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let letters_ch = Ch::connect(&svc.clickhouse_modern_url);
+    let topic = unique("t_policy_dlt");
+    let group = unique("g_policy_dlt");
+    let db = ch.fresh_db("e2e_policy_dlt");
+    let letters_db = letters_ch.fresh_db("e2e_policy_dlt_letters");
+    let table = format!("{db}.t");
+    let letters = format!("{letters_db}.letters");
+    ch.exec(&format!(
+        "CREATE TABLE {table} (a UInt32, small UInt8, _partition UInt32, _offset UInt64, \
+         chk UInt8 MATERIALIZED throwIf(a = 13)) ENGINE = MergeTree() ORDER BY (_partition, _offset)"
+    ));
+    create_topic(&svc.brokers, &topic, PARTITIONS);
+    let produced = produce(&svc.brokers, &topic, PARTITIONS, N, |i| Msg {
+        partition: ((i / 3) % PARTITIONS as usize) as i32,
+        key: Some(format!("k{i}")),
+        payload: payload(i),
+        timestamp_ms: None,
+    });
+    let bad: Vec<usize> = (0..N).filter(|i| [7, 32].contains(&(i % 50))).collect();
+    let good = N - bad.len();
+
+    let port = free_port();
+    let admin = format!("127.0.0.1:{port}");
+    let mut args = run_args(&svc, &topic, &group, &table);
+    args.extend(
+        [
+            "--admin-addr",
+            &admin,
+            "--stall-timeout",
+            "1s",
+            "--until-end",
+            "--on-error",
+            "dead-letter",
+            "--dead-letter-table",
+            &letters,
+            "--dead-letter-clickhouse-url",
+            &svc.clickhouse_modern_url,
+            "--batch-rows",
+            "200",
+            "--insert-timeout",
+            "2s",
+        ]
+        .map(String::from),
+    );
+    let mut resume = Undo::new(|| signal(&modern_pid, libc::SIGCONT));
+    let spate = spawn("policy-dlt", &args);
+    // The table is created at start: freeze its server right after.
+    wait_for(
+        "the dead-letter table created",
+        Duration::from_secs(30),
+        Duration::from_millis(20),
+        || match letters_ch.try_u64(&format!("EXISTS TABLE {letters}")) {
+            Ok(1) => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    signal(&modern_pid, libc::SIGSTOP);
+    let frozen_at = Instant::now();
+    std::thread::sleep(Duration::from_secs(5));
+    let c = committed(&svc.brokers, &group, &topic, PARTITIONS);
+    let ends: Vec<Option<i64>> = produced.counts.iter().map(|&n| Some(n)).collect();
+    let mid_rows = ch.u64(&format!("SELECT count() FROM {table}"));
+    assert_ne!(
+        c, ends,
+        "committed to the ends while no letter could be stored"
+    );
+    let mut spate = spate;
+    assert!(
+        !spate.has_exited(),
+        "the run ended while the dead-letter table was frozen"
+    );
+    // Waiting for the table is not silent: /readyz names it.
+    let ready = wait_for(
+        "/readyz 503 naming the frozen dead-letter table",
+        Duration::from_secs(9).saturating_sub(frozen_at.elapsed()),
+        Duration::from_millis(200),
+        || match http_get(port, "/readyz") {
+            Some(r)
+                if r.starts_with("HTTP/1.1 503")
+                    && r.contains(&format!("dead-letter table {letters}")) =>
+            {
+                Ok(r)
+            }
+            other => Err(format!("{other:?}")),
+        },
+    );
+    eprintln!(
+        "[e2e_policy_dead_letter_table] /readyz while frozen: {}",
+        ready.lines().last().unwrap_or("")
+    );
+    std::thread::sleep(Duration::from_secs(10).saturating_sub(frozen_at.elapsed()));
+    signal(&modern_pid, libc::SIGCONT);
+    resume.disarm();
+    let fin = spate.wait(Duration::from_secs(120));
+    fin.assert_code(0);
+
+    let rows = ch.u64_rows(&format!(
+        "SELECT a, count() FROM {table} GROUP BY a ORDER BY a"
+    ));
+    assert_eq!(rows.len(), good, "distinct good rows");
+    assert!(rows.iter().all(|r| r[1] == 1), "a good row inserted twice");
+    assert_eq!(committed(&svc.brokers, &group, &topic, PARTITIONS), ends);
+    let stored = letters_ch.text(
+        &format!("SELECT partition, offset, stage, ifNull(column, ''), value FROM {letters} ORDER BY partition, offset"),
+        "TSV",
+    );
+    let mut seen = BTreeSet::new();
+    for line in stored.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        let at = (f[0].parse::<i32>().unwrap(), f[1].parse::<i64>().unwrap());
+        let i = *bad
+            .iter()
+            .find(|&&i| produced.placement[i] == at)
+            .unwrap_or_else(|| panic!("a letter of no bad message: {line}"));
+        assert!(seen.insert(i), "message {i} stored twice");
+        let (stage, column) = if i % 50 == 7 {
+            ("decode", "small")
+        } else {
+            ("insert", "")
+        };
+        assert_eq!((f[2], f[3]), (stage, column), "{line}");
+        assert_eq!(f[4], payload(i).replace('\\', "\\\\"), "the original value");
+    }
+    assert_eq!(seen.len(), bad.len(), "every bad message stored once");
+    eprintln!(
+        "[e2e_policy_dlt] frozen 10 s with {mid_rows} rows in and committed {c:?}; completed in {:.1?}: {good} rows, {} letters",
+        fin.elapsed,
+        seen.len()
+    );
+    ch.exec(&format!("DROP DATABASE {db}"));
+    letters_ch.exec(&format!("DROP DATABASE {letters_db}"));
+}
