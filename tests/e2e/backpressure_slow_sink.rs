@@ -13,10 +13,9 @@
 
 #![allow(unknown_lints, clippy::manual_is_multiple_of)]
 
-
+use crate::support::*;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use crate::support::*;
 
 const N: usize = 2_000_000;
 const PARTITIONS: i32 = 4;

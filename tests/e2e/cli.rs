@@ -7,9 +7,8 @@
 // `is_multiple_of` is newer than the workspace's rust-version (1.85).
 #![allow(unknown_lints, clippy::manual_is_multiple_of)]
 
-
-use std::time::Duration;
 use crate::support::*;
+use std::time::Duration;
 
 /// (flag as in the help, env var, expected default: `Some("")` = some
 /// default must be shown, `Some(v)` = `[default: v]`, `None` = no check)

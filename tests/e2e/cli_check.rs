@@ -15,9 +15,8 @@
 //!   a wrong CA and SASL for a wrong password (exit 2), TCP for a closed
 //!   port (exit 1); with the right settings each broker is said to answer.
 
-
-use std::time::Duration;
 use crate::support::*;
+use std::time::Duration;
 
 const PARTITIONS: i32 = 2;
 const TIMEOUT: Duration = Duration::from_secs(90);

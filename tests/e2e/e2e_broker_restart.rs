@@ -24,10 +24,9 @@
 //! `scripts/broker.sh`). The test still holds the exclusive services lock
 //! ([`ch_exclusive_lock`]), so the load it measures is its own.
 
-
+use crate::support::*;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use crate::support::*;
 
 const N: usize = 200_000;
 const PARTITIONS: i32 = 4;

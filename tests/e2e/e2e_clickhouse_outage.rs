@@ -31,10 +31,9 @@
 // `is_multiple_of` is newer than the workspace's rust-version (1.85).
 #![allow(unknown_lints, clippy::manual_is_multiple_of)]
 
-
+use crate::support::*;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use crate::support::*;
 
 const N: usize = 300_000;
 const PARTITIONS: i32 = 4;

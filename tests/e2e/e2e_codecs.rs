@@ -7,7 +7,7 @@
 //! refuses `compression.type` at creation, and a consumer of such a topic
 //! gets a fetch error for every batch, so a bounded run never ends.
 
-
+use crate::support::*;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{DeliveryResult, Message as _};
@@ -15,7 +15,6 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::ClientContext;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use crate::support::*;
 
 const MESSAGES: usize = 20_000;
 const PARTITIONS: i32 = 2;

@@ -4,9 +4,8 @@
 //! flags beat `SPATE_*` variables, which beat the file, with secrets
 //! masked.
 
-
-use std::time::Duration;
 use crate::support::*;
+use std::time::Duration;
 
 /// Write `text` to a fresh file under the test log directory.
 fn config_file(name: &str, text: &str) -> String {

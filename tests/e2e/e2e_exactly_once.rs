@@ -15,9 +15,8 @@
 //! ReplicatedMergeTree on the suite's ZooKeeper (`scripts/services.sh`),
 //! deduplicated by block hash (18.16 has no token).
 
-
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::support::*;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const N: usize = 40_000;
 const PARTITIONS: i32 = 4;

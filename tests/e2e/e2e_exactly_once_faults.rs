@@ -12,9 +12,8 @@
 //! MergeTree with a window) and 18.16 (block hash, ReplicatedMergeTree on
 //! the suite's ZooKeeper).
 
-
-use std::time::Duration;
 use crate::support::*;
+use std::time::Duration;
 
 const N: usize = 6_000;
 const PARTITIONS: i32 = 2;

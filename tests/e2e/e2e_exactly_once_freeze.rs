@@ -8,9 +8,8 @@
 //! 26.9 only (its MergeTree with a deduplication window); holds the
 //! exclusive ClickHouse lock, since the freeze would stall other tests.
 
-
-use std::time::{Duration, Instant};
 use crate::support::*;
+use std::time::{Duration, Instant};
 
 const N: usize = 30_000;
 const PARTITIONS: i32 = 2;

@@ -17,10 +17,9 @@
 //! Nodes a and b are shared with `e2e_sharding` (test binaries run one at
 //! a time); the two scenarios here run one after the other (`NODES`).
 
-
+use crate::support::*;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use crate::support::*;
 
 static NODES: Mutex<()> = Mutex::new(());
 

@@ -10,9 +10,8 @@
 //! the deadline for transient ones, are unit-tested in
 //! `connectors/kafka/src/fetch_error.rs`. Kafka-side only: on 18.16.
 
-
-use std::time::{Duration, Instant};
 use crate::support::*;
+use std::time::{Duration, Instant};
 
 #[test]
 fn no_start_position_with_reset_forbidden_fails_the_bounded_run() {

@@ -7,9 +7,8 @@
 
 #![allow(unknown_lints, clippy::manual_is_multiple_of)] // MSRV 1.86
 
-
-use std::time::Duration;
 use crate::support::*;
+use std::time::Duration;
 
 const MESSAGES: usize = 5_000;
 const PARTITIONS: i32 = 2;

@@ -19,11 +19,10 @@
 
 #![allow(unknown_lints, clippy::manual_is_multiple_of)] // MSRV 1.86
 
-
+use crate::support::*;
 use spate_clickhouse::formats::{AvroWrite, SchemaType};
 use spate_clickhouse::{RegistryConfig, SchemaRegistry};
 use std::time::Duration;
-use crate::support::*;
 
 const MESSAGES: usize = 100_000;
 const PARTITIONS: i32 = 3;

@@ -4,13 +4,12 @@
 //! row, to the one `spate gen` + `spate run` make of the same events as
 //! JSON (both event schemas, both ClickHouse servers).
 
-
 #[path = "../../src/events.rs"]
 mod events;
 
+use crate::support::*;
 use events::Schema;
 use std::time::Duration;
-use crate::support::*;
 
 const COUNT: &str = "20000";
 const PARTITIONS: &str = "2";

@@ -13,9 +13,8 @@
 //! - `spate check` over mutual TLS passes, and names the TLS error when the
 //!   CA is wrong.
 
-
-use std::time::Duration;
 use crate::support::*;
+use std::time::Duration;
 
 const PARTITIONS: i32 = 2;
 const MESSAGES: usize = 6_000;

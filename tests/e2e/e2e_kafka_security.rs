@@ -11,9 +11,8 @@
 //! file's `[kafka]` table in the SCRAM-SHA-512 one. ClickHouse is only the
 //! destination here, so these run on 18.16 alone.
 
-
-use std::time::{Duration, Instant};
 use crate::support::*;
+use std::time::{Duration, Instant};
 
 const PARTITIONS: i32 = 2;
 const MESSAGES: usize = 3000;

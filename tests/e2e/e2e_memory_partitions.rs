@@ -12,10 +12,9 @@
 //! ClickHouse 18.16 only: it freezes the server, and a stalled server
 //! looks the same to spate whatever its version.
 
-
+use crate::support::*;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use crate::support::*;
 
 const N: usize = 400_000;
 const PARTITIONS: i32 = 64;

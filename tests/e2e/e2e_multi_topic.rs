@@ -2,9 +2,8 @@
 //! `_topic` telling them apart, and unknown keys ignored by default but
 //! rejected under `--strict`.
 
-
-use std::time::Duration;
 use crate::support::*;
+use std::time::Duration;
 
 const PER_TOPIC: usize = 30_000;
 

@@ -24,18 +24,17 @@
 // `is_multiple_of` is newer than the workspace's rust-version (1.85).
 #![allow(unknown_lints, clippy::manual_is_multiple_of)]
 
-
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer as _, ProducerContext};
 use rdkafka::ClientContext;
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 
+use crate::support::*;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use crate::support::*;
 
 /// Partition of message `i` in test 1: 1/10 to partition 0, 2/10 to 1,
 /// 3/10 to 2, 4/10 to 3.

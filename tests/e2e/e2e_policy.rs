@@ -13,9 +13,8 @@
 //! - a topic of 100% bad messages under `skip`: the rejection limit trips,
 //!   exit 1 naming it, nothing committed past the limit.
 
-
-use std::time::{Duration, Instant};
 use crate::support::*;
+use std::time::{Duration, Instant};
 
 const N: usize = 4000;
 const PARTITIONS: i32 = 2;

@@ -11,10 +11,9 @@
 //! row once in the table, every bad message once in the dead-letter table
 //! with its position, stage and column, and committed = end offsets.
 
-
+use crate::support::*;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
-use crate::support::*;
 
 const N: usize = 3000;
 const PARTITIONS: i32 = 2;

@@ -6,11 +6,10 @@
 //! own `spate.*` headers, and the table row holds them in `headers.name` /
 //! `headers.value`. On ClickHouse 18.16 and 26.9.
 
-
+use crate::support::*;
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use std::time::Duration;
-use crate::support::*;
 
 const N: usize = 60;
 

@@ -9,9 +9,8 @@
 //! changed on a live table (`MODIFY SETTING`), which is how the test
 //! clears the error.
 
-
-use std::time::Duration;
 use crate::support::*;
+use std::time::Duration;
 
 #[test]
 fn a_stuck_transient_error_turns_readyz_503_naming_the_shard() {

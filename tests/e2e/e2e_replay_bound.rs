@@ -13,9 +13,8 @@
 //! work, far beyond that bound. `SPATE_TEST_SPATE_BIN` runs another build for
 //! a before/after figure.
 
-
-use std::time::{Duration, Instant};
 use crate::support::*;
+use std::time::{Duration, Instant};
 
 const N: usize = 400_000;
 const PARTITIONS: i32 = 4;

@@ -29,9 +29,8 @@
 // `is_multiple_of` is newer than the workspace's rust-version (1.85).
 #![allow(unknown_lints, clippy::manual_is_multiple_of)]
 
-
-use std::time::Duration;
 use crate::support::*;
+use std::time::Duration;
 
 const PARTITIONS: i32 = 2;
 

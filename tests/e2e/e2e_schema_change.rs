@@ -22,9 +22,8 @@
 //! for the old type in the seconds before spate notices would be misread;
 //! see the README.)
 
-
-use std::time::{Duration, Instant};
 use crate::support::*;
+use std::time::{Duration, Instant};
 
 const PARTITIONS: i32 = 4;
 const PHASES: [usize; 3] = [400_000, 300_000, 300_000];

@@ -21,10 +21,9 @@
 //! the routing is spate's own `cityHash64`, which `shard_hash_server.rs`
 //! checks against both versions.
 
-
+use crate::support::*;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use crate::support::*;
 
 static NODES: Mutex<()> = Mutex::new(());
 

@@ -14,9 +14,8 @@
 //! Holds [`ch_exclusive_lock`]: the broker restart test uses the same
 //! broker.
 
-
-use std::time::{Duration, Instant};
 use crate::support::*;
+use std::time::{Duration, Instant};
 
 const N: usize = 20_000;
 const PARTITIONS: i32 = 4;

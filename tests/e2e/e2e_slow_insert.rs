@@ -21,9 +21,8 @@
 //! 26.9 only: 18.16 has no token, and its plain MergeTree no deduplication
 //! (there a ReplicatedMergeTree deduplicates the retry by its block hash).
 
-
-use std::time::{Duration, Instant};
 use crate::support::*;
+use std::time::{Duration, Instant};
 
 const N: usize = 2_000;
 const PARTITIONS: i32 = 2;

@@ -8,9 +8,8 @@
 //! with a message saying so. A then stops on SIGTERM with every row in
 //! the table and its commit at the end offset.
 
-
-use std::time::{Duration, Instant};
 use crate::support::*;
+use std::time::{Duration, Instant};
 
 const N: usize = 2_000;
 

@@ -13,10 +13,9 @@
 // `is_multiple_of` is newer than the workspace's rust-version (1.85).
 #![allow(unknown_lints, clippy::manual_is_multiple_of)]
 
-
+use crate::support::*;
 use std::fmt::Write as _;
 use std::time::Duration;
-use crate::support::*;
 
 const N: usize = 200_000;
 const PARTITIONS: i32 = 4;

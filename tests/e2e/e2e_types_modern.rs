@@ -28,9 +28,8 @@
 //! 26.9 only: 18.16 has none of these types (the shared types run on both
 //! servers in `e2e_types.rs`) and no such profile.
 
-
-use std::time::Duration;
 use crate::support::*;
+use std::time::Duration;
 
 const N: usize = 6_000;
 const PARTITIONS: i32 = 3;

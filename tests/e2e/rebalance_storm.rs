@@ -45,14 +45,13 @@
 
 #![allow(unknown_lints, clippy::manual_is_multiple_of)]
 
-
+use crate::support::*;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use crate::support::*;
 
 const N: usize = 1_000_000;
 const PARTITIONS: i32 = 8;

@@ -13,9 +13,8 @@
 //! The panic path (the hook masks registered secrets) is unit-tested in
 //! `src/secret.rs`: nothing a user can do makes spate panic on purpose.
 
-
-use std::time::{Duration, Instant};
 use crate::support::*;
+use std::time::{Duration, Instant};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 const KAFKA_SECRET: &str = "kafka-secret-7f3a9c";
