@@ -36,7 +36,7 @@ Suites (BENCH_SUITE, comma-separated; default "e2e"):
 Measurement, for spate and the consume ceiling alike:
 - steady rows/s: the rate between 10% and 90% of the rows (for spate from
   the rows of the table's active parts in system.parts, sampled every
-  50 ms), so that start-up and tansu's group join (session.timeout.ms/2)
+  50 ms), so that start-up and the group join (session.timeout.ms/2)
   are excluded;
 - CPU seconds per million rows of the process (user+sys, from wait4);
 - peak RSS of the process (ru_maxrss);
@@ -445,7 +445,7 @@ def suite_e2e(topic, date):
 
     # ---- the report
     server = ch("SELECT version()")
-    md.append(f"# spate bench: e2e\n\n{date}, {os.cpu_count()} cores, ClickHouse {server}, tansu broker; "
+    md.append(f"# spate bench: e2e\n\n{date}, {os.cpu_count()} cores, ClickHouse {server}, nisshi broker; "
               f"{MESSAGES:,} small events (~{avg_bytes:.0f} B of JSON, 10 columns) on {PARTITIONS} partitions. "
               f"Medians of {REPEAT} alternated rounds (consume ceiling, spate, insert ceiling).\n")
     if micro_table:
