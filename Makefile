@@ -42,7 +42,7 @@ test: lint services ## clippy, services up, then every test (unit, fakes, propte
 	$(MAKE) loom
 
 loom: ## model-check the drain barrier and the pending gate with loom
-	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p spate_core --lib loom
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --profile ci -p spate_core --lib loom
 
 BENCH_VENV := $(or $(SPATE_BUILD_DIR),build)/bench-venv
 
