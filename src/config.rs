@@ -83,6 +83,10 @@ const PIPELINE_KEYS: &[&str] = &[
     "schema_registry",
     "schema_registry_user",
     "schema_registry_password",
+    "schema_registry_password_file",
+    "schema_registry_ca",
+    "schema_registry_cert",
+    "schema_registry_key",
     "protobuf_descriptor",
     "protobuf_message",
 ];

@@ -6,7 +6,7 @@
 //!
 //! Pure functions of the parsed flags, called on the main thread.
 
-use crate::cli::{Compression, InsertFormat, MessageFormat, RunArgs};
+use crate::cli::{Compression, InsertFormat, MessageFormat, RegistryTlsArgs, RunArgs};
 use crate::exit::Exit;
 use spate_clickhouse::{
     ChClientOptions, CsvOptions, FormatSpec, ProtobufSource, RegistryConfig, RetryPolicy,
@@ -205,12 +205,52 @@ fn registry(a: &RunArgs) -> Result<SchemaRegistry, Exit> {
         let name = format!("{:?}", a.format).to_lowercase();
         Exit::usage(format!("--format {name} needs --schema-registry URL"))
     })?;
-    SchemaRegistry::new(&RegistryConfig {
+    let cfg = registry_config(
         url,
-        user: a.schema_registry_user.clone(),
-        password: a.schema_registry_password.clone(),
+        a.schema_registry_user.clone(),
+        a.schema_registry_password.clone(),
+        &a.registry_tls,
+    )?;
+    SchemaRegistry::new(&cfg).map_err(|e| Exit::usage(e.to_string()))
+}
+
+/// The registry's settings from its flags (`run`, `check`, `gen`): the
+/// password from its flag or file, and it and the URL's password
+/// registered for redaction from all output.
+pub(crate) fn registry_config(
+    url: String,
+    user: Option<String>,
+    password: Option<String>,
+    files: &RegistryTlsArgs,
+) -> Result<RegistryConfig, Exit> {
+    let password = match (password, &files.schema_registry_password_file) {
+        (Some(p), _) => Some(p),
+        (None, Some(path)) => Some(crate::secret::read_file(
+            "--schema-registry-password-file",
+            path,
+        )?),
+        (None, None) => None,
+    };
+    if let Some(p) = &password {
+        crate::secret::register(p);
+    }
+    let authority = url.split_once("://").map_or("", |(_, r)| r);
+    let authority = authority.split('/').next().unwrap_or("");
+    if let Some((info, _)) = authority.rsplit_once('@') {
+        if let Some((_, p)) = info.split_once(':') {
+            crate::secret::register(p);
+        }
+    }
+    Ok(RegistryConfig {
+        url,
+        user,
+        password,
+        tls: TlsFiles {
+            ca: files.schema_registry_ca.clone(),
+            cert: files.schema_registry_cert.clone(),
+            key: files.schema_registry_key.clone(),
+        },
     })
-    .map_err(|e| Exit::usage(e.to_string()))
 }
 
 /// The message format and the options it needs (`--format` and its flags).
