@@ -541,6 +541,33 @@ password = "${SPATE_TEST_CFG_KAFKA_PW}"
     }
 
     #[test]
+    fn schema_registry_tls_keys_become_their_flags() {
+        std::env::set_var("SPATE_TEST_CFG_REGISTRY_PW", "reg-env-pw");
+        let f = file(
+            r#"
+brokers = "k:9092"
+group = "g"
+format = "avro"
+schema_registry = "https://reg:8081"
+schema_registry_password = "${SPATE_TEST_CFG_REGISTRY_PW}"
+schema_registry_ca = "/etc/reg/ca.pem"
+schema_registry_cert = "/etc/reg/c.pem"
+schema_registry_key = "/etc/reg/k.pem"
+"#,
+        );
+        let out = expand(argv(&["--config", &f.0])).unwrap();
+        let a = &out[0].argv;
+        for want in [
+            "--schema-registry-password=reg-env-pw",
+            "--schema-registry-ca=/etc/reg/ca.pem",
+            "--schema-registry-cert=/etc/reg/c.pem",
+            "--schema-registry-key=/etc/reg/k.pem",
+        ] {
+            assert!(a.contains(&want.to_string()), "{want} not in {a:?}");
+        }
+    }
+
+    #[test]
     fn renames_are_a_table_per_pipeline() {
         let f = file(
             r#"

@@ -485,7 +485,33 @@ mod tests {
             Some("--format avro needs --schema-registry URL")
         );
         assert!(err(&["--format", "csv", "--csv-delimiter", "\""]).is_some());
-        assert!(err(&["--format", "avro", "--schema-registry", "https://r"]).is_some());
+        // https is served (issue 18); a URL of another scheme, TLS files
+        // for an http:// registry and an unreadable CA are refused.
+        assert!(err(&["--format", "avro", "--schema-registry", "ftp://r"]).is_some());
+        assert_eq!(
+            err(&["--format", "avro", "--schema-registry", "https://r"]),
+            None
+        );
+        let tls_on_http = [
+            "--format",
+            "avro",
+            "--schema-registry",
+            "http://r",
+            "--schema-registry-ca",
+            "/etc/hostname",
+        ];
+        assert!(err(&tls_on_http).is_some_and(|e| e.contains("https://")));
+        let bad_ca = [
+            "--format",
+            "avro",
+            "--schema-registry",
+            "https://r",
+            "--schema-registry-ca",
+            "/nonexistent/ca.pem",
+        ];
+        assert!(
+            err(&bad_ca).is_some_and(|e| e.starts_with("--schema-registry-ca /nonexistent/ca.pem"))
+        );
         let missing = [
             "--format",
             "protobuf",
@@ -510,5 +536,57 @@ mod tests {
         ]))
         .unwrap();
         assert!(matches!(v.format, FormatSpec::Csv(ref o) if o.delimiter == b';'));
+    }
+
+    #[test]
+    fn the_registry_password_file_and_tls_files_reach_the_client() {
+        let dir = std::env::temp_dir();
+        let pw = dir.join(format!("spate-registry-pw-{}", std::process::id()));
+        std::fs::write(&pw, "reg-file-secret\n").unwrap();
+        let a = run_args(&[
+            "--topic",
+            "t",
+            "--format",
+            "avro",
+            "--schema-registry",
+            "https://u:url-secret@r:8081",
+            "--schema-registry-password-file",
+            pw.to_str().unwrap(),
+            "--schema-registry-cert",
+            "/c.pem",
+            "--schema-registry-key",
+            "/k.pem",
+        ]);
+        let cfg = registry_config(
+            a.schema_registry.clone().unwrap(),
+            None,
+            None,
+            &a.registry_tls,
+        )
+        .unwrap();
+        std::fs::remove_file(&pw).unwrap();
+        assert_eq!(cfg.password.as_deref(), Some("reg-file-secret"));
+        assert_eq!(
+            cfg.tls.cert.as_deref(),
+            Some(std::path::Path::new("/c.pem"))
+        );
+        assert_eq!(cfg.tls.key.as_deref(), Some(std::path::Path::new("/k.pem")));
+        assert_eq!(cfg.tls.ca, None);
+        // Both passwords are masked in everything spate writes.
+        let line = crate::secret::redact("pw reg-file-secret url url-secret");
+        assert_eq!(line, "pw *** url ***");
+        let e = registry_config(
+            "http://r".into(),
+            None,
+            None,
+            &RegistryTlsArgs {
+                schema_registry_password_file: Some("/nonexistent/pw".into()),
+                ..RegistryTlsArgs::default()
+            },
+        )
+        .unwrap_err();
+        assert!(e
+            .message()
+            .starts_with("--schema-registry-password-file /nonexistent/pw: "));
     }
 }
