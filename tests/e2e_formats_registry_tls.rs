@@ -4,8 +4,9 @@
 //! demo schema and produces through it, and `spate run --format avro`
 //! loads every event, with `--schema-registry-ca/-cert/-key` and the
 //! password from `--schema-registry-password-file` (never in the logs).
-//! A wrong CA, or no client certificate, fails at start with one line
-//! naming what to fix, without retrying, and nothing is committed.
+//! A wrong CA, no client certificate, or a wrong password fails at start
+//! with one line naming what to fix, without retrying, and nothing is
+//! committed.
 
 mod support;
 
@@ -132,6 +133,22 @@ fn avro_through_an_https_registry_with_a_client_certificate() {
         line.contains("TLS error") && line.contains("--schema-registry-cert"),
         "{line}"
     );
+    // The right files, the wrong password: refused at start, not retried.
+    let wrong_pw = log_dir().join(format!("{}.pw", unique("registry_wrong_pw")));
+    std::fs::write(&wrong_pw, "not-the-password\n").expect("password file");
+    let mut refused: Vec<String> = args
+        .iter()
+        .map(|a| match a == &password_file.display().to_string() {
+            true => wrong_pw.display().to_string(),
+            false => a.clone(),
+        })
+        .collect();
+    refused.extend(tls_flags(&tls, &tls.ca, true));
+    let fin = run("run_avro_wrong_password", &refused, Duration::from_secs(60));
+    fin.assert_code(2);
+    let line = fin.last_line();
+    assert!(line.contains("HTTP 401"), "{line}");
+    assert!(!fin.stderr.contains("not-the-password"), "{}", fin.tail(10));
     assert_eq!(
         committed(&svc.brokers, &group, &topic, PARTITIONS),
         vec![None; PARTITIONS as usize],

@@ -370,11 +370,9 @@ impl SchemaRegistry {
     pub fn probe(&self) -> Result<(), RegistryError> {
         let (status, body) = self.request("GET", "/subjects", None)?;
         match status {
-            401 | 403 => Err(RegistryError::Status {
-                status,
-                body: body.chars().take(300).collect(),
-            }),
-            s if s >= 500 => Err(RegistryError::Status {
+            // 401: the credentials are refused. (403 is not: a principal
+            // may read schemas by id without being allowed the list.)
+            s if s == 401 || s >= 500 => Err(RegistryError::Status {
                 status,
                 body: body.chars().take(300).collect(),
             }),
@@ -497,6 +495,37 @@ mod tests {
             };
             assert!(SchemaRegistry::new(&cfg).is_err(), "{bad}");
         }
+    }
+
+    /// A registry on a local port answering each connection with the next
+    /// of `statuses`.
+    fn canned(statuses: &'static [u16]) -> SchemaRegistry {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for (conn, status) in listener.incoming().zip(statuses) {
+                let Ok(mut c) = conn else { return };
+                let _ = c.read(&mut [0u8; 4096]);
+                let _ = write!(c, "HTTP/1.1 {status} X\r\nContent-Length: 2\r\n\r\n[]");
+            }
+        });
+        SchemaRegistry::new(&RegistryConfig {
+            url: format!("http://127.0.0.1:{port}"),
+            ..RegistryConfig::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn the_probe_fails_on_refused_credentials_only() {
+        let r = canned(&[200, 404, 403, 401, 503]);
+        assert_eq!(r.probe(), Ok(()));
+        assert_eq!(r.probe(), Ok(()), "a registry without GET /subjects");
+        assert_eq!(r.probe(), Ok(()), "403: logged in, not allowed the list");
+        let e = r.probe().unwrap_err();
+        assert!(!e.is_transient() && e.to_string().contains("401"), "{e}");
+        assert!(r.probe().unwrap_err().is_transient(), "503: an outage");
     }
 
     #[test]
