@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """spate benchmarks against the local services (make services).
 
-Suites (BENCH_SUITE, comma-separated; default "e2e"):
+Suites (BENCH_SUITE, comma-separated; default "e2e,formats"):
 
 - e2e: the figures of the benchmark issue, in one run on the same data.
   1. micro: `cargo bench --bench hot_path` (criterion); ns per row and MB/s of
@@ -28,10 +28,11 @@ Suites (BENCH_SUITE, comma-separated; default "e2e"):
   one run on the same data, both into a fresh ReplicatedMergeTree table
   (what exactly-once needs on 18.16; the suite's ZooKeeper): the ratio of
   steady rows/s and of CPU seconds per million rows (issue 19).
-- formats: the same small events as JSON and as Avro (Confluent wire
-  format, `spate gen --format avro` through scripts/schema_registry.py),
-  alternated BENCH_REPEAT times in one run: steady rows/s, CPU s per
-  million rows and peak RSS of `spate run` per format.
+- formats: the same small events as JSON, as Avro and as Protobuf
+  (Confluent wire format, `spate gen --format avro|protobuf` through
+  scripts/schema_registry.py), alternated BENCH_REPEAT times in one run:
+  steady rows/s, CPU s per million rows and peak RSS of `spate run` per
+  format, and each format's ratio to JSON (issue 18).
 
 Measurement, for spate and the consume ceiling alike:
 - steady rows/s: the rate between 10% and 90% of the rows (for spate from
@@ -42,9 +43,13 @@ Measurement, for spate and the consume ceiling alike:
 - peak RSS of the process (ru_maxrss);
 - for spate also the ClickHouse server's CPU over the run (/proc/PID/stat).
 
-Results go to bench/results/<suite>-<date>.md (and .png); the last line
-printed is a summary in a fixed form for tools to track:
+Results go to bench/results/<suite>-<date>.md (and .png); each suite prints
+a summary line, and the last line printed is the e2e suite's (when it ran),
+in a fixed form for tools to track:
   bench: rows_per_s=<int> cpu_s_per_million=<float> fraction_of_ceiling=<float> peak_rss_mib=<int>
+The formats suite's line:
+  bench: formats json_rows_per_s=<int> avro_rows_per_s=<int> protobuf_rows_per_s=<int>
+    avro_rate_ratio=<float> protobuf_rate_ratio=<float> avro_cpu_ratio=<float> protobuf_cpu_ratio=<float>
 """
 
 import datetime
@@ -595,52 +600,85 @@ def suite_delivery(topic, date):
     return md, summary, []
 
 
-def suite_formats(topic, date):
-    """JSON against Avro on the same events, alternated, in one run."""
+FORMATS = ("json", "avro", "protobuf")
+
+
+def start_registry():
+    """scripts/schema_registry.py on a free port, answering; (process, URL)."""
     import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
     registry = subprocess.Popen([sys.executable, os.path.join(ROOT, "scripts", "schema_registry.py"),
-                                 "--port", str(port)])
-    try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(url + "/subjects/none/versions/1", timeout=1)
-            except urllib.error.HTTPError:
-                break
-            except OSError:
-                time.sleep(0.05)
-        avro_topic = topic + "_avro"
+                                 "--port", str(port)], stdout=subprocess.DEVNULL)
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(url + "/subjects/none/versions/1", timeout=1)
+        except urllib.error.HTTPError:
+            return registry, url
+        except OSError:
+            time.sleep(0.05)
+    registry.terminate()
+    sys.exit(f"bench: the schema registry did not answer on {url}")
+
+
+def format_batch_flags():
+    """The same --batch-rows for every format: the default, or for a small
+    BENCH_MESSAGES a twentieth of it, so that the steady rate (sampled from
+    the inserted parts) sees more than a couple of inserts."""
+    return [] if MESSAGES >= 2_000_000 else ["--batch-rows", str(max(MESSAGES // 20, 1000))]
+
+
+def format_runs(topic, url):
+    """Preload the binary topics, then alternate the formats REPEAT times."""
+    topics = {"json": topic}
+    flags = {"json": format_batch_flags()}
+    for name in FORMATS[1:]:
+        topics[name] = f"{topic}_{name}"
+        registry = ["--format", name, "--schema-registry", url]
+        flags[name] = registry + format_batch_flags()
         subprocess.run(
-            [SPATE, "gen", "--brokers", BROKERS, "--topic", avro_topic, "--count", str(MESSAGES),
-             "--partitions", str(PARTITIONS), "--schema", "small", "--format", "avro",
-             "--schema-registry", url],
+            [SPATE, "gen", "--brokers", BROKERS, "--topic", topics[name], "--count", str(MESSAGES),
+             "--partitions", str(PARTITIONS), "--schema", "small"] + registry,
             check=True, stderr=subprocess.DEVNULL, timeout=RUN_TIMEOUT,
         )
-        runs = {"json": [], "avro": []}
-        for i in range(REPEAT):
-            runs["json"].append(run_spate(topic, f"fmt-json-{i}", []))
-            runs["avro"].append(run_spate(avro_topic, f"fmt-avro-{i}",
-                                          ["--format", "avro", "--schema-registry", url]))
-            log(f"  round {i}: json {runs['json'][-1]['rows_per_s']:,.0f}/s, "
-                f"avro {runs['avro'][-1]['rows_per_s']:,.0f}/s")
+    runs = {name: [] for name in FORMATS}
+    for i in range(REPEAT):
+        for name in FORMATS:
+            runs[name].append(run_spate(topics[name], f"fmt-{name}-{i}", flags[name]))
+        log(f"  round {i}: " + ", ".join(f"{n} {runs[n][-1]['rows_per_s']:,.0f}/s" for n in FORMATS))
+    return runs
+
+
+def suite_formats(topic, date):
+    """JSON, Avro and Protobuf on the same events, alternated, in one run."""
+    registry, url = start_registry()
+    try:
+        runs = format_runs(topic, url)
     finally:
         registry.terminate()
         registry.wait(timeout=10)
+    med = {n: {k: statistics.median(r[k] for r in runs[n]) for k in ("rows_per_s", "cpu_s_per_million")}
+           for n in FORMATS}
     md = [f"# spate bench: formats\n\n{date}, {os.cpu_count()} cores, ClickHouse {ch('SELECT version()')}; "
           f"{MESSAGES:,} small events per format on {PARTITIONS} partitions, medians of {REPEAT} "
-          "alternated rounds.\n",
-          "| format | rows/s | CPU s per million rows | peak RSS MiB |\n|---|---:|---:|---:|"]
-    for name, rs in runs.items():
-        md.append(f"| {name} | {statistics.median(r['rows_per_s'] for r in rs):,.0f} | "
-                  f"{statistics.median(r['cpu_s_per_million'] for r in rs):.2f} | "
-                  f"{max(r['peak_rss_mib'] for r in rs):.0f} |")
-    md.append("| protobuf | not measured: `spate gen` does not produce Protobuf yet | | |")
-    json_rate = statistics.median(r["rows_per_s"] for r in runs["json"])
-    avro_rate = statistics.median(r["rows_per_s"] for r in runs["avro"])
-    summary = f"bench: formats json_rows_per_s={json_rate:.0f} avro_rows_per_s={avro_rate:.0f}"
+          f"alternated rounds, flags `{' '.join(format_batch_flags()) or '(defaults)'}` for every format. "
+          "Ratios are to JSON (rows/s: above 1 is faster; CPU: below 1 is cheaper). CPU is the whole "
+          "process's, start-up included.\n",
+          "| format | rows/s | CPU s per million rows | peak RSS MiB | rows/s vs JSON | CPU vs JSON |\n"
+          "|---|---:|---:|---:|---:|---:|"]
+    ratios = {}
+    for name in FORMATS:
+        m = med[name]
+        ratios[name] = (m["rows_per_s"] / med["json"]["rows_per_s"],
+                        m["cpu_s_per_million"] / med["json"]["cpu_s_per_million"])
+        md.append(f"| {name} | {m['rows_per_s']:,.0f} | {m['cpu_s_per_million']:.2f} | "
+                  f"{max(r['peak_rss_mib'] for r in runs[name]):.0f} | "
+                  f"{ratios[name][0]:.2f} | {ratios[name][1]:.2f} |")
+    summary = ("bench: formats " + " ".join(f"{n}_rows_per_s={med[n]['rows_per_s']:.0f}" for n in FORMATS)
+               + "".join(f" {n}_rate_ratio={ratios[n][0]:.2f}" for n in FORMATS[1:])
+               + "".join(f" {n}_cpu_ratio={ratios[n][1]:.2f}" for n in FORMATS[1:]))
     return "\n".join(md) + "\n", summary, []
 
 
@@ -648,7 +686,7 @@ SUITES = {"e2e": None, "backpressure": None, "delivery": None, "formats": None}
 
 
 def main():
-    suites = os.environ.get("BENCH_SUITE", "e2e").split(",")
+    suites = os.environ.get("BENCH_SUITE", "e2e,formats").split(",")
     for s in suites:
         if s not in SUITES:
             sys.exit(f"bench: unknown suite {s} ({', '.join(SUITES)})")
@@ -675,7 +713,8 @@ def main():
 
 
 def run_suites(suites, topic, date):
-    last_summary = None
+    """Run each suite; the summary to print last (the e2e suite's if it ran)."""
+    summaries = {}
     for suite in suites:
         log(f"bench: suite {suite}")
         try:
@@ -689,8 +728,12 @@ def run_suites(suites, topic, date):
         print()
         print(md)
         log(f"bench: wrote {os.path.relpath(path, ROOT)}")
-        last_summary = summary
-    return last_summary
+        summaries[suite] = summary
+    last = "e2e" if "e2e" in summaries else suites[-1]
+    for suite, summary in summaries.items():
+        if suite != last:
+            print(summary, flush=True)
+    return summaries[last]
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@
 #
 # Environment: DEMO_COUNT (1000000), DEMO_PARTITIONS (4), DEMO_TOPIC (demo),
 #   DEMO_GROUP (spate-demo), DEMO_SKIP_BUILD=1 to use the existing binary,
-#   DEMO_FORMAT (json; avro: the events in the Confluent wire format, through
+#   DEMO_FORMAT (json; avro or protobuf: the events in the Confluent wire format, through
 #   SCHEMA_REGISTRY_URL, or a scripts/schema_registry.py started on
 #   DEMO_REGISTRY_PORT, default 8081, for the demo's duration),
 #   SPATE_BIN (default \$CARGO_TARGET_DIR or target/, then release/spate),
@@ -82,7 +82,7 @@ chq "CREATE TABLE $TABLE (
 PARTITION BY toYYYYMM(ts)
 ORDER BY (ts)" allow_experimental_low_cardinality_type=1
 
-# --format avro: a schema registry for gen (registers) and run (fetches).
+# --format avro|protobuf: a schema registry for gen (registers) and run (fetches).
 FORMAT_ARGS=()
 if [[ ${DEMO_FORMAT:-json} != json ]]; then
     if [[ -z ${SCHEMA_REGISTRY_URL:-} ]]; then

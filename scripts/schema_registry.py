@@ -5,15 +5,19 @@ Implements the subset spate uses, as Confluent documents it:
   GET  /schemas/ids/{id}
   GET  /subjects/{subject}/versions/{version}     (a number or `latest`)
   POST /subjects/{subject}/versions               ({"schema": ..., "schemaType": ...})
-with optional HTTP basic auth (--user USER:PASSWORD). Schemas live in memory
+with optional HTTP basic auth (--user USER:PASSWORD, or --user-file FILE
+holding it) and optional TLS (--tls-cert/--tls-key; --tls-client-ca also
+requires a client certificate signed by that CA). Schemas live in memory
 only. For real deployments run confluentinc/cp-schema-registry (see
-docker-compose.yml); the Rust tests use their own copy (tests/e2e/support/registry.rs).
+docker-compose.yml); the Rust tests use their own copy (tests/e2e/support/registry.rs)
+and this one for TLS (tests/e2e/e2e_formats_registry_tls.rs).
 
-  scripts/schema_registry.py --port 8081 [--user u:p]
+  scripts/schema_registry.py --port 8081 [--user u:p] [--tls-cert C --tls-key K [--tls-client-ca CA]]
 """
 import argparse
 import base64
 import json
+import ssl
 import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -103,10 +107,28 @@ def main():
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8081)
     ap.add_argument("--user", help="USER:PASSWORD for basic auth")
+    ap.add_argument("--user-file", help="file whose first line is USER:PASSWORD")
+    ap.add_argument("--tls-cert", help="PEM server certificate: serve HTTPS")
+    ap.add_argument("--tls-key", help="PEM key of --tls-cert")
+    ap.add_argument("--tls-client-ca", help="require client certificates signed by this CA")
     a = ap.parse_args()
-    if a.user:
-        Handler.auth = "Basic " + base64.b64encode(a.user.encode()).decode()
-    ThreadingHTTPServer((a.host, a.port), Handler).serve_forever()
+    user = a.user
+    if a.user_file:
+        with open(a.user_file) as f:
+            user = f.readline().rstrip("\r\n")
+    if user:
+        Handler.auth = "Basic " + base64.b64encode(user.encode()).decode()
+    server = ThreadingHTTPServer((a.host, a.port), Handler)
+    if a.tls_cert:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(a.tls_cert, a.tls_key)
+        if a.tls_client_ca:
+            ctx.verify_mode = ssl.CERT_REQUIRED
+            ctx.load_verify_locations(a.tls_client_ca)
+        # Handshakes happen on accept; a failed one only drops that client.
+        server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    print(f"schema registry on {'https' if a.tls_cert else 'http'}://{a.host}:{a.port}", flush=True)
+    server.serve_forever()
 
 
 if __name__ == "__main__":

@@ -258,6 +258,8 @@ pub struct RunArgs {
     /// Schema registry basic-auth password.
     #[arg(long, env = "SPATE_SCHEMA_REGISTRY_PASSWORD", hide_env_values = true)]
     pub schema_registry_password: Option<String>,
+    #[command(flatten)]
+    pub registry_tls: RegistryTlsArgs,
     /// --format protobuf without a registry: a serialized FileDescriptorSet
     /// (`protoc --include_imports -o FILE`); messages are plain, not framed.
     #[arg(
@@ -421,11 +423,11 @@ pub struct GenArgs {
     #[arg(long, env = "SPATE_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
     // Message formats (issue 18).
-    /// Format of the events: JSON, or Avro in the Confluent wire format
-    /// (the schema is registered under --subject first).
+    /// Format of the events: JSON, or Avro or Protobuf in the Confluent
+    /// wire format (the schema is registered under --subject first).
     #[arg(long = "format", env = "SPATE_GEN_FORMAT", value_enum, default_value_t = GenFormat::Json)]
     pub format: GenFormat,
-    /// Schema registry URL (--format avro).
+    /// Schema registry URL (--format avro/protobuf).
     #[arg(long, env = "SPATE_SCHEMA_REGISTRY", value_name = "URL")]
     pub schema_registry: Option<String>,
     /// Schema registry basic-auth user.
@@ -434,6 +436,8 @@ pub struct GenArgs {
     /// Schema registry basic-auth password.
     #[arg(long, env = "SPATE_SCHEMA_REGISTRY_PASSWORD", hide_env_values = true)]
     pub schema_registry_password: Option<String>,
+    #[command(flatten)]
+    pub registry_tls: RegistryTlsArgs,
     /// Subject the schema is registered under [default: TOPIC-value, the
     /// Confluent TopicNameStrategy].
     #[arg(long, env = "SPATE_GEN_SUBJECT")]
@@ -447,6 +451,45 @@ pub enum GenFormat {
     Json,
     /// Avro, Confluent wire format.
     Avro,
+    /// Protobuf, Confluent wire format (the `.proto` registered).
+    Protobuf,
+}
+
+/// The schema registry's password file and TLS files (`spate run`,
+/// `check` and `gen`; issue 18), following the `--clickhouse-ca` flags.
+#[derive(Debug, Default, Args)]
+pub struct RegistryTlsArgs {
+    /// File holding the schema registry password (its first line):
+    /// instead of --schema-registry-password.
+    #[arg(
+        long,
+        env = "SPATE_SCHEMA_REGISTRY_PASSWORD_FILE",
+        value_name = "FILE",
+        conflicts_with = "schema_registry_password"
+    )]
+    pub schema_registry_password_file: Option<PathBuf>,
+    /// PEM file of CA certificates trusted for an https:// schema registry,
+    /// in addition to the system's root certificates. Verification of the
+    /// registry's certificate cannot be turned off.
+    #[arg(long, env = "SPATE_SCHEMA_REGISTRY_CA", value_name = "FILE")]
+    pub schema_registry_ca: Option<PathBuf>,
+    /// Client certificate (PEM, the chain) for mutual TLS with the schema
+    /// registry; needs --schema-registry-key.
+    #[arg(
+        long,
+        env = "SPATE_SCHEMA_REGISTRY_CERT",
+        value_name = "FILE",
+        requires = "schema_registry_key"
+    )]
+    pub schema_registry_cert: Option<PathBuf>,
+    /// Private key (PEM) of --schema-registry-cert.
+    #[arg(
+        long,
+        env = "SPATE_SCHEMA_REGISTRY_KEY",
+        value_name = "FILE",
+        requires = "schema_registry_cert"
+    )]
+    pub schema_registry_key: Option<PathBuf>,
 }
 
 fn parse_on_error(s: &str) -> Result<spate_core::policy::OnError, String> {

@@ -83,6 +83,10 @@ const PIPELINE_KEYS: &[&str] = &[
     "schema_registry",
     "schema_registry_user",
     "schema_registry_password",
+    "schema_registry_password_file",
+    "schema_registry_ca",
+    "schema_registry_cert",
+    "schema_registry_key",
     "protobuf_descriptor",
     "protobuf_message",
 ];
@@ -534,6 +538,33 @@ password = "${SPATE_TEST_CFG_KAFKA_PW}"
             "{}",
             e.message()
         );
+    }
+
+    #[test]
+    fn schema_registry_tls_keys_become_their_flags() {
+        std::env::set_var("SPATE_TEST_CFG_REGISTRY_PW", "reg-env-pw");
+        let f = file(
+            r#"
+brokers = "k:9092"
+group = "g"
+format = "avro"
+schema_registry = "https://reg:8081"
+schema_registry_password = "${SPATE_TEST_CFG_REGISTRY_PW}"
+schema_registry_ca = "/etc/reg/ca.pem"
+schema_registry_cert = "/etc/reg/c.pem"
+schema_registry_key = "/etc/reg/k.pem"
+"#,
+        );
+        let out = expand(argv(&["--config", &f.0])).unwrap();
+        let a = &out[0].argv;
+        for want in [
+            "--schema-registry-password=reg-env-pw",
+            "--schema-registry-ca=/etc/reg/ca.pem",
+            "--schema-registry-cert=/etc/reg/c.pem",
+            "--schema-registry-key=/etc/reg/k.pem",
+        ] {
+            assert!(a.contains(&want.to_string()), "{want} not in {a:?}");
+        }
     }
 
     #[test]

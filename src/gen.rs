@@ -5,12 +5,14 @@
 //! [`crate::events`]): `small`, about 200 bytes
 //! (`{"ts":…,"user_id":…,"event":"…","value":…,"tags":[…],…}`), or `wide`,
 //! 50 columns in about 1 KB. Events are spread round-robin over the
-//! topic's partitions. With `--format avro` the same events go out as
-//! Avro in the Confluent wire format ([`avro`]), the schema registered
-//! first.
+//! topic's partitions. With `--format avro` or `--format protobuf` the
+//! same events go out in the Confluent wire format ([`avro`],
+//! [`protobuf`]), the schema registered first.
 
 #[path = "gen_avro.rs"]
 pub mod avro;
+#[path = "gen_protobuf.rs"]
+pub mod protobuf;
 
 use crate::cli::{GenArgs, GenFormat};
 use crate::exit::Exit;
@@ -19,8 +21,14 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
-use spate_clickhouse::RegistryConfig;
 use std::time::{Duration, Instant};
+
+/// How events are written.
+enum Encoding {
+    Json,
+    Avro(avro::AvroEvents),
+    Protobuf(protobuf::ProtobufEvents),
+}
 
 pub fn run(args: GenArgs) -> Result<(), Exit> {
     if args.partitions < 1 {
@@ -46,19 +54,23 @@ pub fn run(args: GenArgs) -> Result<(), Exit> {
         .create()
         .map_err(|e| Exit::usage(format!("kafka producer configuration: {e}")))?;
     let partitions = topic_partitions(&producer, &args.topic).unwrap_or(args.partitions);
-    let avro = avro_events(&args)?;
+    let mut encoding = encoding(&args)?;
     let started = Instant::now();
     let mut payload = String::with_capacity(2048);
     let mut binary = Vec::with_capacity(2048);
     for i in 0..args.count {
         payload.clear();
         args.schema.write(i, &mut payload);
-        let bytes = match &avro {
-            Some(a) => {
+        let bytes = match &mut encoding {
+            Encoding::Avro(a) => {
                 a.encode(&payload, &mut binary).map_err(Exit::failed)?;
                 &binary[..]
             }
-            None => payload.as_bytes(),
+            Encoding::Protobuf(p) => {
+                p.encode(&payload, &mut binary).map_err(Exit::failed)?;
+                &binary[..]
+            }
+            Encoding::Json => payload.as_bytes(),
         };
         let partition = (i % partitions as u64) as i32;
         loop {
@@ -94,29 +106,44 @@ pub fn run(args: GenArgs) -> Result<(), Exit> {
     Ok(())
 }
 
-/// The Avro converter of `--format avro` (its schema registered), or
-/// `None` for JSON.
-fn avro_events(args: &GenArgs) -> Result<Option<avro::AvroEvents>, Exit> {
+/// The converter of `--format avro|protobuf` (its schema registered), or
+/// JSON.
+fn encoding(args: &GenArgs) -> Result<Encoding, Exit> {
     if args.format == GenFormat::Json {
         if args.schema_registry.is_some() {
-            return Err(Exit::usage("--schema-registry needs --format avro"));
+            return Err(Exit::usage(
+                "--schema-registry needs --format avro or --format protobuf",
+            ));
         }
-        return Ok(None);
+        return Ok(Encoding::Json);
     }
+    let name = format!("{:?}", args.format).to_lowercase();
     let url = args
         .schema_registry
         .clone()
-        .ok_or_else(|| Exit::usage("--format avro needs --schema-registry URL"))?;
-    let registry = RegistryConfig {
+        .ok_or_else(|| Exit::usage(format!("--format {name} needs --schema-registry URL")))?;
+    let registry = crate::settings::registry_config(
         url,
-        user: args.schema_registry_user.clone(),
-        password: args.schema_registry_password.clone(),
-    };
+        args.schema_registry_user.clone(),
+        args.schema_registry_password.clone(),
+        &args.registry_tls,
+    )?;
     let subject = args
         .subject
         .clone()
         .unwrap_or_else(|| format!("{}-value", args.topic));
-    avro::AvroEvents::register(args.schema, &registry, &subject).map(Some)
+    Ok(match args.format {
+        GenFormat::Protobuf => Encoding::Protobuf(protobuf::ProtobufEvents::register(
+            args.schema,
+            &registry,
+            &subject,
+        )?),
+        _ => Encoding::Avro(avro::AvroEvents::register(
+            args.schema,
+            &registry,
+            &subject,
+        )?),
+    })
 }
 
 async fn ensure_topic(config: &ClientConfig, topic: &str, partitions: i32) -> Result<(), Exit> {

@@ -13,9 +13,9 @@ use serde_json::Value;
 use spate_clickhouse::formats::{AvroWrite, SchemaType};
 use spate_clickhouse::{RegistryConfig, SchemaRegistry};
 
-/// How one column is written.
+/// How one column is written (shared with [`super::protobuf`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     Long,
     Double,
     Str,
@@ -30,7 +30,8 @@ pub struct AvroEvents {
     fields: Vec<(&'static str, Kind, bool)>,
 }
 
-fn kind_of(ty: &str) -> (Kind, bool) {
+/// The kind of a ClickHouse column type, and whether it is nullable.
+pub(super) fn kind_of(ty: &str) -> (Kind, bool) {
     let (ty, nullable) = match ty
         .strip_prefix("Nullable(")
         .or_else(|| ty.strip_prefix("LowCardinality(Nullable("))
@@ -91,7 +92,7 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 
 /// Milliseconds since the epoch of a JSON date-time: unix seconds, or
 /// `YYYY-MM-DD hh:mm:ss` (UTC).
-fn millis(v: &Value) -> Option<i64> {
+pub(super) fn millis(v: &Value) -> Option<i64> {
     if let Some(s) = v.as_i64() {
         return s.checked_mul(1000);
     }

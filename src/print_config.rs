@@ -213,6 +213,22 @@ fn format_settings(out: &mut String, p: &RunArgs) {
                 .as_ref()
                 .map_or_else(|| "(unset)".into(), |v| masked("password", v)),
         ),
+        (
+            "schema_registry_password_file",
+            opt(path(&p.registry_tls.schema_registry_password_file)),
+        ),
+        (
+            "schema_registry_ca",
+            opt(path(&p.registry_tls.schema_registry_ca)),
+        ),
+        (
+            "schema_registry_cert",
+            opt(path(&p.registry_tls.schema_registry_cert)),
+        ),
+        (
+            "schema_registry_key",
+            opt(path(&p.registry_tls.schema_registry_key)),
+        ),
         ("protobuf_descriptor", opt(p.protobuf_descriptor.clone())),
         ("protobuf_message", opt(p.protobuf_message.clone())),
     ];

@@ -6,7 +6,7 @@
 //!
 //! Pure functions of the parsed flags, called on the main thread.
 
-use crate::cli::{Compression, InsertFormat, MessageFormat, RunArgs};
+use crate::cli::{Compression, InsertFormat, MessageFormat, RegistryTlsArgs, RunArgs};
 use crate::exit::Exit;
 use spate_clickhouse::{
     ChClientOptions, CsvOptions, FormatSpec, ProtobufSource, RegistryConfig, RetryPolicy,
@@ -205,12 +205,52 @@ fn registry(a: &RunArgs) -> Result<SchemaRegistry, Exit> {
         let name = format!("{:?}", a.format).to_lowercase();
         Exit::usage(format!("--format {name} needs --schema-registry URL"))
     })?;
-    SchemaRegistry::new(&RegistryConfig {
+    let cfg = registry_config(
         url,
-        user: a.schema_registry_user.clone(),
-        password: a.schema_registry_password.clone(),
+        a.schema_registry_user.clone(),
+        a.schema_registry_password.clone(),
+        &a.registry_tls,
+    )?;
+    SchemaRegistry::new(&cfg).map_err(|e| Exit::usage(e.to_string()))
+}
+
+/// The registry's settings from its flags (`run`, `check`, `gen`): the
+/// password from its flag or file, and it and the URL's password
+/// registered for redaction from all output.
+pub(crate) fn registry_config(
+    url: String,
+    user: Option<String>,
+    password: Option<String>,
+    files: &RegistryTlsArgs,
+) -> Result<RegistryConfig, Exit> {
+    let password = match (password, &files.schema_registry_password_file) {
+        (Some(p), _) => Some(p),
+        (None, Some(path)) => Some(crate::secret::read_file(
+            "--schema-registry-password-file",
+            path,
+        )?),
+        (None, None) => None,
+    };
+    if let Some(p) = &password {
+        crate::secret::register(p);
+    }
+    let authority = url.split_once("://").map_or("", |(_, r)| r);
+    let authority = authority.split('/').next().unwrap_or("");
+    if let Some((info, _)) = authority.rsplit_once('@') {
+        if let Some((_, p)) = info.split_once(':') {
+            crate::secret::register(p);
+        }
+    }
+    Ok(RegistryConfig {
+        url,
+        user,
+        password,
+        tls: TlsFiles {
+            ca: files.schema_registry_ca.clone(),
+            cert: files.schema_registry_cert.clone(),
+            key: files.schema_registry_key.clone(),
+        },
     })
-    .map_err(|e| Exit::usage(e.to_string()))
 }
 
 /// The message format and the options it needs (`--format` and its flags).
@@ -445,7 +485,33 @@ mod tests {
             Some("--format avro needs --schema-registry URL")
         );
         assert!(err(&["--format", "csv", "--csv-delimiter", "\""]).is_some());
-        assert!(err(&["--format", "avro", "--schema-registry", "https://r"]).is_some());
+        // https is served (issue 18); a URL of another scheme, TLS files
+        // for an http:// registry and an unreadable CA are refused.
+        assert!(err(&["--format", "avro", "--schema-registry", "ftp://r"]).is_some());
+        assert_eq!(
+            err(&["--format", "avro", "--schema-registry", "https://r"]),
+            None
+        );
+        let tls_on_http = [
+            "--format",
+            "avro",
+            "--schema-registry",
+            "http://r",
+            "--schema-registry-ca",
+            "/etc/hostname",
+        ];
+        assert!(err(&tls_on_http).is_some_and(|e| e.contains("https://")));
+        let bad_ca = [
+            "--format",
+            "avro",
+            "--schema-registry",
+            "https://r",
+            "--schema-registry-ca",
+            "/nonexistent/ca.pem",
+        ];
+        assert!(
+            err(&bad_ca).is_some_and(|e| e.starts_with("--schema-registry-ca /nonexistent/ca.pem"))
+        );
         let missing = [
             "--format",
             "protobuf",
@@ -470,5 +536,57 @@ mod tests {
         ]))
         .unwrap();
         assert!(matches!(v.format, FormatSpec::Csv(ref o) if o.delimiter == b';'));
+    }
+
+    #[test]
+    fn the_registry_password_file_and_tls_files_reach_the_client() {
+        let dir = std::env::temp_dir();
+        let pw = dir.join(format!("spate-registry-pw-{}", std::process::id()));
+        std::fs::write(&pw, "reg-file-secret\n").unwrap();
+        let a = run_args(&[
+            "--topic",
+            "t",
+            "--format",
+            "avro",
+            "--schema-registry",
+            "https://u:url-secret@r:8081",
+            "--schema-registry-password-file",
+            pw.to_str().unwrap(),
+            "--schema-registry-cert",
+            "/c.pem",
+            "--schema-registry-key",
+            "/k.pem",
+        ]);
+        let cfg = registry_config(
+            a.schema_registry.clone().unwrap(),
+            None,
+            None,
+            &a.registry_tls,
+        )
+        .unwrap();
+        std::fs::remove_file(&pw).unwrap();
+        assert_eq!(cfg.password.as_deref(), Some("reg-file-secret"));
+        assert_eq!(
+            cfg.tls.cert.as_deref(),
+            Some(std::path::Path::new("/c.pem"))
+        );
+        assert_eq!(cfg.tls.key.as_deref(), Some(std::path::Path::new("/k.pem")));
+        assert_eq!(cfg.tls.ca, None);
+        // Both passwords are masked in everything spate writes.
+        let line = crate::secret::redact("pw reg-file-secret url url-secret");
+        assert_eq!(line, "pw *** url ***");
+        let e = registry_config(
+            "http://r".into(),
+            None,
+            None,
+            &RegistryTlsArgs {
+                schema_registry_password_file: Some("/nonexistent/pw".into()),
+                ..RegistryTlsArgs::default()
+            },
+        )
+        .unwrap_err();
+        assert!(e
+            .message()
+            .starts_with("--schema-registry-password-file /nonexistent/pw: "));
     }
 }

@@ -288,7 +288,7 @@ impl Kafka {
             }
             let mut results = Vec::new();
             let fetch_error = self.read(topic, &mut spread, until, |msg| {
-                let outcome = schema.encoder.check_columns(msg, &mut results);
+                let outcome = schema.try_message(msg, &mut results);
                 tally.add(msg, outcome.map(|()| results.as_slice()));
             });
             let _ = self.consumer.unassign();

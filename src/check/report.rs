@@ -17,11 +17,11 @@ pub(super) fn render_schema(schema: &Schema) -> String {
     let mut rows = vec![cells(["column", "type", "filled from"])];
     for (i, name) in schema.encoder.insert_columns().iter().enumerate() {
         let from = if schema.encoder.is_metadata_column(i) {
-            "Kafka message metadata"
+            "Kafka message metadata".to_owned()
         } else {
-            "JSON key of the same name"
+            format!("{} of the same name", field_word(schema.format_name))
         };
-        rows.push(cells([name, &schema.column_type(name), from]));
+        rows.push(cells([name, &schema.column_type(name), &from]));
     }
     for c in schema
         .columns
@@ -37,6 +37,28 @@ pub(super) fn render_schema(schema: &Schema) -> String {
         schema.columns.len(),
         table(&rows, "    ")
     )
+}
+
+/// What a column is filled from in messages of `format`.
+fn field_word(format: &str) -> &'static str {
+    match format {
+        "avro" => "Avro field",
+        "protobuf" => "Protobuf field",
+        "csv" => "CSV field",
+        "raw" => "the whole value, into the column",
+        _ => "JSON key",
+    }
+}
+
+/// What one message is in `format`.
+fn message_word(format: &str) -> &'static str {
+    match format {
+        "avro" => "Avro record",
+        "protobuf" => "Protobuf message",
+        "csv" => "CSV record",
+        "raw" => "raw value",
+        _ => "JSON object",
+    }
 }
 
 /// A value that failed, and where.
@@ -119,7 +141,9 @@ impl TopicTally {
                 let failure = Failure::new(msg, &e);
                 self.whole.add(Some(failure.clone()));
                 self.columns.iter_mut().for_each(|c| c.failed += 1);
-                Some((None, failure))
+                // JSON names no column here; the other formats' decoders
+                // name the field that stopped them.
+                Some((e.column.clone(), failure))
             }
             Ok(results) => {
                 self.whole.add(None);
@@ -156,7 +180,8 @@ impl TopicTally {
         let head = ["column", "type", "decoded", "failed", "first failure"];
         let mut rows = vec![cells(head)];
         let ([d, f], whole) = (count_cells(&self.whole), first(&self.whole, ""));
-        rows.push(cells(["(whole message)", "JSON object", &d, &f, &whole]));
+        let what = message_word(schema.format_name);
+        rows.push(cells(["(whole message)", what, &d, &f, &whole]));
         for (name, c) in schema.encoder.insert_columns().iter().zip(&self.columns) {
             let [d, f] = count_cells(c);
             let ty = schema.column_type(name);
@@ -224,7 +249,12 @@ mod tests {
             default_expression: String::new(),
         }];
         let encoder = RowEncoder::new(&columns, EncoderOptions::default()).unwrap();
-        let mut schema = Schema { columns, encoder };
+        let mut schema = Schema {
+            columns,
+            encoder,
+            format: None,
+            format_name: "json",
+        };
         let mut tally = TopicTally::new("t", 1);
         let mut results = Vec::new();
         for (offset, payload) in [(0, r#"{"n": 1}"#), (1, "{oops"), (2, r#"{"n": "x"}"#)] {

@@ -8,18 +8,30 @@
 //!
 //! Shards and replicas are found by the sink's one resolver
 //! ([`spate_clickhouse::discover`]), the same code `run` starts with.
+//!
+//! With `--format` other than JSON, samples are decoded by that format's
+//! encoder ([`FormatEncoder`], the one `run` builds), whole messages at a
+//! time; its schema registry, if any, is asked once up front and waits
+//! for it are bounded by the check's request timeout.
 
-use super::flags::Flags;
+use super::flags::{Flags, REQUEST_TIMEOUT};
 use super::verdict::Verdict;
 use spate_clickhouse::{
-    discover, ClientError, Column, EncoderOptions, ReplicaAnswer, ReplicaSchema, RowEncoder,
-    SinkError, TopologySource,
+    discover, ClientError, Column, EncoderOptions, FormatEncoder, FormatSpec, ReplicaAnswer,
+    ReplicaSchema, RowEncoder, RowError, SinkError, TopologySource,
 };
+use spate_core::record::Message;
+use spate_core::sink::RowEncode;
 
 /// The target table, read from every replica.
 pub(super) struct Schema {
     pub columns: Vec<Column>,
+    /// The JSON encoder: the column list, and per-column checks for JSON.
     pub encoder: RowEncoder,
+    /// The pipeline's format's encoder, when it is not JSON.
+    pub format: Option<FormatEncoder>,
+    /// `--format`, as spelled there.
+    pub format_name: &'static str,
 }
 
 impl Schema {
@@ -86,14 +98,48 @@ impl Schema {
             }
             Ok(e)
         });
-        let encoder = match built {
+        let spec = &flags.sink.format;
+        let format = match spec {
+            FormatSpec::Json => Ok(None),
+            _ => FormatEncoder::new(spec, &columns, options, &flags.args.shard_key).map(Some),
+        };
+        let (encoder, format) = match built.and_then(|e| Ok((e, format?))) {
             Ok(e) => e,
             Err(e) => {
                 verdict.config(format!("table {}: {e}", flags.table));
                 return None;
             }
         };
-        Some(Self { columns, encoder })
+        probe_registry(spec, verdict);
+        Some(Self {
+            columns,
+            encoder,
+            format,
+            format_name: spec.name(),
+        })
+    }
+
+    /// Try one sampled message as `run` would decode it: column by column
+    /// for JSON (`results`, one entry per insert column), as a whole for
+    /// the other formats (their decoders stop at the first bad field and
+    /// name it in the error).
+    pub fn try_message(
+        &mut self,
+        msg: &Message<'_>,
+        results: &mut Vec<Result<(), RowError>>,
+    ) -> Result<(), RowError> {
+        let Some(format) = &mut self.format else {
+            return self.encoder.check_columns(msg, results);
+        };
+        let mut row = Vec::new();
+        format.encode(msg, &mut row).map_err(|f| RowError {
+            column: f.column,
+            value: f.value.unwrap_or_default(),
+            reason: f.reason,
+        })?;
+        results.clear();
+        results.resize(self.encoder.insert_columns().len(), Ok(()));
+        Ok(())
     }
 
     /// The ClickHouse type of column `name`, or nothing if there is none.
@@ -101,6 +147,20 @@ impl Schema {
         (self.columns.iter())
             .find(|c| c.name == name)
             .map_or_else(String::new, |c| c.ty.to_string())
+    }
+}
+
+/// Ask the format's schema registry (if any) once, as `run` does at start,
+/// and bound the waits for schemas while sampling.
+fn probe_registry(spec: &FormatSpec, verdict: &mut Verdict) {
+    let Some(registry) = spec.registry() else {
+        return;
+    };
+    registry.limit_waits(REQUEST_TIMEOUT);
+    match registry.probe() {
+        Ok(()) => println!("  OK: schema registry {}", registry.url()),
+        Err(e) if e.is_transient() => verdict.failed(format!("{}: {e}", registry.url())),
+        Err(e) => verdict.config(format!("{}: {e}", registry.url())),
     }
 }
 

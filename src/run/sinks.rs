@@ -55,10 +55,29 @@ pub(super) fn prepare_all(
     let several = pipelines.len() > 1;
     let mut prepared = Vec::with_capacity(pipelines.len());
     for ((name, a), v) in pipelines.iter().zip(validated) {
+        probe_registry(&v.format).map_err(|e| e.in_pipeline(name, several))?;
         let spec = sink_spec(a, v);
         prepared.push(prepare(io, &spec, metrics).map_err(|e| e.in_pipeline(name, several))?);
     }
     Ok(prepared)
+}
+
+/// Ask the pipeline's schema registry (if any) once at start: a TLS
+/// failure or refused credentials stop the start (they are not outages and
+/// would make every message bad); an unreachable registry only warns, as
+/// drivers wait out outages for the schemas they need.
+fn probe_registry(format: &spate_clickhouse::FormatSpec) -> Result<(), Exit> {
+    let Some(registry) = format.registry() else {
+        return Ok(());
+    };
+    match registry.probe() {
+        Ok(()) => Ok(()),
+        Err(e) if e.is_transient() => {
+            tracing::warn!(registry = registry.url(), error = %e, "schema registry not reachable at start; drivers wait for it when they need a schema");
+            Ok(())
+        }
+        Err(e) => Err(Exit::usage(format!("{}: {e}", registry.url()))),
+    }
 }
 
 /// Prepare one sink, retrying what is not a configuration error for

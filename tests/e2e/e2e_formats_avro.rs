@@ -323,6 +323,7 @@ fn client(reg: &TestRegistry) -> SchemaRegistry {
         url: reg.url(),
         user: Some(USER.into()),
         password: Some(PASSWORD.into()),
+        ..RegistryConfig::default()
     })
     .expect("registry client")
 }

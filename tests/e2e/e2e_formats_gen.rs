@@ -1,8 +1,9 @@
-//! End to end: `spate gen --format avro` registers the demo events' schema
-//! with the test registry and produces them in the Confluent wire format;
-//! `spate run --format avro` loads them into a table identical, row for
-//! row, to the one `spate gen` + `spate run` make of the same events as
-//! JSON (both event schemas, both ClickHouse servers).
+//! End to end: `spate gen --format avro` (and `--format protobuf`)
+//! registers the demo events' schema (the `.proto`) with the test registry
+//! and produces them in the Confluent wire format; `spate run` in the same
+//! format loads them into a table identical, row for row, to the one
+//! `spate gen` + `spate run` make of the same events as JSON (both event
+//! schemas, both ClickHouse servers).
 
 #[path = "../../src/events.rs"]
 mod events;
@@ -14,11 +15,20 @@ use std::time::Duration;
 const COUNT: &str = "20000";
 const PARTITIONS: &str = "2";
 
-on_both_servers!(avro_demo_events_load_like_json);
+on_both_servers!(
+    avro_demo_events_load_like_json,
+    protobuf_demo_events_load_like_json
+);
 
-fn load(svc: &Services, schema: Schema, avro: Option<&TestRegistry>, db: &str) -> String {
+/// `format` "json", or "avro"/"protobuf" through `registry`.
+fn load(
+    svc: &Services,
+    schema: Schema,
+    registry: Option<(&str, &TestRegistry)>,
+    db: &str,
+) -> String {
     let ch = Ch::connect(&svc.clickhouse_url);
-    let format = if avro.is_some() { "avro" } else { "json" };
+    let format = registry.map_or("json", |(f, _)| f);
     let table = format!("{db}.{}_{format}", schema.name());
     let cols: Vec<String> = schema
         .columns()
@@ -52,11 +62,11 @@ fn load(svc: &Services, schema: Schema, avro: Option<&TestRegistry>, db: &str) -
     .collect();
     gen.extend(["--partitions", PARTITIONS, "--schema", schema.name()].map(String::from));
     let mut run_extra = vec!["--until-end".to_owned()];
-    if let Some(reg) = avro {
+    if let Some((format, reg)) = registry {
         for a in [&mut gen, &mut run_extra] {
             a.extend([
                 "--format".into(),
-                "avro".into(),
+                format.into(),
                 "--schema-registry".into(),
                 reg.url(),
             ]);
@@ -67,6 +77,12 @@ fn load(svc: &Services, schema: Schema, avro: Option<&TestRegistry>, db: &str) -
     let mut args = run_args(svc, &topic, &group, &table);
     args.extend(run_extra);
     run(&format!("run_{format}"), &args, Duration::from_secs(180)).assert_code(0);
+    let ends = end_offsets(&svc.brokers, &topic, 2);
+    assert_eq!(
+        committed(&svc.brokers, &group, &topic, 2),
+        ends.iter().map(|&e| Some(e)).collect::<Vec<_>>(),
+        "{format}: committed = ends"
+    );
     let names: Vec<&str> = schema.columns().iter().map(|(n, _)| *n).collect();
     ch.text(
         &format!(
@@ -78,6 +94,14 @@ fn load(svc: &Services, schema: Schema, avro: Option<&TestRegistry>, db: &str) -
 }
 
 fn avro_demo_events_load_like_json(svc: Services) {
+    demo_events_load_like_json(svc, "avro");
+}
+
+fn protobuf_demo_events_load_like_json(svc: Services) {
+    demo_events_load_like_json(svc, "protobuf");
+}
+
+fn demo_events_load_like_json(svc: Services, format: &str) {
     let _timer = Timer::start("e2e_formats_gen");
     let _lock = ch_shared_lock();
     let ch = Ch::connect(&svc.clickhouse_url);
@@ -85,7 +109,7 @@ fn avro_demo_events_load_like_json(svc: Services) {
     let reg = TestRegistry::start(None);
     for schema in [Schema::Small, Schema::Wide] {
         let json = load(&svc, schema, None, &db);
-        let avro = load(&svc, schema, Some(&reg), &db);
+        let avro = load(&svc, schema, Some((format, &reg)), &db);
         assert_eq!(
             json.lines().count(),
             20_000,
@@ -98,7 +122,10 @@ fn avro_demo_events_load_like_json(svc: Services) {
             .enumerate()
             .find(|(_, (a, j))| a != j)
         {
-            panic!("{}: row {i} differs:\navro {a}\njson {j}", schema.name());
+            panic!(
+                "{} {format}: row {i} differs:\n{format} {a}\njson  {j}",
+                schema.name()
+            );
         }
         assert_eq!(
             avro.lines().count(),

@@ -254,6 +254,7 @@ fn registry_messages_load_like_json(svc: Services) {
         url: reg.url(),
         user: Some("pb".into()),
         password: Some("pw".into()),
+        ..RegistryConfig::default()
     })
     .unwrap();
     let id = client

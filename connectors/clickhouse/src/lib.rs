@@ -50,5 +50,5 @@ pub use schema::{Column, DefaultKind, ServerFeatures, VersionError};
 pub use sink::{discover, Discovery, ReplicaAnswer, ReplicaSchema};
 pub use sink::{ChRowEncoder, EncoderFactory, PreparedSink, ShardSpec, Topology, TopologySource};
 pub use sink::{RetryPolicy, SinkError, SinkPool, SinkSpec, TableRef};
-pub use transport::{Secret, TlsError, TlsFiles, Transport};
+pub use transport::{Secret, TlsError, TlsFiles, TlsFlags, Transport};
 pub use types::{parse_type, ChType, TypeError};

@@ -45,6 +45,27 @@ pub struct TlsFiles {
     pub key: Option<PathBuf>,
 }
 
+/// The flags that name an endpoint's TLS files, for errors and hints
+/// (ClickHouse: `--clickhouse-ca`...; the schema registry has its own).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TlsFlags {
+    /// The CA file's flag.
+    pub ca: &'static str,
+    /// The client certificate's flag.
+    pub cert: &'static str,
+    /// The client key's flag.
+    pub key: &'static str,
+}
+
+impl TlsFlags {
+    /// `--clickhouse-ca`, `--clickhouse-cert`, `--clickhouse-key`.
+    pub const CLICKHOUSE: TlsFlags = TlsFlags {
+        ca: "--clickhouse-ca",
+        cert: "--clickhouse-cert",
+        key: "--clickhouse-key",
+    };
+}
+
 /// Why the TLS settings could not be built (a configuration error).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -59,9 +80,9 @@ pub enum TlsError {
         /// What is wrong with it.
         message: String,
     },
-    /// Only one of `--clickhouse-cert` and `--clickhouse-key` was given.
-    #[error("--clickhouse-cert and --clickhouse-key go together (mutual TLS needs both)")]
-    HalfClientIdentity,
+    /// Only one of the client certificate and key flags was given.
+    #[error("{} and {} go together (mutual TLS needs both)", .0.cert, .0.key)]
+    HalfClientIdentity(TlsFlags),
     /// rustls refused the settings (e.g. a key that does not match).
     #[error("TLS settings: {0}")]
     Rustls(#[from] rustls::Error),
@@ -80,7 +101,7 @@ impl Transport {
     /// files. Reads the files (and the system's roots) now, so a bad file
     /// fails at start.
     pub fn new(files: &TlsFiles) -> Result<Self, TlsError> {
-        let config = client_config(files)?;
+        let config = client_config(files, TlsFlags::CLICKHOUSE)?;
         let mut http = HttpConnector::new();
         http.set_keepalive(Some(TCP_KEEPALIVE));
         http.enforce_http(false);
@@ -109,8 +130,9 @@ impl Transport {
 }
 
 /// rustls' client settings: system roots plus the CA file, and the client
-/// identity when both halves are given.
-fn client_config(files: &TlsFiles) -> Result<ClientConfig, TlsError> {
+/// identity when both halves are given; errors name the files by `flags`.
+/// Shared by every TLS endpoint (ClickHouse here, the schema registry).
+pub(crate) fn client_config(files: &TlsFiles, flags: TlsFlags) -> Result<ClientConfig, TlsError> {
     let mut roots = RootCertStore::empty();
     // Unreadable entries of the system store are skipped, as every TLS
     // client does; a missing store only matters for `https://` URLs, where
@@ -118,11 +140,9 @@ fn client_config(files: &TlsFiles) -> Result<ClientConfig, TlsError> {
     let native = rustls_native_certs::load_native_certs();
     roots.add_parsable_certificates(native.certs);
     if let Some(ca) = &files.ca {
-        let certs = read_certs("--clickhouse-ca", ca)?;
+        let certs = read_certs(flags.ca, ca)?;
         for cert in certs {
-            roots
-                .add(cert)
-                .map_err(|e| file_error("--clickhouse-ca", ca, e))?;
+            roots.add(cert).map_err(|e| file_error(flags.ca, ca, e))?;
         }
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -132,12 +152,12 @@ fn client_config(files: &TlsFiles) -> Result<ClientConfig, TlsError> {
     Ok(match (&files.cert, &files.key) {
         (None, None) => builder.with_no_client_auth(),
         (Some(cert), Some(key)) => {
-            let chain = read_certs("--clickhouse-cert", cert)?;
+            let chain = read_certs(flags.cert, cert)?;
             let key = PrivateKeyDer::from_pem_file(key)
-                .map_err(|e| file_error("--clickhouse-key", key, format!("no private key: {e}")))?;
+                .map_err(|e| file_error(flags.key, key, format!("no private key: {e}")))?;
             builder.with_client_auth_cert(chain, key)?
         }
-        _ => return Err(TlsError::HalfClientIdentity),
+        _ => return Err(TlsError::HalfClientIdentity(flags)),
     })
 }
 
@@ -192,11 +212,16 @@ impl std::fmt::Display for Secret {
 }
 
 /// If a TLS failure is somewhere in `err`'s chain, one line saying what
-/// failed and what to do about it.
+/// failed and what to do about it (the ClickHouse flags).
 pub(crate) fn describe_tls(err: &(dyn StdError + 'static)) -> Option<String> {
+    describe_tls_for(err, TlsFlags::CLICKHOUSE)
+}
+
+/// [`describe_tls`], the hints naming `flags`.
+pub(crate) fn describe_tls_for(err: &(dyn StdError + 'static), flags: TlsFlags) -> Option<String> {
     let mut next = Some(err);
     while let Some(e) = next {
-        if let Some(line) = describe_one(e) {
+        if let Some(line) = describe_one(e, flags) {
             return Some(line);
         }
         next = e.source();
@@ -207,15 +232,16 @@ pub(crate) fn describe_tls(err: &(dyn StdError + 'static)) -> Option<String> {
 /// `e` itself, or the errors inside its `io::Error` wrappers, whose
 /// `source()` skips the error they wrap (hyper-rustls wraps tokio-rustls'
 /// `io::Error`, which wraps rustls' error, in another `io::Error`).
-fn describe_one(mut e: &(dyn StdError + 'static)) -> Option<String> {
+fn describe_one(mut e: &(dyn StdError + 'static), flags: TlsFlags) -> Option<String> {
     loop {
         if let Some(tls) = e.downcast_ref::<rustls::Error>() {
-            return Some(explain(tls));
+            return Some(explain(tls, flags));
         }
         if is_handshake_eof(e) {
-            return Some(
-                "TLS error: the server closed the connection during the handshake (it may require a client certificate: --clickhouse-cert and --clickhouse-key, or not trust the one given)".into(),
-            );
+            return Some(format!(
+                "TLS error: the server closed the connection during the handshake (it may require a client certificate: {} and {}, or not trust the one given)",
+                flags.cert, flags.key
+            ));
         }
         e = e.downcast_ref::<std::io::Error>()?.get_ref()?;
     }
@@ -229,27 +255,29 @@ fn is_handshake_eof(e: &(dyn StdError + 'static)) -> bool {
     })
 }
 
-fn explain(e: &rustls::Error) -> String {
+/// One line for a rustls error, with a hint naming `flags`.
+pub(crate) fn explain(e: &rustls::Error, flags: TlsFlags) -> String {
     use rustls::Error as E;
     let hint = match e {
-        E::InvalidCertificate(CertificateError::UnknownIssuer) => {
-            "the server's certificate is not signed by a trusted CA: name its CA with --clickhouse-ca"
-        }
+        E::InvalidCertificate(CertificateError::UnknownIssuer) => format!(
+            "the server's certificate is not signed by a trusted CA: name its CA with {}",
+            flags.ca
+        ),
         E::InvalidCertificate(
             CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-        ) => "the server's certificate does not name the host of the URL",
+        ) => "the server's certificate does not name the host of the URL".into(),
         E::InvalidCertificate(
             CertificateError::Expired | CertificateError::ExpiredContext { .. },
-        ) => "the server's certificate has expired",
+        ) => "the server's certificate has expired".into(),
         E::AlertReceived(
             AlertDescription::CertificateRequired
             | AlertDescription::HandshakeFailure
             | AlertDescription::BadCertificate
             | AlertDescription::UnknownCA
             | AlertDescription::AccessDenied,
-        ) => "the server refused the handshake: it may require a client certificate (--clickhouse-cert and --clickhouse-key) or not trust the one given",
-        E::InvalidMessage(_) => "the server did not answer with TLS: is this an HTTPS port?",
-        _ => "",
+        ) => format!("the server refused the handshake: it may require a client certificate ({} and {}) or not trust the one given", flags.cert, flags.key),
+        E::InvalidMessage(_) => "the server did not answer with TLS: is this an HTTPS port?".into(),
+        _ => String::new(),
     };
     if hint.is_empty() {
         format!("TLS error: {e}")
@@ -270,7 +298,7 @@ mod tests {
         };
         assert!(matches!(
             Transport::new(&files),
-            Err(TlsError::HalfClientIdentity)
+            Err(TlsError::HalfClientIdentity(TlsFlags::CLICKHOUSE))
         ));
         let files = TlsFiles {
             ca: Some("/nonexistent/ca.pem".into()),

@@ -417,3 +417,66 @@ pub fn produce_bytes(
     assert_eq!(ends, sent, "end offsets = messages sent (a new topic)");
     ends
 }
+
+/// `scripts/schema_registry.py` serving HTTPS (the same registry API), for
+/// the registry's TLS tests: its server certificate is the HTTPS
+/// ClickHouse's (`scripts/clickhouse-https.sh`, signed by the test CA, for
+/// 127.0.0.1); with `client_ca` it requires a client certificate signed by
+/// it. Killed on drop.
+pub struct TlsRegistry {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl TlsRegistry {
+    /// Start on a free port with basic auth `user_password` (`user:pw`),
+    /// serving `cert`/`key`; wait (bounded) until it accepts connections.
+    pub fn start(cert: &str, key: &str, client_ca: Option<&str>, user_password: &str) -> Self {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/schema_registry.py");
+        let user_file = super::log_dir().join(format!("{}.user", super::unique("tls_registry")));
+        std::fs::write(&user_file, format!("{user_password}\n")).expect("registry user file");
+        let mut cmd = std::process::Command::new("python3");
+        cmd.arg(script)
+            .args([
+                "--port",
+                &port.to_string(),
+                "--tls-cert",
+                cert,
+                "--tls-key",
+                key,
+            ])
+            .arg("--user-file")
+            .arg(&user_file)
+            .stdout(std::process::Stdio::null());
+        if let Some(ca) = client_ca {
+            cmd.args(["--tls-client-ca", ca]);
+        }
+        let child = cmd.spawn().expect("python3 scripts/schema_registry.py");
+        let r = TlsRegistry { child, port };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "the TLS test registry did not listen on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        r
+    }
+
+    /// `https://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for TlsRegistry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

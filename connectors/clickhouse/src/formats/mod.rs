@@ -25,7 +25,9 @@ pub use avro::{AvroEncoder, AvroSchemaError, AvroWrite, MAGIC};
 pub use csv::{CsvEncoder, CsvOptions};
 pub use protobuf::{compile_proto, ProtobufEncoder, ProtobufSource};
 pub use raw::RawEncoder;
-pub use registry::{RegisteredSchema, RegistryConfig, RegistryError, SchemaRegistry, SchemaType};
+pub use registry::{
+    RegisteredSchema, RegistryConfig, RegistryError, SchemaRegistry, SchemaType, REGISTRY_TLS_FLAGS,
+};
 
 use crate::encode::RowError;
 use crate::sink::ChRowEncoder;
@@ -63,6 +65,15 @@ impl FormatSpec {
             FormatSpec::Csv(_) => "csv",
             FormatSpec::Avro(_) => "avro",
             FormatSpec::Protobuf(_) => "protobuf",
+        }
+    }
+
+    /// The schema registry this format reads schemas from, if any.
+    #[must_use]
+    pub fn registry(&self) -> Option<&Arc<SchemaRegistry>> {
+        match self {
+            FormatSpec::Avro(r) | FormatSpec::Protobuf(ProtobufSource::Registry(r)) => Some(r),
+            _ => None,
         }
     }
 }

@@ -3,7 +3,10 @@
 //! `GET /subjects/{subject}/versions/{version}` and
 //! `POST /subjects/{subject}/versions` (`spate gen`, tests). Basic auth
 //! from the URL's user info or the flags; the password never appears in
-//! `Debug` output, logs or errors.
+//! `Debug` output, logs or errors. `https://` URLs speak TLS with the
+//! ClickHouse transport's settings (`http`: system roots plus
+//! `--schema-registry-ca`, optional client certificate); verification
+//! cannot be turned off.
 //!
 //! One client per pipeline, shared by its driver threads (`Arc`): schemas
 //! are fetched by id once and cached for the life of the process (an id's
@@ -11,24 +14,33 @@
 //! own thread with a blocking HTTP/1.0 request (rare, so no pool); while
 //! the registry is unreachable, [`SchemaRegistry::schema_waiting`] retries
 //! with capped backoff, which holds that driver (its lanes back up, nothing
-//! past the message is committed) until the registry answers.
+//! past the message is committed) until the registry answers. A TLS
+//! failure (untrusted certificate, refused client certificate) is not an
+//! outage and is not retried; [`SchemaRegistry::probe`] finds it at start.
 
+mod http;
+
+pub use http::REGISTRY_TLS_FLAGS;
+
+use crate::transport::TlsFiles;
+use http::Endpoint;
 use std::collections::HashMap;
 use std::fmt;
-use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Where the registry is and how to log in.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct RegistryConfig {
-    /// `http://host:port[/path]`, optionally with `user:password@`.
+    /// `http[s]://host:port[/path]`, optionally with `user:password@`.
     pub url: String,
     /// Basic-auth user (wins over the URL's).
     pub user: Option<String>,
     /// Basic-auth password.
     pub password: Option<String>,
+    /// TLS files for an `https://` URL (`--schema-registry-ca/-cert/-key`).
+    pub tls: TlsFiles,
 }
 
 impl fmt::Debug for RegistryConfig {
@@ -37,6 +49,7 @@ impl fmt::Debug for RegistryConfig {
             .field("url", &mask_userinfo(&self.url))
             .field("user", &self.user)
             .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -119,6 +132,12 @@ pub enum RegistryError {
     /// The registry could not be reached or did not answer in time.
     #[error("the schema registry is unreachable: {0}")]
     Unavailable(String),
+    /// The TLS handshake failed (one line saying what to fix).
+    #[error("schema registry {0}")]
+    Tls(String),
+    /// The TLS files cannot be used (a configuration error).
+    #[error("{0}")]
+    Config(String),
     /// The answer was not what the API documents.
     #[error("unexpected answer from the schema registry: {0}")]
     Protocol(String),
@@ -138,13 +157,14 @@ impl RegistryError {
 
 /// A Confluent schema registry, with the schemas fetched so far.
 pub struct SchemaRegistry {
-    host: String,
-    port: u16,
+    endpoint: Endpoint,
     base: String,
     /// The `Authorization` header value.
     auth: Option<String>,
     shown: String,
-    timeout: Duration,
+    /// How long [`Self::schema_waiting`] waits out an outage, in ms
+    /// (0: for as long as it lasts).
+    wait_limit_ms: AtomicU64,
     cache: Mutex<HashMap<u32, Arc<RegisteredSchema>>>,
 }
 
@@ -153,6 +173,7 @@ impl fmt::Debug for SchemaRegistry {
         f.debug_struct("SchemaRegistry")
             .field("url", &self.shown)
             .field("auth", &self.auth.as_ref().map(|_| "basic ***"))
+            .field("tls", &self.endpoint.tls.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -169,12 +190,12 @@ impl SchemaRegistry {
             url: shown.clone(),
             reason: reason.to_owned(),
         };
-        let rest = if let Some(r) = cfg.url.strip_prefix("http://") {
-            r
-        } else if cfg.url.starts_with("https://") {
-            return Err(bad("https is not supported for the schema registry yet: use http:// (or a local TLS-terminating proxy)"));
+        let (rest, https) = if let Some(r) = cfg.url.strip_prefix("http://") {
+            (r, false)
+        } else if let Some(r) = cfg.url.strip_prefix("https://") {
+            (r, true)
         } else {
-            return Err(bad("must start with http://"));
+            return Err(bad("must start with http:// or https://"));
         };
         let (authority, path) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
         let (userinfo, hostport) = match authority.rsplit_once('@') {
@@ -183,7 +204,7 @@ impl SchemaRegistry {
         };
         let (host, port) = match hostport.rsplit_once(':') {
             Some((h, p)) => (h, p.parse().map_err(|_| bad("bad port"))?),
-            None => (hostport, 80),
+            None => (hostport, if https { 443 } else { 80 }),
         };
         if host.is_empty() {
             return Err(bad("no host"));
@@ -201,18 +222,34 @@ impl SchemaRegistry {
             let pair = format!("{u}:{}", password.unwrap_or_default());
             format!("Basic {}", base64(pair.as_bytes()))
         });
+        let tls = match https {
+            true => Some(Arc::new(
+                crate::transport::client_config(&cfg.tls, REGISTRY_TLS_FLAGS)
+                    .map_err(|e| RegistryError::Config(e.to_string()))?,
+            )),
+            false if cfg.tls != TlsFiles::default() => {
+                return Err(bad(
+                    "--schema-registry-ca/-cert/-key need an https:// registry URL",
+                ))
+            }
+            false => None,
+        };
         Ok(SchemaRegistry {
-            host: host
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_owned(),
-            port,
+            endpoint: Endpoint {
+                host: host
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_owned(),
+                port,
+                tls,
+                timeout: Duration::from_secs(10),
+            },
             base: format!("/{}", path.trim_end_matches('/'))
                 .trim_end_matches('/')
                 .to_owned(),
             auth,
             shown,
-            timeout: Duration::from_secs(10),
+            wait_limit_ms: AtomicU64::new(0),
             cache: Mutex::new(HashMap::new()),
         })
     }
@@ -256,16 +293,29 @@ impl SchemaRegistry {
         Ok(s)
     }
 
+    /// Bound how long [`schema_waiting`](Self::schema_waiting) waits out
+    /// an outage (`spate check`, which must answer); by default it waits
+    /// for as long as the outage lasts (`spate run`: backpressure).
+    pub fn limit_waits(&self, limit: Duration) {
+        let ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.wait_limit_ms.store(ms, Ordering::Relaxed);
+    }
+
     /// [`schema`](Self::schema), retrying transient failures with capped
-    /// exponential backoff for as long as they last (each attempt logged).
-    /// Only a permanent answer (unknown id, refused credentials) returns an
-    /// error.
+    /// exponential backoff for as long as they last (each attempt logged),
+    /// or up to [`limit_waits`](Self::limit_waits). Only a permanent answer
+    /// (unknown id, refused credentials, a TLS failure) or the limit
+    /// returns an error.
     pub fn schema_waiting(&self, id: u32) -> Result<Arc<RegisteredSchema>, RegistryError> {
         let mut delay = BACKOFF_FIRST;
         let mut attempt = 1u32;
+        let limit = match self.wait_limit_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(Instant::now() + Duration::from_millis(ms)),
+        };
         loop {
             match self.schema(id) {
-                Err(e) if e.is_transient() => {
+                Err(e) if e.is_transient() && limit.is_none_or(|l| Instant::now() < l) => {
                     tracing::warn!(registry = %self.shown, schema_id = id, attempt, error = %e, backoff_ms = delay.as_millis() as u64, "schema registry unavailable; this driver waits for the schema (nothing past the message is committed)");
                     std::thread::sleep(delay);
                     delay = (delay * 2).min(BACKOFF_MAX);
@@ -313,28 +363,36 @@ impl SchemaRegistry {
         })
     }
 
-    /// One HTTP/1.0 exchange (the server closes the connection, so the
-    /// body is everything after the headers).
+    /// Whether the registry answers and takes the credentials: one
+    /// `GET /subjects`. A TLS failure or refused credentials are errors
+    /// (configuration: fix and restart); an unreachable registry is a
+    /// transient error the caller may tolerate (an outage at start).
+    pub fn probe(&self) -> Result<(), RegistryError> {
+        let (status, body) = self.request("GET", "/subjects", None)?;
+        match status {
+            // 401: the credentials are refused. (403 is not: a principal
+            // may read schemas by id without being allowed the list.)
+            s if s == 401 || s >= 500 => Err(RegistryError::Status {
+                status,
+                body: body.chars().take(300).collect(),
+            }),
+            // Any other answer (even 404 from a registry without the
+            // endpoint) shows the connection, TLS and login work.
+            _ => Ok(()),
+        }
+    }
+
+    /// One HTTP/1.0 exchange (the server closes the connection).
     fn request(
         &self,
         method: &str,
         path: &str,
         body: Option<&str>,
     ) -> Result<(u16, String), RegistryError> {
-        let down = |e: std::io::Error| {
-            RegistryError::Unavailable(format!("{}:{}: {e}", self.host, self.port))
-        };
-        let addr = (self.host.as_str(), self.port)
-            .to_socket_addrs()
-            .map_err(down)?
-            .next()
-            .ok_or_else(|| RegistryError::Unavailable(format!("{} does not resolve", self.host)))?;
-        let mut stream = TcpStream::connect_timeout(&addr, self.timeout).map_err(down)?;
-        stream.set_read_timeout(Some(self.timeout)).map_err(down)?;
-        stream.set_write_timeout(Some(self.timeout)).map_err(down)?;
+        let Endpoint { host, port, .. } = &self.endpoint;
         let mut req = format!(
-            "{method} {}{path} HTTP/1.0\r\nHost: {}:{}\r\nAccept: application/vnd.schemaregistry.v1+json, application/json\r\n",
-            self.base, self.host, self.port
+            "{method} {}{path} HTTP/1.0\r\nHost: {host}:{port}\r\nConnection: close\r\nAccept: application/vnd.schemaregistry.v1+json, application/json\r\n",
+            self.base
         );
         if let Some(a) = &self.auth {
             req.push_str(&format!("Authorization: {a}\r\n"));
@@ -348,57 +406,8 @@ impl SchemaRegistry {
         }
         req.push_str("\r\n");
         req.push_str(body);
-        stream.write_all(req.as_bytes()).map_err(down)?;
-        let mut answer = Vec::new();
-        stream
-            .take(16 << 20)
-            .read_to_end(&mut answer)
-            .map_err(down)?;
-        parse_http(&answer)
+        self.endpoint.exchange(req.as_bytes())
     }
-}
-
-/// Status and body of an HTTP/1.x answer read to its end.
-fn parse_http(answer: &[u8]) -> Result<(u16, String), RegistryError> {
-    let text = String::from_utf8_lossy(answer);
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| RegistryError::Unavailable("the connection closed mid-answer".into()))?;
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| {
-            RegistryError::Protocol(format!(
-                "status line `{}`",
-                head.lines().next().unwrap_or("")
-            ))
-        })?;
-    let chunked = head.lines().any(|l| {
-        let l = l.to_ascii_lowercase();
-        l.starts_with("transfer-encoding:") && l.contains("chunked")
-    });
-    let body = if chunked {
-        dechunk(body)
-    } else {
-        body.to_owned()
-    };
-    Ok((status, body))
-}
-
-fn dechunk(mut s: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = s.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16) else {
-            break;
-        };
-        if n == 0 || rest.len() < n {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        s = rest[n..].trim_start_matches("\r\n");
-    }
-    out
 }
 
 fn parse_answer(status: u16, body: &str) -> Result<serde_json::Value, RegistryError> {
@@ -460,7 +469,7 @@ mod tests {
         })
         .unwrap();
         assert_eq!(
-            (r.host.as_str(), r.port, r.base.as_str()),
+            (r.endpoint.host.as_str(), r.endpoint.port, r.base.as_str()),
             ("reg.local", 8081, "/api")
         );
         assert_eq!(r.auth.as_deref(), Some("Basic Ym9iOnMzY3JldA=="));
@@ -470,21 +479,53 @@ mod tests {
             url: "http://reg".into(),
             user: Some("u".into()),
             password: Some("pw".into()),
+            ..RegistryConfig::default()
         };
         assert!(!format!("{cfg:?}").contains("pw\""));
         let r = SchemaRegistry::new(&cfg).unwrap();
-        assert_eq!((r.port, r.base.as_str()), (80, ""));
+        assert_eq!((r.endpoint.port, r.base.as_str()), (80, ""));
         assert_eq!(
             r.auth.as_deref(),
             Some(format!("Basic {}", base64(b"u:pw")).as_str())
         );
-        for bad in ["reg:8081", "https://reg", "http://:80", "http://reg:x"] {
+        for bad in ["reg:8081", "ftp://reg", "http://:80", "https://reg:x"] {
             let cfg = RegistryConfig {
                 url: bad.into(),
                 ..RegistryConfig::default()
             };
             assert!(SchemaRegistry::new(&cfg).is_err(), "{bad}");
         }
+    }
+
+    /// A registry on a local port answering each connection with the next
+    /// of `statuses`.
+    fn canned(statuses: &'static [u16]) -> SchemaRegistry {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for (conn, status) in listener.incoming().zip(statuses) {
+                let Ok(mut c) = conn else { return };
+                let _ = c.read(&mut [0u8; 4096]);
+                let _ = write!(c, "HTTP/1.1 {status} X\r\nContent-Length: 2\r\n\r\n[]");
+            }
+        });
+        SchemaRegistry::new(&RegistryConfig {
+            url: format!("http://127.0.0.1:{port}"),
+            ..RegistryConfig::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn the_probe_fails_on_refused_credentials_only() {
+        let r = canned(&[200, 404, 403, 401, 503]);
+        assert_eq!(r.probe(), Ok(()));
+        assert_eq!(r.probe(), Ok(()), "a registry without GET /subjects");
+        assert_eq!(r.probe(), Ok(()), "403: logged in, not allowed the list");
+        let e = r.probe().unwrap_err();
+        assert!(!e.is_transient() && e.to_string().contains("401"), "{e}");
+        assert!(r.probe().unwrap_err().is_transient(), "503: an outage");
     }
 
     #[test]
@@ -501,12 +542,60 @@ mod tests {
     }
 
     #[test]
-    fn answers_parse_plain_and_chunked() {
-        let (s, b) = parse_http(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}").unwrap();
-        assert_eq!((s, b.as_str()), (200, "{}"));
-        let (s, b) = parse_http(b"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n").unwrap();
-        assert_eq!((s, b.as_str()), (404, "abcde"));
-        assert!(parse_http(b"HTTP/1.1 200").is_err());
+    fn https_urls_speak_tls_and_tls_files_need_one() {
+        let r = SchemaRegistry::new(&RegistryConfig {
+            url: "https://reg.local/".into(),
+            ..RegistryConfig::default()
+        })
+        .unwrap();
+        assert_eq!(r.endpoint.port, 443);
+        assert!(r.endpoint.tls.is_some());
+        let plain = SchemaRegistry::new(&RegistryConfig {
+            url: "http://reg.local".into(),
+            ..RegistryConfig::default()
+        })
+        .unwrap();
+        assert!(plain.endpoint.tls.is_none());
+        let files = |ca: &str| TlsFiles {
+            ca: Some(ca.into()),
+            ..TlsFiles::default()
+        };
+        let e = SchemaRegistry::new(&RegistryConfig {
+            url: "http://reg.local".into(),
+            tls: files("/etc/ssl/ca.pem"),
+            ..RegistryConfig::default()
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("need an https://"), "{e}");
+        let e = SchemaRegistry::new(&RegistryConfig {
+            url: "https://reg.local".into(),
+            tls: files("/nonexistent/ca.pem"),
+            ..RegistryConfig::default()
+        })
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("--schema-registry-ca /nonexistent/ca.pem: "),
+            "{e}"
+        );
+        let e = SchemaRegistry::new(&RegistryConfig {
+            url: "https://reg.local".into(),
+            tls: TlsFiles {
+                key: Some("/k.pem".into()),
+                ..TlsFiles::default()
+            },
+            ..RegistryConfig::default()
+        })
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--schema-registry-cert and --schema-registry-key go together (mutual TLS needs both)"
+        );
+        assert!(!RegistryError::Tls(String::new()).is_transient());
+    }
+
+    #[test]
+    fn transient_and_permanent_answers() {
         assert!(RegistryError::Unavailable(String::new()).is_transient());
         assert!(RegistryError::Status {
             status: 503,
@@ -536,5 +625,12 @@ mod tests {
         .unwrap();
         let e = r.schema(1).unwrap_err();
         assert!(e.is_transient(), "{e}");
+        assert!(r.probe().unwrap_err().is_transient());
+        // A bounded wait gives up with the outage's error.
+        r.limit_waits(Duration::from_millis(300));
+        let started = Instant::now();
+        let e = r.schema_waiting(1).unwrap_err();
+        assert!(e.is_transient(), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(3));
     }
 }
