@@ -92,19 +92,18 @@ fn scenario(svc: &Services, delivery: &str) -> (u64, u64) {
         timestamp_ms: None,
     });
     let mut args = run_args(svc, &topic, &group, &table);
-    args.extend(
-        [
-            "--delivery",
-            delivery,
-            "--batch-rows",
-            "500",
-            "--flush-interval",
-            "200ms",
-        ]
-        .map(String::from),
-    );
+    args.extend(["--delivery", delivery, "--flush-interval", "200ms"].map(String::from));
+    // Each run cuts its batches at another size: at least once, a replayed
+    // batch then never matches the landed one it repeats, whose insert
+    // token (a hash of its offsets, issue 16 point 10) would otherwise
+    // deduplicate it by chance, and the negative control could see none;
+    // exactly once, the new owner must cut the recorded blocks at their
+    // offsets whatever its own limits say.
+    let batch_rows = |k: usize| ["--batch-rows".to_string(), (500 + 61 * k).to_string()];
     for k in 0..KILLS {
-        let mut proc = spawn(&format!("eos-{delivery}-{k}"), &args);
+        let mut run_args = args.clone();
+        run_args.extend(batch_rows(k));
+        let mut proc = spawn(&format!("eos-{delivery}-{k}"), &run_args);
         let pause = Duration::from_millis(1000 + rng.next() % 2000);
         std::thread::sleep(pause);
         let before = ch
@@ -139,6 +138,7 @@ fn scenario(svc: &Services, delivery: &str) -> (u64, u64) {
         &delivered.errors[..3.min(delivered.errors.len())]
     );
     let mut last = args.clone();
+    last.extend(batch_rows(KILLS));
     last.push("--until-end".into());
     let fin = run(
         &format!("eos-{delivery}-bounded"),
