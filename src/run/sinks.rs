@@ -13,7 +13,7 @@ use crate::cli::RunArgs;
 use crate::exit::Exit;
 use crate::settings::{sink_spec, Validated};
 use spate_clickhouse::{ChClient, ChClientOptions, ChDeadLetters, RetryPolicy, TableRef};
-use spate_clickhouse::{EncoderFactory, PreparedSink, SinkPool, SinkSpec};
+use spate_clickhouse::{EncoderFactory, PreparedSink, SinkPool, SinkSpec, IN_FLIGHT_COPIES};
 use spate_core::health::TransientStalls;
 use spate_core::metrics::Metrics;
 use spate_core::pipeline::SinkRuntime;
@@ -122,7 +122,12 @@ pub(super) fn spawn_all(
     metrics: &Metrics,
 ) -> Result<Sinks, Exit> {
     let total_shards: usize = prepared.iter().map(PreparedSink::shards).sum();
-    let budget = Budget::split(max_buffered_bytes, drivers, total_shards);
+    let workers = prepared
+        .iter()
+        .map(PreparedSink::workers_per_shard)
+        .max()
+        .unwrap_or(1);
+    let budget = Budget::split(max_buffered_bytes, drivers, total_shards, workers);
     let (queues, receivers) = ShardQueues::new(
         total_shards,
         budget.shard_high_water,
@@ -257,9 +262,18 @@ fn batch_limits(a: &RunArgs, budget: &Budget, drivers: usize, total_shards: usiz
 
 /// How `--max-buffered-bytes` is shared: a quarter for the drivers' open
 /// batches (each driver has one open batch per shard), half for batches
-/// queued or in flight to ClickHouse, split equally over the shards (lanes
-/// feeding a shard pause above its share, resume below half of it), a
+/// queued or in flight to ClickHouse, split equally over the shards, and a
 /// quarter for the Kafka client's prefetch (see `settings::kafka_config`).
+///
+/// Of a shard's half, each insert worker may hold a chunk it took from
+/// the queue and [`IN_FLIGHT_COPIES`] more of its size (the wire body,
+/// the transposition, the client's compressed slices): the queue's depth
+/// counts them, but taking a chunk adds them whatever the depth, as lanes
+/// can only be paused for what is not read yet. So batches are cut small
+/// enough that every worker's copies fit in a quarter of the budget, and
+/// the high-water mark (lanes feeding the shard pause above it, resume
+/// below half of it) leaves that room: the depth then never passes the
+/// shard's half, however many partitions feed it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Budget {
     /// Most bytes of one open batch.
@@ -269,36 +283,68 @@ struct Budget {
 }
 
 impl Budget {
-    fn split(total: usize, drivers: usize, shards: usize) -> Self {
+    fn split(total: usize, drivers: usize, shards: usize, workers: usize) -> Self {
         let shards = shards.max(1);
+        let copies = workers.max(1) * IN_FLIGHT_COPIES;
+        let open = total / 4 / drivers.max(1) / shards;
+        let in_flight = total / 4 / shards / copies;
+        let batch_bytes = open.min(in_flight).max(64 << 10);
         Self {
-            batch_bytes: (total / 4 / drivers.max(1) / shards).max(64 << 10),
-            shard_high_water: (total / 2 / shards).max(1),
+            batch_bytes,
+            shard_high_water: (total / 2 / shards)
+                .saturating_sub(copies * batch_bytes)
+                .max(1),
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::Budget;
+    use super::{Budget, IN_FLIGHT_COPIES};
 
     #[test]
     fn budget_keeps_open_batches_within_a_quarter() {
-        let b = Budget::split(256 << 20, 2, 1);
+        // Two drivers, one shard, two insert workers: the workers' copies
+        // (2 x 2 x 16 MiB) cut the batches below the open-batch quarter's
+        // 32 MiB, and the high water leaves them room in the queue half.
+        let b = Budget::split(256 << 20, 2, 1, 2);
         assert_eq!(
             b,
             Budget {
-                batch_bytes: 32 << 20,
-                shard_high_water: 128 << 20
+                batch_bytes: 16 << 20,
+                shard_high_water: 64 << 20
             }
         );
-        let b = Budget::split(256 << 20, 64, 2);
+        let b = Budget::split(256 << 20, 64, 2, 2);
         assert_eq!(b.batch_bytes, 512 << 10);
         assert!(b.batch_bytes * 64 * 2 <= (256 << 20) / 4);
         assert_eq!(
-            b.shard_high_water * 2,
+            (b.shard_high_water + 2 * IN_FLIGHT_COPIES * b.batch_bytes) * 2,
             128 << 20,
             "the queue half is split over the shards"
         );
+    }
+
+    #[test]
+    fn queued_and_in_flight_copies_stay_within_the_queue_half() {
+        for total in [16 << 20, 64 << 20, 256 << 20, 4 << 30] {
+            for (drivers, shards, workers) in [(1, 1, 1), (2, 1, 2), (2, 1, 8), (8, 4, 4)] {
+                let b = Budget::split(total, drivers, shards, workers);
+                let in_flight = workers * IN_FLIGHT_COPIES * b.batch_bytes;
+                assert!(
+                    b.batch_bytes * drivers * shards <= total / 4,
+                    "{total} {drivers}/{shards}/{workers}: open batches"
+                );
+                assert!(
+                    in_flight <= total / 4 / shards,
+                    "{total} {drivers}/{shards}/{workers}: workers' copies"
+                );
+                assert!(
+                    b.shard_high_water + in_flight <= total / 2 / shards,
+                    "{total} {drivers}/{shards}/{workers}: lanes pause before the queue half is full"
+                );
+                assert!(b.shard_high_water >= total / 4 / shards);
+            }
+        }
     }
 }

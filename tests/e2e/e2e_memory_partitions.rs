@@ -21,12 +21,7 @@ const PARTITIONS: i32 = 64;
 const BUDGET_MIB: u64 = 64;
 const STALL: Duration = Duration::from_secs(20);
 
-// Issue 16 point 2 is open: this bound (budget + 64 MiB) held in 6 of 8
-// runs (76-115 MiB) and missed by 6 MiB in 2 (134 MiB), so it would make
-// `make test` fail at random. Run it by hand:
-//   cargo test --release --test e2e e2e_memory_partitions -- --ignored
 #[test]
-#[ignore = "issue 16 point 2 is open: peak RSS over the bound in 2 of 8 runs"]
 fn many_partitions_stay_within_the_memory_budget() {
     let Some(svc) = services() else { return };
     let script = svc.script();

@@ -20,6 +20,32 @@ use bytes::Bytes;
 use std::fmt::Write as _;
 use std::time::Duration;
 
+/// Most bytes of an insert body handed to the `clickhouse` crate in one
+/// `send`. With LZ4 the crate compresses each `send` into a buffer of the
+/// worst-case compressed size, zero-filled (so resident) and kept whole
+/// after truncation to the compressed length: the whole body in one `send`
+/// made a second body-sized copy per insert in flight, however well it
+/// compressed. In slices, the connection holds a bounded number of small
+/// buffers instead (see [`send_buffer_bytes`]); ClickHouse reads the body
+/// as a stream of compressed blocks, so the slices need not end on rows.
+/// Below glibc's mmap threshold spate sets (128 KiB), so the buffers are
+/// reused from the heap rather than mapped and unmapped each time.
+pub const SEND_SLICE: usize = 64 << 10;
+
+/// Slices' buffers the client may hold at once for one insert: hyper
+/// queues up to 16 body chunks before it writes, plus the body channel's
+/// slot and the slice being compressed.
+const SEND_SLICES_HELD: usize = 18;
+
+/// The most bytes the client holds for one insert of a `body_len`-byte
+/// body, besides the body itself: a bounded number of compressed slices
+/// (LZ4's worst case is the input plus 1/255, and the block's header).
+#[must_use]
+pub fn send_buffer_bytes(body_len: usize) -> usize {
+    let slice = SEND_SLICE + SEND_SLICE / 255 + 64;
+    body_len.min(SEND_SLICES_HELD * slice)
+}
+
 /// Timeouts for [`ChClient`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChClientOptions {
@@ -425,7 +451,16 @@ impl ChClient {
                 message,
             }
         };
-        insert.send(body).await.map_err(to_err)?;
+        if body.is_empty() {
+            insert.send(Bytes::new()).await.map_err(to_err)?;
+        }
+        // In slices: see [`SEND_SLICE`].
+        let mut at = 0;
+        while at < body.len() {
+            let end = (at + SEND_SLICE).min(body.len());
+            insert.send(body.slice(at..end)).await.map_err(to_err)?;
+            at = end;
+        }
         insert.end().await.map_err(to_err)
     }
 

@@ -49,6 +49,6 @@ pub use metrics::ChMetrics;
 pub use schema::{Column, DefaultKind, ServerFeatures, VersionError};
 pub use sink::{discover, Discovery, ReplicaAnswer, ReplicaSchema};
 pub use sink::{ChRowEncoder, EncoderFactory, PreparedSink, ShardSpec, Topology, TopologySource};
-pub use sink::{RetryPolicy, SinkError, SinkPool, SinkSpec, TableRef};
+pub use sink::{RetryPolicy, SinkError, SinkPool, SinkSpec, TableRef, IN_FLIGHT_COPIES};
 pub use transport::{Secret, TlsError, TlsFiles, TlsFlags, Transport};
 pub use types::{parse_type, ChType, TypeError};

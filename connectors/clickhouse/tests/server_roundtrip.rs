@@ -405,3 +405,88 @@ async fn bad_column_type_is_fatal_with_code_on(url: &str) {
         .await
         .expect("drop database");
 }
+
+/// A body of many send slices (`client::SEND_SLICE`, each its own LZ4
+/// block), cut mid-row and mid-value, arrives whole: RowBinary and Native,
+/// compressed and not, on both servers.
+#[tokio::test]
+async fn a_body_of_many_send_slices_inserts_whole() {
+    for url in urls() {
+        for lz4 in [true, false] {
+            many_slices_on(&url, lz4).await;
+        }
+    }
+}
+
+async fn many_slices_on(url: &str, lz4: bool) {
+    use spate_clickhouse::client::SEND_SLICE;
+    let opts = spate_clickhouse::ChClientOptions {
+        lz4,
+        ..Default::default()
+    };
+    let client = ChClient::connect_with(url, None, None, opts)
+        .await
+        .expect("connect");
+    let db = fresh_db(&client, "slices").await;
+    for table in ["t", "tn"] {
+        let create = format!("CREATE TABLE {db}.{table} (n UInt64, s String) ENGINE = Memory");
+        client.execute(&create, &[]).await.expect("create table");
+    }
+    let columns = client.describe(&db, "t").await.expect("describe");
+    let mut enc = RowEncoder::new(&columns, EncoderOptions::default()).expect("encoder");
+    // Values of varying length whose bytes do not repeat, so that neither
+    // rows nor compressed blocks line up with the slices.
+    let (mut body, mut rows, mut chars, mut x) = (Vec::new(), 0u64, 0u64, 1u64);
+    while body.len() < 5 * SEND_SLICE + 777 {
+        let len = 100 + (rows % 900) as usize;
+        let s: String = (0..len)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                char::from(b'a' + (x >> 59) as u8 % 26)
+            })
+            .collect();
+        let payload = format!(r#"{{"n":{rows},"s":"{s}"}}"#);
+        enc.encode(&msg(&payload, rows as i64), &mut body)
+            .expect("row");
+        rows += 1;
+        chars += len as u64;
+    }
+    let block = enc
+        .native_layout()
+        .expect("transposed")
+        .transpose(&body)
+        .expect("transpose");
+    assert!(
+        block.len() > 5 * SEND_SLICE,
+        "the Native body spans slices too"
+    );
+    let inserts = [("t", enc.format(), body), ("tn", "Native", block)];
+    for (table, format, bytes) in inserts {
+        client
+            .insert(
+                &db,
+                table,
+                enc.insert_columns(),
+                format,
+                Bytes::from(bytes),
+                &[],
+            )
+            .await
+            .unwrap_or_else(|e| panic!("insert {table} ({format}, lz4 {lz4}) on {url}: {e:?}"));
+        let got = client
+            .fetch_text(
+                &format!("SELECT count(), sum(n), sum(length(s)) FROM {db}.{table}"),
+                "TSV",
+            )
+            .await
+            .expect("read back");
+        let want = format!("{rows}\t{}\t{chars}", rows * (rows - 1) / 2);
+        assert_eq!(got.trim(), want, "{table} ({format}, lz4 {lz4}) on {url}");
+    }
+    client
+        .execute(&format!("DROP DATABASE {db}"), &[])
+        .await
+        .expect("drop database");
+}

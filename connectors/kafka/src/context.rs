@@ -205,8 +205,10 @@ impl ClientContext for SpateContext {
 
     fn stats(&self, statistics: rdkafka::Statistics) {
         let mut hw = lock(&self.high_watermarks);
+        let mut prefetched = 0u64;
         for (topic, t) in &statistics.topics {
             for (&partition, p) in &t.partitions {
+                prefetched += p.fetchq_size;
                 // Partition -1 is librdkafka's internal UA partition; -1
                 // offsets mean "not known yet".
                 if partition >= 0 && p.hi_offset >= 0 {
@@ -214,6 +216,14 @@ impl ClientContext for SpateContext {
                 }
             }
         }
+        // What librdkafka holds in the partitions' fetch queues (payload
+        // bytes): with many partitions, each may hold a whole record
+        // batch past its queued.max.messages.kbytes share (KIP-74).
+        tracing::debug!(
+            target: "spate::prefetch",
+            bytes = prefetched,
+            "librdkafka fetch queues"
+        );
     }
 
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {

@@ -69,6 +69,7 @@ pub use pool::{PreparedSink, SinkPool};
 pub use retry::RetryPolicy;
 pub use spec::{SinkSpec, TableRef};
 pub use topology::{ShardSpec, Topology, TopologySource};
+pub use worker::IN_FLIGHT_COPIES;
 
 /// The settings every insert of the sink sends, for the dead-letter
 /// table's inserts on `client`'s server.

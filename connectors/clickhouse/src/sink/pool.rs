@@ -319,6 +319,13 @@ impl PreparedSink {
         self.shards.len()
     }
 
+    /// Insert workers per shard: each may hold a chunk and
+    /// [`IN_FLIGHT_COPIES`](super::IN_FLIGHT_COPIES) more of its size.
+    #[must_use]
+    pub fn workers_per_shard(&self) -> usize {
+        self.workers_per_shard
+    }
+
     /// Spawn the workers of shards `offset..offset + shards()` of `queues`
     /// (their receivers are `receivers`, in order).
     #[must_use]

@@ -55,6 +55,17 @@ use std::time::Duration;
 use tokio::sync::{watch, Mutex};
 use tracing::Instrument;
 
+/// Copies of a chunk's size an insert worker holds while it inserts the
+/// chunk, besides the chunk itself (which stays for retries and for
+/// isolating rejected rows). Native: the transposition's column buffers
+/// and the body they are written into, both at once while it runs, the
+/// body alone afterwards. RowBinary: the body, and the client's compressed
+/// slices ([`crate::client::send_buffer_bytes`], never more than the
+/// body). The budget ([`spate_core::sink::ShardQueues`]'s high water, set
+/// by the binary) leaves room for this per worker: lanes cannot be paused
+/// for a chunk a worker already took.
+pub const IN_FLIGHT_COPIES: usize = 2;
+
 pub(crate) struct Worker<C> {
     pub(crate) shard: Arc<Shard<C>>,
     pub(crate) index: usize,
@@ -257,15 +268,17 @@ impl<C: InsertTarget> Worker<C> {
 
     /// Insert `chunk`, isolating the rows the server rejects.
     async fn insert(&mut self, chunk: &Chunk) -> Outcome {
+        // The chunk is counted in its queue's depth until acknowledged;
+        // what the worker makes of it lives as long: count it from before
+        // the transposition (see [`IN_FLIGHT_COPIES`]), or the budget
+        // misses two copies per insert in flight.
+        let _in_flight = self
+            .depths
+            .charge(chunk.shard, IN_FLIGHT_COPIES * chunk.data.len());
         let body = match self.body(chunk, &chunk.data) {
             Ok(body) => body,
             Err(e) => return Outcome::Failed(e),
         };
-        // The chunk is counted in its queue's depth until acknowledged;
-        // its wire body and the client's compressed copy of it live as
-        // long: count them too, or the budget misses two copies per
-        // insert in flight.
-        let _in_flight = self.depths.charge(chunk.shard, 2 * body.bytes.len());
         match self.attempt(chunk, body, None).await {
             Attempt::Inserted => Outcome::Inserted { rejected: 0 },
             Attempt::RowError(e) if chunk.is_indexed() => self.isolate(chunk, e).await,
