@@ -14,8 +14,7 @@
 #![allow(unknown_lints, clippy::manual_is_multiple_of)]
 
 use crate::support::*;
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const N: usize = 2_000_000;
 const PARTITIONS: i32 = 4;
@@ -68,59 +67,24 @@ fn stalled_clickhouse_pauses_lanes_keeps_membership_and_bounds_memory() {
     let mut running = spawn("slow-sink", &args);
     let pid = running.pid();
 
-    wait_for(
-        "the first rows in the table",
-        Duration::from_secs(90),
-        Duration::from_millis(20),
-        || {
-            let rows = ch
-                .try_u64(&format!("SELECT count() FROM {table}"))
-                .unwrap_or(0);
-            if rows >= 100_000 {
-                Ok(rows)
-            } else {
-                Err(format!("{rows} rows"))
-            }
-        },
-    );
+    ch.wait_rows(&table, 100_000, Duration::from_secs(90));
     assert!(
         !running.has_exited(),
         "finished before the stall could start"
     );
 
-    services_sh(&script, "ch-pause");
-    let mut resume = Undo::new(|| {
-        let _ = Command::new(&script).arg("ch-resume").status();
-    });
-    let stall_end = Instant::now() + STALL;
     let mut max_paused = 0;
     let mut peak_kib = 0;
-    while Instant::now() < stall_end {
+    running.through_frozen_clickhouse(&script, STALL, Duration::from_millis(250), || {
         if let Some(m) = http_get(port, "/metrics") {
             max_paused = max_paused.max(gauge(&m, "spate_lanes_paused").unwrap_or(0));
         }
         peak_kib = peak_kib.max(peak_rss_kib(pid).unwrap_or(0));
-        assert!(
-            !running.has_exited(),
-            "spate exited during the stall:\n{}",
-            running.stderr_so_far()
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    services_sh(&script, "ch-resume");
-    resume.disarm();
-
+    });
     // Keep sampling the peak until the run ends.
-    let deadline = Instant::now() + Duration::from_secs(180);
-    while !running.has_exited() {
+    running.sample_until_exit(Duration::from_secs(180), Duration::from_millis(100), || {
         peak_kib = peak_kib.max(peak_rss_kib(pid).unwrap_or(0));
-        assert!(
-            Instant::now() < deadline,
-            "no exit 180 s after the stall:\n{}",
-            running.stderr_so_far()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    });
     let fin = running.wait(Duration::from_secs(5));
     fin.assert_code(0);
 

@@ -94,16 +94,7 @@ fn clickhouse_outage_mid_run() {
     );
     let mut running = spawn("outage", &args);
 
-    let before = wait_for(
-        "the first rows in the table",
-        Duration::from_secs(60),
-        Duration::from_millis(20),
-        || match ch.try_u64(&format!("SELECT count() FROM {table}")) {
-            Ok(n) if n > 0 => Ok(n),
-            Ok(n) => Err(format!("{n} rows")),
-            Err(e) => Err(e),
-        },
-    );
+    let before = ch.wait_rows(&table, 1, Duration::from_secs(60));
     assert!(
         !running.has_exited() && before < N as u64,
         "spate finished before ClickHouse could be stopped ({before} rows in): the outage tests nothing"

@@ -85,12 +85,13 @@ fn scenario(svc: &Services, delivery: &str) -> (u64, u64) {
     eprintln!("[e2e_exactly_once] {delivery}: seed {seed}");
     let mut rng = Rng(seed);
     let mut exercised = 0;
-    let producer = produce_paced(&svc.brokers, &topic, N, Duration::from_secs(30), |i| Msg {
-        partition: (i % PARTITIONS as usize) as i32,
-        key: None,
-        payload: format!(r#"{{"n":{i},"s":"row {i}"}}"#),
-        timestamp_ms: None,
-    });
+    let producer = produce_paced(
+        &svc.brokers,
+        &topic,
+        N,
+        Duration::from_secs(30),
+        numbered(PARTITIONS),
+    );
     let mut args = run_args(svc, &topic, &group, &table);
     args.extend(["--delivery", delivery, "--flush-interval", "200ms"].map(String::from));
     // Each run cuts its batches at another size: at least once, a replayed

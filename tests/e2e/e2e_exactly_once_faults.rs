@@ -60,12 +60,7 @@ fn one_point(svc: &Services, point: &str) -> (u64, u64, u64) {
     let topic = unique("t_eos_fault");
     let group = unique("g_eos_fault");
     create_topic(&svc.brokers, &topic, PARTITIONS);
-    let produced = produce(&svc.brokers, &topic, PARTITIONS, N, |i| Msg {
-        partition: (i % PARTITIONS as usize) as i32,
-        key: None,
-        payload: format!(r#"{{"n":{i},"s":"row {i}"}}"#),
-        timestamp_ms: None,
-    });
+    let produced = produce(&svc.brokers, &topic, PARTITIONS, N, numbered(PARTITIONS));
     let mut args = run_args(svc, &topic, &group, &table);
     args.extend(
         [

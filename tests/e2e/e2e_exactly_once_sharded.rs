@@ -127,12 +127,13 @@ fn scenario(keyed: bool, delivery: &str) -> Option<(u64, u64)> {
     let topic = unique("t_eos_shard");
     let group = unique("g_eos_shard");
     create_topic(&svc.brokers, &topic, PARTITIONS);
-    let producer = produce_paced(&svc.brokers, &topic, N, Duration::from_secs(25), |i| Msg {
-        partition: (i % PARTITIONS as usize) as i32,
-        key: None,
-        payload: format!(r#"{{"n":{i},"s":"row {i}"}}"#),
-        timestamp_ms: None,
-    });
+    let producer = produce_paced(
+        &svc.brokers,
+        &topic,
+        N,
+        Duration::from_secs(25),
+        numbered(PARTITIONS),
+    );
     let mut args = run_args(&svc, &topic, &group, &table);
     let i = (args.iter())
         .position(|a| a == "--clickhouse-url")

@@ -13,8 +13,7 @@
 //! looks the same to spate whatever its version.
 
 use crate::support::*;
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const N: usize = 400_000;
 const PARTITIONS: i32 = 64;
@@ -61,54 +60,18 @@ fn many_partitions_stay_within_the_memory_budget() {
     );
     let mut running = spawn("mempart", &args);
     let pid = running.pid();
-    let mut peak_kib = 0;
-    wait_for(
-        "the first rows in the table",
-        Duration::from_secs(90),
-        Duration::from_millis(20),
-        || {
-            let rows = ch
-                .try_u64(&format!("SELECT count() FROM {table}"))
-                .unwrap_or(0);
-            if rows >= 20_000 {
-                Ok(rows)
-            } else {
-                Err(format!("{rows} rows"))
-            }
-        },
-    );
+    ch.wait_rows(&table, 20_000, Duration::from_secs(90));
     assert!(
         !running.has_exited(),
         "finished before the stall could start"
     );
-
-    services_sh(&script, "ch-pause");
-    let mut resume = Undo::new(|| {
-        let _ = Command::new(&script).arg("ch-resume").status();
+    let mut peak_kib = 0;
+    running.through_frozen_clickhouse(&script, STALL, Duration::from_millis(250), || {
+        peak_kib = peak_kib.max(peak_rss_kib(pid).unwrap_or(0));
     });
-    let stall_end = Instant::now() + STALL;
-    while Instant::now() < stall_end {
+    running.sample_until_exit(Duration::from_secs(240), Duration::from_millis(100), || {
         peak_kib = peak_kib.max(peak_rss_kib(pid).unwrap_or(0));
-        assert!(
-            !running.has_exited(),
-            "spate exited during the stall:\n{}",
-            running.stderr_so_far()
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    services_sh(&script, "ch-resume");
-    resume.disarm();
-
-    let deadline = Instant::now() + Duration::from_secs(240);
-    while !running.has_exited() {
-        peak_kib = peak_kib.max(peak_rss_kib(pid).unwrap_or(0));
-        assert!(
-            Instant::now() < deadline,
-            "no exit 240 s after the stall:\n{}",
-            running.stderr_so_far()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    });
     let fin = running.wait(Duration::from_secs(5));
     let peak_mib = peak_kib / 1024;
     eprintln!(

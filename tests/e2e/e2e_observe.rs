@@ -458,16 +458,7 @@ fn readiness_follows_clickhouse() {
         "/readyz 200 without \"ready\":true: {ready}"
     );
     eprintln!("[e2e_observe] /readyz 200 {took:.1?} after the poll began");
-    wait_for(
-        "the first rows in the table",
-        Duration::from_secs(60),
-        Duration::from_millis(100),
-        || match ch.try_u64(&format!("SELECT count() FROM {table}")) {
-            Ok(n) if n >= BEFORE as u64 => Ok(n),
-            Ok(n) => Err(format!("{n} of {BEFORE} rows")),
-            Err(e) => Err(e),
-        },
-    );
+    ch.wait_rows(&table, BEFORE as u64, Duration::from_secs(60));
     assert_healthy(port, "before the outage");
 
     // The outage.

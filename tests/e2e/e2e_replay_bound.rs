@@ -34,12 +34,7 @@ fn kill9_replays_at_most_what_was_in_flight() {
     let group = unique("g_replay");
     let table = ch.fresh_offsets_table("e2e_replay");
     create_topic(&svc.brokers, &topic, PARTITIONS);
-    let produced = produce(&svc.brokers, &topic, PARTITIONS, N, |i| Msg {
-        partition: (i % PARTITIONS as usize) as i32,
-        key: None,
-        payload: format!(r#"{{"n":{i},"s":"row {i}"}}"#),
-        timestamp_ms: None,
-    });
+    let produced = produce(&svc.brokers, &topic, PARTITIONS, N, numbered(PARTITIONS));
     let mut args = run_args(&svc, &topic, &group, &table);
     args.extend(
         [

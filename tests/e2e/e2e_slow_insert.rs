@@ -48,12 +48,7 @@ fn slow_inserts_with_a_token_add_each_row_once() {
     let topic = unique("t_slow");
     let group = unique("g_slow");
     create_topic(&svc.brokers, &topic, PARTITIONS);
-    let produced = produce(&svc.brokers, &topic, PARTITIONS, N, |i| Msg {
-        partition: (i % PARTITIONS as usize) as i32,
-        key: None,
-        payload: format!(r#"{{"n":{i},"s":"row {i}"}}"#),
-        timestamp_ms: None,
-    });
+    let produced = produce(&svc.brokers, &topic, PARTITIONS, N, numbered(PARTITIONS));
     let mut args = run_args(&svc, &topic, &group, &table);
     args.extend(
         [

@@ -55,6 +55,21 @@ impl Ch {
             .map_err(|e| format!("{sql}: not a number: {t:?}: {e}"))
     }
 
+    /// Wait (up to `within`) until `table` holds at least `rows` rows; the
+    /// count then.
+    pub fn wait_rows(&self, table: &str, rows: u64, within: Duration) -> u64 {
+        wait_for(
+            &format!("at least {rows} rows in {table}"),
+            within,
+            Duration::from_millis(20),
+            || match self.try_u64(&format!("SELECT count() FROM {table}")) {
+                Ok(n) if n >= rows => Ok(n),
+                Ok(n) => Err(format!("{n} rows")),
+                Err(e) => Err(e),
+            },
+        )
+    }
+
     /// A query returning one unsigned integer; panics on error.
     pub fn u64(&self, sql: &str) -> u64 {
         self.try_u64(sql)

@@ -120,6 +120,18 @@ pub struct Msg {
     pub timestamp_ms: Option<i64>,
 }
 
+/// The suite's plain numbered messages: message `i` is `{"n":i,"s":"row i"}`
+/// (for a table `(n UInt64, s String, ...)`), round-robin over `partitions`,
+/// no key, stamped by the producer.
+pub fn numbered(partitions: i32) -> impl Fn(usize) -> Msg + Send + Clone + 'static {
+    move |i| Msg {
+        partition: (i % partitions as usize) as i32,
+        key: None,
+        payload: format!(r#"{{"n":{i},"s":"row {i}"}}"#),
+        timestamp_ms: None,
+    }
+}
+
 /// Where each produced message landed.
 #[derive(Debug)]
 pub struct Produced {

@@ -184,6 +184,57 @@ impl Running {
         fin
     }
 
+    /// Call `sample` every `every` until the process exits; panics with the
+    /// stderr if it is still running after `within`.
+    pub fn sample_until_exit(
+        &mut self,
+        within: Duration,
+        every: Duration,
+        mut sample: impl FnMut(),
+    ) {
+        let deadline = Instant::now() + within;
+        while !self.has_exited() {
+            sample();
+            assert!(
+                Instant::now() < deadline,
+                "{}: no exit within {within:?}:\n{}",
+                self.label,
+                self.stderr_so_far()
+            );
+            std::thread::sleep(every);
+        }
+    }
+
+    /// Freeze ClickHouse (`scripts/services.sh ch-pause`, SIGSTOP) for
+    /// `stall` while this process keeps running, calling `sample` every
+    /// `every`; resumes it afterwards, and also when the test panics
+    /// midway. Panics if the process exits during the stall.
+    pub fn through_frozen_clickhouse(
+        &mut self,
+        script: &str,
+        stall: Duration,
+        every: Duration,
+        mut sample: impl FnMut(),
+    ) {
+        super::env::services_sh(script, "ch-pause");
+        let mut resume = super::env::Undo::new(|| {
+            let _ = Command::new(script).arg("ch-resume").status();
+        });
+        let stall_end = Instant::now() + stall;
+        while Instant::now() < stall_end {
+            sample();
+            assert!(
+                !self.has_exited(),
+                "{} exited during the stall:\n{}",
+                self.label,
+                self.stderr_so_far()
+            );
+            std::thread::sleep(every);
+        }
+        super::env::services_sh(script, "ch-resume");
+        resume.disarm();
+    }
+
     /// The stderr written so far.
     pub fn stderr_so_far(&self) -> String {
         read_lossy(&self.stderr_path)
