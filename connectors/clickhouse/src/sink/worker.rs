@@ -617,12 +617,15 @@ impl<C: InsertTarget> Worker<C> {
     }
 
     /// Exactly-once: record the chunk's intent (its partition, offsets and
-    /// shard) before the block is first sent, retrying what can be retried.
-    /// `Err(None)`: the drain deadline passed.
+    /// shard) before the block is first sent, retrying what can be retried,
+    /// then check no later owner fenced its partition (see
+    /// [`super::fencing`]). `Err(None)`: the drain deadline passed, or the
+    /// block is fenced off: it is abandoned, never sent.
     async fn record_intent(&mut self, chunk: &Chunk) -> Result<(), Option<FatalError>> {
         let Some(log) = self.intents.clone() else {
             return Ok(());
         };
+        fault::hold_before_intent().await;
         let mut attempt = 0u32;
         loop {
             let recorded = tokio::select! {
@@ -630,7 +633,7 @@ impl<C: InsertTarget> Worker<C> {
                 _ = self.abandon.changed() => return Err(None),
             };
             let error = match recorded {
-                Ok(()) => return Ok(()),
+                Ok(()) => break,
                 Err(e) => e,
             };
             if error.remedy() == crate::classify::Remedy::GiveUp {
@@ -645,6 +648,45 @@ impl<C: InsertTarget> Worker<C> {
             tracing::warn!(error = %error, attempt, backoff_ms = backoff.as_millis() as u64, "recording an exactly-once intent failed; retrying");
             if self.pause(backoff).await.is_err() {
                 return Err(None);
+            }
+        }
+        for span in chunk.spans.iter() {
+            if let Some(epoch) = span.epoch {
+                self.check_fence(&log, span, epoch).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a later owner fenced `span`'s partition since the lane
+    /// holding it was assigned at `epoch` (`Err(None)`: it did, or the
+    /// drain deadline passed).
+    async fn check_fence(
+        &mut self,
+        log: &IntentLog,
+        span: &spate_core::sink::ChunkSpan,
+        epoch: u64,
+    ) -> Result<(), Option<FatalError>> {
+        let mut attempt = 0u32;
+        loop {
+            let checked = tokio::select! {
+                r = log.may_send(&span.partition, epoch) => r,
+                _ = self.abandon.changed() => return Err(None),
+            };
+            match checked {
+                Ok(Ok(())) => return Ok(()),
+                Ok(Err(fence)) => {
+                    tracing::warn!(partition = %span.partition, first = span.first.0, last = span.last.0, epoch, fence, "exactly-once: a later owner fenced the partition; the block is not sent (it replays there)");
+                    return Err(None);
+                }
+                Err(error) => {
+                    attempt += 1;
+                    let backoff = self.retry.delay(attempt, rand::random::<f64>());
+                    tracing::warn!(error = %error, attempt, backoff_ms = backoff.as_millis() as u64, "exactly-once: reading the partition's fence failed; retrying");
+                    if self.pause(backoff).await.is_err() {
+                        return Err(None);
+                    }
+                }
             }
         }
     }
