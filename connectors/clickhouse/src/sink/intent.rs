@@ -151,7 +151,15 @@ impl IntentLog {
         let text = (self.client)
             .fetch_text_within(&sql, "TabSeparated", self.timeout)
             .await?;
-        let fence = text.trim().parse::<u64>().unwrap_or(0);
+        let fence = text
+            .trim()
+            .parse::<u64>()
+            .map_err(|e| ClientError::Request {
+                what: "reading the partition's fence",
+                class: ErrorClass::Fatal,
+                code: None,
+                message: format!("{partition}: unexpected answer {text:?}: {e}"),
+            })?;
         Ok(if fencing::may_send(fence, epoch) {
             Ok(())
         } else {

@@ -689,6 +689,23 @@ impl<C: InsertTarget> Worker<C> {
                     return Err(Attempt::Fenced);
                 }
                 Err(error) => {
+                    let retriable = matches!(
+                        error,
+                        crate::client::ClientError::Request {
+                            class: ErrorClass::Retriable,
+                            ..
+                        }
+                    );
+                    if !retriable {
+                        return Err(Attempt::Failed(FatalError::new(
+                            self.context(),
+                            format!(
+                                "exactly-once: reading the fence of {}: {error}",
+                                span.partition
+                            ),
+                            Fault::External,
+                        )));
+                    }
                     attempt += 1;
                     let backoff = self.retry.delay(attempt, rand::random::<f64>());
                     tracing::warn!(error = %error, attempt, backoff_ms = backoff.as_millis() as u64, "exactly-once: reading the partition's fence failed; retrying");
