@@ -20,7 +20,8 @@
 //!    0, rows of unfenced owners, if none is sealed): [`plan`]. It then
 //!    writes the adoption and its seal ([`adoption`]) and only then cuts
 //!    blocks. A fence higher than its own means this owner is already
-//!    stale: [`plan`] refuses.
+//!    stale: [`plan`] refuses (a recent one: the lane replays nothing and
+//!    its blocks are fenced off; an old one: [`generations_restarted`]).
 //! 2. Every owner, after recording a block's intent and before its first
 //!    send, reads the partition's highest fence: if it is above its own
 //!    epoch the block is abandoned, never sent ([`may_send`]).
@@ -143,6 +144,19 @@ pub(crate) fn adoption(plan: &Plan, mine: u64) -> Vec<Row> {
         .map(|r| Row { epoch: mine, ..*r })
         .chain(std::iter::once(Row::seal(mine)))
         .collect()
+}
+
+/// How old a fence above a new owner's own generation must be to mean the
+/// group's generations restarted (the group was deleted and re-created)
+/// rather than that this owner already lost the partition to a later one
+/// while it read: a member that lost its partition learns so within its
+/// session timeout, so a later owner's fence is seconds old when it reads.
+pub(crate) const RESTARTED_AFTER_S: i64 = 600;
+
+/// Whether a fence `age_s` seconds old above this owner's own epoch means
+/// restarted generations.
+pub(crate) fn generations_restarted(age_s: i64) -> bool {
+    age_s >= RESTARTED_AFTER_S
 }
 
 /// Whether a block recorded under `mine` may be sent, given the

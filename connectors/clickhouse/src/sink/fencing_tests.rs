@@ -209,6 +209,7 @@ fn a_stale_owner_is_refused_and_sealed_epochs_decide() {
     let old = [Row::intent(0, 4, 0, 0), Row::intent(5, 9, 0, 0)];
     assert_eq!(plan(&old, Some(1)).unwrap().blocks(), vec![(0, 4), (5, 9)]);
     assert!(may_send(5, 5) && may_send(4, 5) && !may_send(6, 5));
+    assert!(!generations_restarted(30) && generations_restarted(RESTARTED_AFTER_S));
     assert!(prunable(&Row::intent(0, 9, 0, 5), 5, 10));
     assert!(!prunable(&Row::intent(0, 9, 0, 5), 5, 9));
     assert!(prunable(&Row::fence(4), 5, 0) && !prunable(&Row::seal(5), 5, 0));

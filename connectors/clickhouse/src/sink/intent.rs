@@ -295,18 +295,10 @@ impl BlockPlans for IntentLog {
                 .map_err(unreachable)?;
         }
         let rows = self.read_rows(partition, from).map_err(unreachable)?;
-        let plan = fencing::plan(&rows, epoch).map_err(|stale| {
-            format!(
-                "a later owner fenced the partition (generation {} > this assignment's {}): \
-                 this member lost it already, or the consumer group was re-created and its \
-                 generations restarted; then, with no pipeline running, \
-                 ALTER TABLE {} DELETE WHERE {} AND first < 0",
-                stale.fence,
-                epoch.unwrap_or(0),
-                self.state(),
-                self.of(partition)
-            )
-        })?;
+        let plan = match fencing::plan(&rows, epoch) {
+            Ok(plan) => plan,
+            Err(stale) => return self.stale(partition, epoch.unwrap_or(0), stale.fence),
+        };
         if let Some(e) = epoch {
             self.insert_blocking(
                 partition,
@@ -319,6 +311,47 @@ impl BlockPlans for IntentLog {
         Ok((plan.blocks().into_iter())
             .map(|(a, b)| (Offset(a), Offset(b)))
             .collect())
+    }
+}
+
+impl IntentLog {
+    /// A later owner (`fence`) fenced `partition` before this assignment
+    /// (`mine`) read it. A recent fence: this member lost the partition
+    /// already (its revoke deadline passed while it read): it replays
+    /// nothing, and the check fences off every block of the lane. An old
+    /// one ([`fencing::generations_restarted`]): the consumer group was
+    /// re-created; fail, naming the fix.
+    fn stale(
+        &self,
+        partition: &PartitionId,
+        mine: u64,
+        fence: u64,
+    ) -> Result<Vec<(Offset, Offset)>, String> {
+        let sql = format!(
+            "SELECT toInt64(now()) - toInt64(max(at)) FROM {} WHERE {} AND first = {} AND epoch = {fence}",
+            self.state(),
+            self.of(partition),
+            fencing::FENCE
+        );
+        let text = read_with_retries(&self.retry, PLAN_READ_BUDGET, |timeout| {
+            self.io
+                .block_on(self.client.fetch_text_within(&sql, "TabSeparated", timeout))
+        })?;
+        let age: i64 = text
+            .trim()
+            .parse()
+            .map_err(|e| format!("the age of the fence of {partition}: {text:?}: {e}"))?;
+        if !fencing::generations_restarted(age) {
+            tracing::warn!(%partition, generation = mine, fence, age_s = age, "exactly-once: a later owner fenced the partition before this assignment read it; this member lost it, none of its blocks is sent");
+            return Ok(Vec::new());
+        }
+        Err(format!(
+            "a later owner fenced the partition {age} s ago (generation {fence} > this assignment's \
+             {mine}): the consumer group was re-created and its generations restarted; with no \
+             pipeline running, ALTER TABLE {} DELETE WHERE {} AND first < 0",
+            self.state(),
+            self.of(partition)
+        ))
     }
 }
 
