@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """spate benchmarks against the local services (make services).
 
-Suites (BENCH_SUITE, comma-separated; default "e2e,formats"):
+Suites (BENCH_SUITE, comma-separated; default "e2e,formats,delivery", so
+`make bench` reports the formats and the exactly-once ratios in the same run):
 
 - e2e: the figures of the benchmark issue, in one run on the same data.
   1. micro: `cargo bench --bench hot_path` (criterion); ns per row and MB/s of
@@ -686,7 +687,7 @@ SUITES = {"e2e": None, "backpressure": None, "delivery": None, "formats": None}
 
 
 def main():
-    suites = os.environ.get("BENCH_SUITE", "e2e,formats").split(",")
+    suites = os.environ.get("BENCH_SUITE", "e2e,formats,delivery").split(",")
     for s in suites:
         if s not in SUITES:
             sys.exit(f"bench: unknown suite {s} ({', '.join(SUITES)})")
@@ -702,18 +703,20 @@ def main():
     # The Kafka engine's server is stopped at the end unless it was up before.
     engine_sh = os.path.join(ROOT, "scripts", "kafka-engine.sh")
     engine_was_up = subprocess.run([engine_sh, "status"], capture_output=True).returncode == 0
-    last_summary = None
+    summaries = {}
     try:
-        last_summary = run_suites(suites, topic, date)
+        summaries = run_suites(suites, topic, date)
     finally:
         if "kafka-engine" in PEERS and not engine_was_up:
             subprocess.run([engine_sh, "down"], capture_output=True, timeout=120)
-    # The fixed-form line last, for tools that track it over time.
-    print(last_summary, flush=True)
+    # Every suite's summary line; e2e's fixed-form line last, for tools
+    # that track it over time.
+    for suite in sorted(summaries, key=lambda s: s == "e2e"):
+        print(summaries[suite], flush=True)
 
 
 def run_suites(suites, topic, date):
-    """Run each suite; the summary to print last (the e2e suite's if it ran)."""
+    """Run each suite; its summary line by suite."""
     summaries = {}
     for suite in suites:
         log(f"bench: suite {suite}")
@@ -729,11 +732,7 @@ def run_suites(suites, topic, date):
         print(md)
         log(f"bench: wrote {os.path.relpath(path, ROOT)}")
         summaries[suite] = summary
-    last = "e2e" if "e2e" in summaries else suites[-1]
-    for suite, summary in summaries.items():
-        if suite != last:
-            print(summary, flush=True)
-    return summaries[last]
+    return summaries
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 //! `--insert-timeout` (issue 19, test 3).
 //!
 //! ClickHouse 26.9 is SIGSTOPped mid-run for 5 s, longer than
-//! `--insert-timeout 1s`: attempts time out, some of them land once the
+//! `--insert-timeout 1s` (again, up to 4 times, until an insert was caught
+//! in a freeze; 4 insert workers): attempts time out, some of them land once the
 //! server is resumed, and their retries (same block, same token) land
 //! again. Exactly-once: every offset present exactly once, committed = ends.
 //! 26.9 only (its MergeTree with a deduplication window); holds the
@@ -69,6 +70,8 @@ fn exactly_once_through_a_frozen_clickhouse() {
             "100ms",
             "--insert-timeout",
             "1s",
+            "--insert-workers",
+            "4",
         ]
         .map(String::from),
     );
@@ -87,13 +90,32 @@ fn exactly_once_through_a_frozen_clickhouse() {
         assert!(Instant::now() < deadline, "no rows after 60 s");
         std::thread::sleep(Duration::from_millis(5));
     }
-    signal(&pid_file, libc::SIGSTOP);
-    let resume = pid_file.clone();
-    let mut undo = Undo::new(move || signal(&resume, libc::SIGCONT));
-    // The freeze itself: a fixed pause longer than --insert-timeout is the point.
-    std::thread::sleep(Duration::from_secs(5));
-    signal(&pid_file, libc::SIGCONT);
-    undo.disarm();
+    // A worker is frozen in whatever request it sent: an insert, or the
+    // intent record or fence check before one (three round trips per
+    // block). So freeze while the server runs an insert of rows, and again
+    // (a few times at most) until an insert was caught, so the point of
+    // the test (inserts that time out and land later) is reliably reached.
+    let inserting = format!(
+        "SELECT count() FROM system.processes WHERE query LIKE '%INSERT INTO%{db}%' \
+         AND query NOT LIKE '%spate_intents%' AND query NOT LIKE '%system.processes%'"
+    );
+    for _ in 0..4 {
+        // Freeze while an insert of rows is running, if one shows up soon.
+        let until = Instant::now() + Duration::from_secs(10);
+        while ch.try_u64(&inserting).unwrap_or(0) == 0 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        signal(&pid_file, libc::SIGSTOP);
+        let resume = pid_file.clone();
+        let mut undo = Undo::new(move || signal(&resume, libc::SIGCONT));
+        // The freeze itself: a fixed pause longer than --insert-timeout is the point.
+        std::thread::sleep(Duration::from_secs(5));
+        signal(&pid_file, libc::SIGCONT);
+        undo.disarm();
+        if proc.has_exited() || proc.stderr_so_far().contains("no answer within") {
+            break;
+        }
+    }
     let fin = proc.wait(Duration::from_secs(90));
     fin.assert_code(0);
     let timeouts = fin.stderr.matches("no answer within").count();

@@ -33,6 +33,9 @@ pub(crate) struct SplitPartition {
     pub(crate) queue: PartitionQueue<SpateContext>,
     /// The lane's tenure, ended by [`forget`].
     pub(crate) fence: Arc<Fence>,
+    /// The consumer group generation of the assignment, if librdkafka
+    /// knows one (see [`Lane::epoch`](spate_core::source::Lane::epoch)).
+    pub(crate) generation: Option<u64>,
 }
 
 /// A revocation, sent by the rebalance callback to the controller thread,

@@ -51,6 +51,8 @@ pub struct KafkaLane {
     /// Transient fetch errors since the last message.
     fetch_errors: FetchErrors,
     fence: std::sync::Arc<crate::fence::Fence>,
+    /// The consumer group generation the partition was assigned in.
+    epoch: Option<u64>,
 }
 
 impl KafkaLane {
@@ -76,7 +78,14 @@ impl KafkaLane {
             ended: false,
             fetch_errors: FetchErrors::default(),
             fence,
+            epoch: None,
         })
+    }
+
+    /// The same lane, assigned in consumer group generation `generation`.
+    pub(crate) fn with_epoch(mut self, generation: Option<u64>) -> Self {
+        self.epoch = generation;
+        self
     }
 }
 
@@ -87,6 +96,10 @@ impl Lane for KafkaLane {
 
     fn partition(&self) -> &PartitionId {
         &self.partition
+    }
+
+    fn epoch(&self) -> Option<u64> {
+        self.epoch
     }
 
     fn poll(&mut self, max: usize, deliver: &mut Deliver<'_>) -> Result<LanePoll, LaneError> {

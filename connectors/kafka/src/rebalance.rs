@@ -67,6 +67,7 @@ impl SpateContext {
             lock(&self.shared).fatal = Some("rebalance before the consumer was ready".into());
             return;
         };
+        let generation = generation(&consumer);
         let mut shared = lock(&self.shared);
         shared.joined = true;
         for partition in partitions(tpl) {
@@ -76,7 +77,7 @@ impl SpateContext {
                 continue;
             };
             let id = self.next_lane_id();
-            tracing::info!(%partition, lane = %id, "partition assigned");
+            tracing::info!(%partition, lane = %id, ?generation, "partition assigned");
             shared.lanes.insert(partition.clone(), id);
             shared.by_id.insert(id, partition.clone());
             let fence = std::sync::Arc::new(crate::fence::Fence::new());
@@ -86,6 +87,7 @@ impl SpateContext {
                 partition,
                 queue,
                 fence,
+                generation,
             });
         }
     }
@@ -177,6 +179,24 @@ impl SpateContext {
             }
         }
     }
+}
+
+/// The consumer group generation librdkafka joined with (during the
+/// assign callback: the generation of this assignment), if it has one.
+fn generation(consumer: &BaseConsumer<SpateContext>) -> Option<u64> {
+    use rdkafka::bindings as rdsys;
+    let rk = consumer.client().native_ptr();
+    // SAFETY: `rk` is the live client; the metadata is a copy we own and
+    // destroy below.
+    let md = unsafe { rdsys::rd_kafka_consumer_group_metadata(rk) };
+    if md.is_null() {
+        return None;
+    }
+    // SAFETY: `md` is valid until destroyed, which happens right after.
+    let generation = unsafe { rdsys::rd_kafka_consumer_group_metadata_generation_id(md) };
+    // SAFETY: ours, not used afterwards.
+    unsafe { rdsys::rd_kafka_consumer_group_metadata_destroy(md) };
+    u64::try_from(generation).ok().filter(|&g| g > 0)
 }
 
 fn partitions(tpl: &TopicPartitionList) -> Vec<PartitionId> {

@@ -303,6 +303,7 @@ impl KafkaSource {
                     self.ended_tx.clone(),
                     s.fence,
                 )
+                .map(|lane| lane.with_epoch(s.generation))
                 .ok_or_else(|| SourceError::Fatal(format!("no fetch queue for {partition}")))
             })
             .collect()

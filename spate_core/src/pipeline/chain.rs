@@ -40,6 +40,9 @@ pub trait Chain: Send {
         partition: &PartitionId,
         gate: Option<PendingGate>,
     ) -> usize;
+    /// Exactly-once: the lane in `slot` holds its partition since the
+    /// assignment of `epoch` ([`Lane::epoch`](crate::source::Lane::epoch)).
+    fn set_epoch(&mut self, _slot: usize, _epoch: u64) {}
     /// Decode, route and append one message of the lane in `slot`.
     fn push(&mut self, slot: usize, msg: &Message<'_>) -> Result<(), ChainError>;
     /// Seal chunks whose age limit passed.
@@ -299,6 +302,10 @@ impl<E: RowEncode> Chain for EncodeChain<E> {
             .add_partition_lane(lane, partition.clone(), gate)
     }
 
+    fn set_epoch(&mut self, slot: usize, epoch: u64) {
+        self.writer.set_epoch(slot, epoch);
+    }
+
     fn push(&mut self, slot: usize, msg: &Message<'_>) -> Result<(), ChainError> {
         if let Some(version) = self.encoder.schema_switch() {
             self.writer.flush()?;
@@ -403,6 +410,11 @@ impl Chain for TopicChains {
         let inner = self.chains[chain].add_lane(lane, partition, gate);
         self.slots.push(Some((chain, inner)));
         self.slots.len() - 1
+    }
+
+    fn set_epoch(&mut self, slot: usize, epoch: u64) {
+        let (c, s) = self.slot(slot);
+        self.chains[c].set_epoch(s, epoch);
     }
 
     fn push(&mut self, slot: usize, msg: &Message<'_>) -> Result<(), ChainError> {

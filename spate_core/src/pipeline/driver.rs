@@ -288,6 +288,9 @@ impl<L: Lane> Driver<L> {
             ThreadControl::AddLane { lane, gate } => {
                 let partition = lane.partition().clone();
                 let slot = self.chain.add_lane(lane.id(), &partition, gate.clone());
+                if let Some(epoch) = lane.epoch() {
+                    self.chain.set_epoch(slot, epoch);
+                }
                 let labels = [&*partition.topic, &partition.partition.to_string()];
                 tracing::debug!(driver = self.index, lane = %lane.id(), %partition, "lane added");
                 self.lanes.push(LaneEntry {

@@ -31,11 +31,16 @@ use std::time::Instant;
 /// intent records).
 pub trait BlockPlans: Send + Sync + std::fmt::Debug {
     /// The recorded blocks `(first, last)` of `partition` whose last offset
-    /// is at or past `from`, in any order.
+    /// is at or past `from`, in any order. `epoch` orders this assignment
+    /// of the partition among its owners (the consumer group generation it
+    /// was assigned in; `None` when the source has no such order): the
+    /// sink fences the partition at `epoch` before it reads, so an older
+    /// owner's later blocks are refused (see [`ChunkSpan::epoch`](super::ChunkSpan::epoch)).
     fn replayed(
         &self,
         partition: &PartitionId,
         from: Offset,
+        epoch: Option<u64>,
     ) -> Result<Vec<(Offset, Offset)>, String>;
 }
 

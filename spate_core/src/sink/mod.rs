@@ -216,6 +216,10 @@ pub struct ChunkSpan {
     pub last: Offset,
     /// Rows of this partition in the chunk.
     pub rows: u64,
+    /// Exactly-once: the epoch of the lane's assignment (see
+    /// [`BlockPlans::replayed`]); a sink refuses the block once a later
+    /// owner fenced the partition. `None` outside exactly-once.
+    pub epoch: Option<u64>,
 }
 
 /// What insert workers report back to the controller.

@@ -127,6 +127,8 @@ struct LaneState {
     fed: u64,
     /// Exactly-once: the lane's own open block.
     block: Option<LaneBlock>,
+    /// Exactly-once: the epoch of the lane's assignment.
+    epoch: Option<u64>,
     /// The open segment covers skipped offsets (see [`ShardWriter::skip`]).
     skipped: bool,
 }
@@ -254,6 +256,7 @@ impl ShardWriter {
             sealed: Vec::new(),
             fed: 0,
             block: (self.plans.is_some()).then(|| LaneBlock::new(self.open.len())),
+            epoch: None,
             skipped: false,
         };
         if let Some(slot) = self.lanes.iter().position(Option::is_none) {
@@ -270,6 +273,15 @@ impl ShardWriter {
     pub fn set_partition(&mut self, slot: usize, partition: PartitionId) {
         if let Some(Some(l)) = self.lanes.get_mut(slot) {
             l.partition = Some(partition);
+        }
+    }
+
+    /// Exactly-once: the lane in `slot` holds its partition since the
+    /// assignment of `epoch` (see [`BlockPlans::replayed`]); set before its
+    /// first row.
+    pub fn set_epoch(&mut self, slot: usize, epoch: u64) {
+        if let Some(Some(l)) = self.lanes.get_mut(slot) {
+            l.epoch = Some(epoch);
         }
     }
 
@@ -567,7 +579,7 @@ impl ShardWriter {
             });
         };
         let blocks = plans
-            .replayed(&partition, from)
+            .replayed(&partition, from, lane.epoch)
             .map_err(|reason| ChainError::BlockPlan {
                 partition: partition.to_string(),
                 reason,
@@ -605,6 +617,7 @@ impl ShardWriter {
                     first,
                     last,
                     rows,
+                    epoch: lane.epoch,
                 })
                 .into_iter()
                 .collect();
@@ -770,6 +783,7 @@ fn spans_of(pieces: &[Piece]) -> Vec<ChunkSpan> {
                 first: p.start,
                 last: p.last,
                 rows: p.rows,
+                epoch: None,
             })
         })
         .collect::<Option<Vec<_>>>()

@@ -124,13 +124,15 @@ fn chunks_carry_the_spans_of_partition_lanes() {
                 partition: PartitionId::new("t", 3),
                 first: Offset(10),
                 last: Offset(12),
-                rows: 2
+                rows: 2,
+                epoch: None
             },
             ChunkSpan {
                 partition: PartitionId::new("t", 5),
                 first: Offset(7),
                 last: Offset(9),
-                rows: 2
+                rows: 2,
+                epoch: None
             }
         ]
     );
@@ -148,7 +150,12 @@ fn chunks_carry_the_spans_of_partition_lanes() {
 struct Recorded(i32, Vec<(Offset, Offset)>);
 
 impl BlockPlans for Recorded {
-    fn replayed(&self, p: &PartitionId, from: Offset) -> Result<Vec<(Offset, Offset)>, String> {
+    fn replayed(
+        &self,
+        p: &PartitionId,
+        from: Offset,
+        _: Option<u64>,
+    ) -> Result<Vec<(Offset, Offset)>, String> {
         let mine = p.partition == self.0;
         Ok(self
             .1

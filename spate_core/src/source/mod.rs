@@ -73,6 +73,13 @@ pub trait Lane: Send + 'static {
     fn id(&self) -> LaneId;
     /// The partition it reads.
     fn partition(&self) -> &PartitionId;
+    /// This assignment's order among the owners of the partition, higher
+    /// for a later owner (Kafka: the consumer group generation it was
+    /// assigned in), or `None`. Exactly-once fences the partition with it,
+    /// so an old owner still inserting cannot break a new owner's blocks.
+    fn epoch(&self) -> Option<u64> {
+        None
+    }
     /// Hand up to `max` messages that are available *now* to `deliver`, in
     /// offset order, without blocking. If `deliver` fails, stop at once and
     /// return the error: the failed message is not consumed as far as the

@@ -5,7 +5,11 @@
 //! `make test` turns on for its release build), so the release binary
 //! users build cannot trigger them.
 //!
-//! Points: `before-send` (the intent is recorded, the insert not sent),
+//! Points: `hold-before-intent` (the worker waits, before recording the
+//! intent, until the file `SPATE_FAULT_RELEASE` names exists: an old owner
+//! whose insert is held while its partition moves on; counted over the
+//! chunks whose intent a worker records), `before-send` (the intent is
+//! recorded, the insert not sent),
 //! `during-insert` (the process dies a few milliseconds into the attempt,
 //! while the server is reading or writing it), `after-ack` (ClickHouse
 //! confirmed the insert, spate has not acknowledged or committed it). At the
@@ -18,6 +22,7 @@ pub(crate) enum Point {
     BeforeSend,
     DuringInsert,
     AfterAck,
+    HoldBeforeIntent,
 }
 
 #[cfg(any(debug_assertions, feature = "fault-injection"))]
@@ -27,6 +32,7 @@ mod imp {
     use std::sync::OnceLock;
 
     static CHUNKS: AtomicU64 = AtomicU64::new(0);
+    static INTENTS: AtomicU64 = AtomicU64::new(0);
 
     fn armed() -> Option<(Point, u64)> {
         static ARMED: OnceLock<Option<(Point, u64)>> = OnceLock::new();
@@ -35,6 +41,7 @@ mod imp {
                 "before-send" => Point::BeforeSend,
                 "during-insert" => Point::DuringInsert,
                 "after-ack" => Point::AfterAck,
+                "hold-before-intent" => Point::HoldBeforeIntent,
                 _ => return None,
             };
             let at = std::env::var("SPATE_FAULT_AT")
@@ -60,6 +67,24 @@ mod imp {
             std::process::abort();
         }
     }
+
+    /// `hold-before-intent`: wait for the release file.
+    pub(crate) async fn hold_before_intent() {
+        let nth = INTENTS.fetch_add(1, Ordering::AcqRel) + 1;
+        if !fires(Point::HoldBeforeIntent, nth) {
+            return;
+        }
+        let Some(release) = std::env::var_os("SPATE_FAULT_RELEASE") else {
+            return;
+        };
+        eprintln!(
+            "spate: test fault HoldBeforeIntent at chunk {nth}: holding until {release:?} exists"
+        );
+        while !std::path::Path::new(&release).exists() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        eprintln!("spate: test fault HoldBeforeIntent at chunk {nth}: released");
+    }
 }
 
 #[cfg(not(any(debug_assertions, feature = "fault-injection")))]
@@ -75,6 +100,8 @@ mod imp {
     }
 
     pub(crate) fn hit(_: Point, _: u64) {}
+
+    pub(crate) async fn hold_before_intent() {}
 }
 
-pub(crate) use imp::{chunk_taken, fires, hit};
+pub(crate) use imp::{chunk_taken, fires, hit, hold_before_intent};

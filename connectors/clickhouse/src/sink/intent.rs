@@ -2,20 +2,25 @@
 //!
 //! [`IntentLog`]: before an insert worker sends a block for the first time
 //! it records the block's `(table, topic, partition, first..=last offset,
-//! shard)` in a small state table spate creates next to the target,
-//! `<db>.spate_intents` (a `ReplacingMergeTree`, no Keeper needed). When a
-//! partition is assigned, the new owner's writer reads the intents at or
-//! past the committed offset ([`BlockPlans::replayed`], a blocking query
-//! from the driver thread, once per assignment) and cuts those blocks again
-//! at exactly those offsets, so the replayed insert is the same block
-//! (same deduplication token, same bytes) and ClickHouse drops it if the
-//! earlier one landed. A block with no intent was never sent.
+//! shard, epoch)` in a small state table spate creates next to the target,
+//! `<db>.spate_intents` (a `ReplacingMergeTree`, no Keeper needed), then
+//! checks that no later owner fenced the partition ([`IntentLog::may_send`]).
+//! When a partition is assigned, the new owner's writer calls
+//! [`BlockPlans::replayed`] (a blocking call from the driver thread, once
+//! per assignment): it fences the partition at its assignment's epoch,
+//! reads the intents at or past the committed offset, keeps the ones that
+//! count ([`fencing::plan`]), writes them back under its own epoch with a
+//! seal, and prunes the rows no reader needs any more. The writer cuts
+//! those blocks again at exactly those offsets, so the replayed insert is
+//! the same block (same deduplication token, same bytes) and ClickHouse
+//! drops it if the earlier one landed. A block with no intent was never
+//! sent. See [`fencing`] for the protocol and why it holds.
 //!
 //! [`preflight`]: at start, refuse exactly-once unless the target table can
 //! deduplicate, naming the setting to change.
 //!
-//! Touched by insert workers (tokio tasks: `record`) and driver threads
-//! (`replayed`, blocking on the I/O runtime).
+//! Touched by insert workers (tokio tasks: `record`, `may_send`) and
+//! driver threads (`replayed`, blocking on the I/O runtime).
 
 use crate::client::{insert_sql, ChClient, InsertError};
 use crate::schema::ServerFeatures;
@@ -23,6 +28,7 @@ use spate_core::record::{Offset, PartitionId};
 use spate_core::sink::{BlockPlans, ChunkSpan};
 use std::time::{Duration, Instant};
 
+use super::fencing::{self, Row};
 use super::retry::RetryPolicy;
 use crate::classify::ErrorClass;
 use crate::client::ClientError;
@@ -78,13 +84,30 @@ impl IntentLog {
         target: String,
         retry: RetryPolicy,
     ) -> Result<Self, crate::client::ClientError> {
+        let table = format!("{}.{STATE_TABLE}", crate::client::ident(db));
         let sql = format!(
-            "CREATE TABLE IF NOT EXISTS {}.{STATE_TABLE} (target String, topic String, \
-             partition Int32, first Int64, last Int64, shard UInt32, at DateTime DEFAULT now()) \
-             ENGINE = ReplacingMergeTree() ORDER BY (target, topic, partition, first, last, shard)",
-            crate::client::ident(db)
+            "CREATE TABLE IF NOT EXISTS {table} (target String, topic String, \
+             partition Int32, first Int64, last Int64, shard UInt32, epoch UInt64 DEFAULT 0, \
+             at DateTime DEFAULT now()) \
+             ENGINE = ReplacingMergeTree(epoch) ORDER BY (target, topic, partition, first, last, shard)"
         );
         client.execute(&sql, &[]).await?;
+        // A state table of a spate before fencing has no epoch: its rows
+        // are epoch 0, the rows of unfenced owners (see `fencing`).
+        let has_epoch = client
+            .fetch_text(
+                &format!(
+                    "SELECT count() FROM system.columns WHERE database = {} AND table = {} AND name = 'epoch'",
+                    quote(db),
+                    quote(STATE_TABLE)
+                ),
+                "TabSeparated",
+            )
+            .await?;
+        if has_epoch.trim() == "0" {
+            let alter = format!("ALTER TABLE {table} ADD COLUMN epoch UInt64 DEFAULT 0");
+            client.execute(&alter, &[]).await?;
+        }
         Ok(IntentLog {
             client,
             db: db.to_owned(),
@@ -102,25 +125,158 @@ impl IntentLog {
         shard: usize,
         spans: &[ChunkSpan],
     ) -> Result<(), InsertError> {
+        let rows: Vec<(&PartitionId, Row)> = (spans.iter())
+            .map(|s| {
+                let row = Row::intent(s.first.0, s.last.0, shard as u32, s.epoch.unwrap_or(0));
+                (&s.partition, row)
+            })
+            .collect();
+        self.insert_rows(&rows, self.timeout).await
+    }
+
+    /// Exactly-once, after the intent of a block recorded under `epoch`
+    /// is in: whether it may be sent, i.e. no later owner fenced
+    /// `partition` (`Err(fence)`: the later owner's epoch).
+    pub(crate) async fn may_send(
+        &self,
+        partition: &PartitionId,
+        epoch: u64,
+    ) -> Result<Result<(), u64>, ClientError> {
+        let sql = format!(
+            "SELECT max(epoch) FROM {} WHERE {} AND first = {}",
+            self.state(),
+            self.of(partition),
+            fencing::FENCE
+        );
+        let text = (self.client)
+            .fetch_text_within(&sql, "TabSeparated", self.timeout)
+            .await?;
+        let fence = text
+            .trim()
+            .parse::<u64>()
+            .map_err(|e| ClientError::Request {
+                what: "reading the partition's fence",
+                class: ErrorClass::Fatal,
+                code: None,
+                message: format!("{partition}: unexpected answer {text:?}: {e}"),
+            })?;
+        Ok(if fencing::may_send(fence, epoch) {
+            Ok(())
+        } else {
+            Err(fence)
+        })
+    }
+
+    fn state(&self) -> String {
+        format!("{}.{STATE_TABLE}", crate::client::ident(&self.db))
+    }
+
+    /// The `WHERE` condition of one partition's rows.
+    fn of(&self, partition: &PartitionId) -> String {
+        format!(
+            "target = {} AND topic = {} AND partition = {}",
+            quote(&self.target),
+            quote(&partition.topic),
+            partition.partition
+        )
+    }
+
+    /// Insert state rows in one insert (one part: all or nothing).
+    async fn insert_rows(
+        &self,
+        rows: &[(&PartitionId, Row)],
+        timeout: Duration,
+    ) -> Result<(), InsertError> {
         let mut body = String::new();
-        for s in spans {
+        for (p, r) in rows {
             body.push_str(&format!(
-                "{}\t{}\t{}\t{}\t{}\t{shard}\n",
+                "{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
                 tsv(&self.target),
-                tsv(&s.partition.topic),
-                s.partition.partition,
-                s.first.0,
-                s.last.0
+                tsv(&p.topic),
+                p.partition,
+                r.first,
+                r.last,
+                r.shard,
+                r.epoch
             ));
         }
-        let columns: Vec<String> = ["target", "topic", "partition", "first", "last", "shard"]
-            .map(String::from)
-            .to_vec();
+        let columns: Vec<String> = [
+            "target",
+            "topic",
+            "partition",
+            "first",
+            "last",
+            "shard",
+            "epoch",
+        ]
+        .map(String::from)
+        .to_vec();
         let sql = insert_sql(&self.db, STATE_TABLE, &columns, "TabSeparated");
         let settings = [("wait_end_of_query".to_string(), "1".to_string())];
         self.client
-            .insert_sql_within(sql, body.into(), &settings, self.timeout)
+            .insert_sql_within(sql, body.into(), &settings, timeout)
             .await
+    }
+
+    /// [`insert_rows`](Self::insert_rows) from a driver thread, retried
+    /// like the plan read.
+    fn insert_blocking(
+        &self,
+        partition: &PartitionId,
+        rows: &[Row],
+        what: &'static str,
+    ) -> Result<(), String> {
+        let rows: Vec<(&PartitionId, Row)> = rows.iter().map(|&r| (partition, r)).collect();
+        read_with_retries(&self.retry, PLAN_READ_BUDGET, |timeout| {
+            (self.io.block_on(self.insert_rows(&rows, timeout))).map_err(|e| ClientError::Request {
+                what,
+                class: e.class,
+                code: e.code,
+                message: e.message,
+            })
+        })
+    }
+
+    /// The rows of `partition` a new owner decides on: intents at or past
+    /// `from`, every fence and seal.
+    fn read_rows(&self, partition: &PartitionId, from: Offset) -> Result<Vec<Row>, String> {
+        let sql = format!(
+            "SELECT first, last, shard, epoch FROM {} WHERE {} AND (first < 0 OR last >= {})",
+            self.state(),
+            self.of(partition),
+            from.0
+        );
+        let text = read_with_retries(&self.retry, PLAN_READ_BUDGET, |timeout| {
+            self.io
+                .block_on(self.client.fetch_text_within(&sql, "TabSeparated", timeout))
+        })?;
+        parse_rows(&text)
+    }
+
+    /// Delete the rows of `partition` no reader needs once `epoch` sealed
+    /// ([`fencing::prunable`]). An asynchronous mutation; a failure only
+    /// leaves the rows for the next owner to prune.
+    fn prune(&self, partition: &PartitionId, epoch: u64, from: Offset) {
+        let sql = format!(
+            "ALTER TABLE {} DELETE WHERE {} AND {}",
+            self.state(),
+            self.of(partition),
+            fencing::prune_condition(epoch, from.0)
+        );
+        let done = self.io.block_on(async {
+            tokio::time::timeout(self.timeout, self.client.execute(&sql, &[])).await
+        });
+        match done {
+            Ok(Ok(())) => {
+                tracing::debug!(%partition, epoch, from = from.0, "exactly-once: pruning the intents no replay needs")
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(%partition, error = %e, "exactly-once: pruning old intents failed; the next owner prunes them")
+            }
+            Err(_) => {
+                tracing::warn!(%partition, "exactly-once: pruning old intents timed out; the next owner prunes them")
+            }
+        }
     }
 }
 
@@ -129,24 +285,73 @@ impl BlockPlans for IntentLog {
         &self,
         partition: &PartitionId,
         from: Offset,
+        epoch: Option<u64>,
+    ) -> Result<Vec<(Offset, Offset)>, String> {
+        let unreachable = |e: String| {
+            format!("{e}; is ClickHouse up? the partition's replay cannot start until it answers")
+        };
+        if let Some(e) = epoch {
+            self.insert_blocking(partition, &[Row::fence(e)], "fencing the partition")
+                .map_err(unreachable)?;
+        }
+        let rows = self.read_rows(partition, from).map_err(unreachable)?;
+        let plan = match fencing::plan(&rows, epoch) {
+            Ok(plan) => plan,
+            Err(stale) => return self.stale(partition, epoch.unwrap_or(0), stale.fence),
+        };
+        if let Some(e) = epoch {
+            self.insert_blocking(
+                partition,
+                &fencing::adoption(&plan, e),
+                "sealing the partition",
+            )
+            .map_err(unreachable)?;
+            self.prune(partition, e, from);
+        }
+        Ok((plan.blocks().into_iter())
+            .map(|(a, b)| (Offset(a), Offset(b)))
+            .collect())
+    }
+}
+
+impl IntentLog {
+    /// A later owner (`fence`) fenced `partition` before this assignment
+    /// (`mine`) read it. A recent fence: this member lost the partition
+    /// already (its revoke deadline passed while it read): it replays
+    /// nothing, and the check fences off every block of the lane. An old
+    /// one ([`fencing::generations_restarted`]): the consumer group was
+    /// re-created; fail, naming the fix.
+    fn stale(
+        &self,
+        partition: &PartitionId,
+        mine: u64,
+        fence: u64,
     ) -> Result<Vec<(Offset, Offset)>, String> {
         let sql = format!(
-            "SELECT DISTINCT first, last FROM {}.{STATE_TABLE} WHERE target = {} AND topic = {} \
-             AND partition = {} AND last >= {}",
-            crate::client::ident(&self.db),
-            quote(&self.target),
-            quote(&partition.topic),
-            partition.partition,
-            from.0
+            "SELECT toInt64(now()) - toInt64(max(at)) FROM {} WHERE {} AND first = {} AND epoch = {fence}",
+            self.state(),
+            self.of(partition),
+            fencing::FENCE
         );
         let text = read_with_retries(&self.retry, PLAN_READ_BUDGET, |timeout| {
             self.io
                 .block_on(self.client.fetch_text_within(&sql, "TabSeparated", timeout))
-        })
-        .map_err(|e| {
-            format!("{e}; is ClickHouse up? the partition's replay cannot start until it answers")
         })?;
-        parse_blocks(&text)
+        let age: i64 = text
+            .trim()
+            .parse()
+            .map_err(|e| format!("the age of the fence of {partition}: {text:?}: {e}"))?;
+        if !fencing::generations_restarted(age) {
+            tracing::warn!(%partition, generation = mine, fence, age_s = age, "exactly-once: a later owner fenced the partition before this assignment read it; this member lost it, none of its blocks is sent");
+            return Ok(Vec::new());
+        }
+        Err(format!(
+            "a later owner fenced the partition {age} s ago (generation {fence} > this assignment's \
+             {mine}): the consumer group was re-created and its generations restarted; with no \
+             pipeline running, ALTER TABLE {} DELETE WHERE {} AND first < 0",
+            self.state(),
+            self.of(partition)
+        ))
     }
 }
 
@@ -191,19 +396,21 @@ fn read_with_retries<T>(
     }
 }
 
-fn parse_blocks(text: &str) -> Result<Vec<(Offset, Offset)>, String> {
+fn parse_rows(text: &str) -> Result<Vec<Row>, String> {
     text.lines()
         .filter(|l| !l.is_empty())
         .map(|l| {
-            let (a, b) = l
-                .split_once('\t')
-                .ok_or_else(|| format!("bad intent row {l:?}"))?;
-            let n = |v: &str| {
-                v.trim()
-                    .parse::<i64>()
-                    .map_err(|e| format!("bad intent row {l:?}: {e}"))
+            let bad = |why: String| format!("bad row of {STATE_TABLE} {l:?}: {why}");
+            let f: Vec<&str> = l.split('\t').map(str::trim).collect();
+            let [first, last, shard, epoch] = f[..] else {
+                return Err(bad(format!("{} fields, want 4", f.len())));
             };
-            Ok((Offset(n(a)?), Offset(n(b)?)))
+            Ok(Row::intent(
+                first.parse().map_err(|e| bad(format!("first: {e}")))?,
+                last.parse().map_err(|e| bad(format!("last: {e}")))?,
+                shard.parse().map_err(|e| bad(format!("shard: {e}")))?,
+                epoch.parse().map_err(|e| bad(format!("epoch: {e}")))?,
+            ))
         })
         .collect()
 }
@@ -511,10 +718,11 @@ mod tests {
     #[test]
     fn parses_intent_rows_and_settings() {
         assert_eq!(
-            parse_blocks("10\t19\n20\t29\n").unwrap(),
-            vec![(Offset(10), Offset(19)), (Offset(20), Offset(29))]
+            parse_rows("10\t19\t0\t3\n-1\t4\t0\t4\n").unwrap(),
+            vec![Row::intent(10, 19, 0, 3), Row::fence(4)]
         );
-        assert!(parse_blocks("x\t1\n").is_err());
+        assert!(parse_rows("x\t1\t0\t0\n").is_err());
+        assert!(parse_rows("10\t19\n").unwrap_err().contains("2 fields"));
         assert_eq!(
             table_setting("X SETTINGS a_window = 5, b = 1", "a_window"),
             Some(5)

@@ -34,6 +34,9 @@
 //!   periodic re-read, encoders that follow it.
 //! - [`recode`]: a chunk's insert bytes for its version, or re-encoded for
 //!   the table as it is now.
+//! - [`intent`]: exactly-once state (`<db>.spate_intents`) and the
+//!   preflight; [`fencing`]: the pure decisions that keep an old owner of
+//!   a partition from breaking the new owner's blocks.
 //! - [`pool`]: lifecycle: prepare, spawn, drain, hand over the runtime half.
 //!
 //! Each shard has its own queue (with an equal share of the queue budget)
@@ -46,6 +49,7 @@ mod encoder;
 mod error;
 mod events;
 mod fault;
+mod fencing;
 mod intent;
 mod isolate;
 mod live;

@@ -146,6 +146,7 @@ mod tests {
             first: spate_core::record::Offset(first),
             last: spate_core::record::Offset(last),
             rows,
+            epoch: None,
         }
     }
 

@@ -93,6 +93,8 @@ enum Outcome {
     },
     Failed(FatalError),
     Abandoned,
+    /// Exactly-once: a later owner fenced the partition; never sent.
+    Fenced,
 }
 
 /// How one insert of some rows ended.
@@ -102,6 +104,7 @@ enum Attempt {
     RowError(InsertError),
     Failed(FatalError),
     Abandoned,
+    Fenced,
 }
 
 /// The drain deadline passed while waiting.
@@ -143,6 +146,12 @@ impl<C: InsertTarget> Worker<C> {
                         });
                     }
                     Outcome::Abandoned => self.abandon_chunk(chunk),
+                    // Not the drain's abandonment: the rows replay on the
+                    // partition's new owner, this member has nothing to
+                    // answer for.
+                    Outcome::Fenced => {
+                        let _ = self.acks.send(AckEvent::Abandoned(chunk.acks));
+                    }
                 }
             }
         }
@@ -285,6 +294,7 @@ impl<C: InsertTarget> Worker<C> {
             Attempt::RowError(e) => Outcome::Failed(self.rejected(chunk, &e)),
             Attempt::Failed(e) => Outcome::Failed(e),
             Attempt::Abandoned => Outcome::Abandoned,
+            Attempt::Fenced => Outcome::Fenced,
         }
     }
 
@@ -319,6 +329,7 @@ impl<C: InsertTarget> Worker<C> {
                 Attempt::RowError(e) => pending = bisection.failed(range).map(|row| (row, e)),
                 Attempt::Failed(e) => return Outcome::Failed(e),
                 Attempt::Abandoned => return Outcome::Abandoned,
+                Attempt::Fenced => return Outcome::Fenced,
             }
         }
         tracing::info!(
@@ -467,10 +478,8 @@ impl<C: InsertTarget> Worker<C> {
         let preferred = shard.preferred.load(Ordering::Relaxed);
         let mut attempts = Attempts::new(shard.replicas.len(), preferred);
         let extra = self.chunk_settings(chunk, part);
-        match self.record_intent(chunk).await {
-            Ok(()) => {}
-            Err(Some(e)) => return Attempt::Failed(e),
-            Err(None) => return Attempt::Abandoned,
+        if let Err(skip) = self.record_intent(chunk).await {
+            return skip;
         }
         let nth = self
             .test_faults(&prepared, &extra, attempts.replica())
@@ -630,24 +639,27 @@ impl<C: InsertTarget> Worker<C> {
     }
 
     /// Exactly-once: record the chunk's intent (its partition, offsets and
-    /// shard) before the block is first sent, retrying what can be retried.
-    /// `Err(None)`: the drain deadline passed.
-    async fn record_intent(&mut self, chunk: &Chunk) -> Result<(), Option<FatalError>> {
+    /// shard) before the block is first sent, retrying what can be retried,
+    /// then check no later owner fenced its partition (see
+    /// [`super::fencing`]). `Err`: what becomes of the chunk instead
+    /// (failed, abandoned at the drain deadline, or fenced off: never sent).
+    async fn record_intent(&mut self, chunk: &Chunk) -> Result<(), Attempt> {
         let Some(log) = self.intents.clone() else {
             return Ok(());
         };
+        fault::hold_before_intent().await;
         let mut attempt = 0u32;
         loop {
             let recorded = tokio::select! {
                 r = log.record(chunk.shard, &chunk.spans) => r,
-                _ = self.abandon.changed() => return Err(None),
+                _ = self.abandon.changed() => return Err(Attempt::Abandoned),
             };
             let error = match recorded {
-                Ok(()) => return Ok(()),
+                Ok(()) => break,
                 Err(e) => e,
             };
             if error.remedy() == crate::classify::Remedy::GiveUp {
-                return Err(Some(FatalError::new(
+                return Err(Attempt::Failed(FatalError::new(
                     self.context(),
                     format!("recording an exactly-once intent failed: {error}"),
                     Fault::External,
@@ -657,7 +669,63 @@ impl<C: InsertTarget> Worker<C> {
             let backoff = self.retry.delay(attempt, rand::random::<f64>());
             tracing::warn!(error = %error, attempt, backoff_ms = backoff.as_millis() as u64, "recording an exactly-once intent failed; retrying");
             if self.pause(backoff).await.is_err() {
-                return Err(None);
+                return Err(Attempt::Abandoned);
+            }
+        }
+        for span in chunk.spans.iter() {
+            if let Some(epoch) = span.epoch {
+                self.check_fence(&log, span, epoch).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a later owner fenced `span`'s partition since the lane
+    /// holding it was assigned at `epoch` (`Err`: it did, or the drain
+    /// deadline passed).
+    async fn check_fence(
+        &mut self,
+        log: &IntentLog,
+        span: &spate_core::sink::ChunkSpan,
+        epoch: u64,
+    ) -> Result<(), Attempt> {
+        let mut attempt = 0u32;
+        loop {
+            let checked = tokio::select! {
+                r = log.may_send(&span.partition, epoch) => r,
+                _ = self.abandon.changed() => return Err(Attempt::Abandoned),
+            };
+            match checked {
+                Ok(Ok(())) => return Ok(()),
+                Ok(Err(fence)) => {
+                    tracing::warn!(partition = %span.partition, first = span.first.0, last = span.last.0, epoch, fence, "exactly-once: a later owner fenced the partition; the block is not sent (it replays there)");
+                    return Err(Attempt::Fenced);
+                }
+                Err(error) => {
+                    let retriable = matches!(
+                        error,
+                        crate::client::ClientError::Request {
+                            class: ErrorClass::Retriable,
+                            ..
+                        }
+                    );
+                    if !retriable {
+                        return Err(Attempt::Failed(FatalError::new(
+                            self.context(),
+                            format!(
+                                "exactly-once: reading the fence of {}: {error}",
+                                span.partition
+                            ),
+                            Fault::External,
+                        )));
+                    }
+                    attempt += 1;
+                    let backoff = self.retry.delay(attempt, rand::random::<f64>());
+                    tracing::warn!(error = %error, attempt, backoff_ms = backoff.as_millis() as u64, "exactly-once: reading the partition's fence failed; retrying");
+                    if self.pause(backoff).await.is_err() {
+                        return Err(Attempt::Abandoned);
+                    }
+                }
             }
         }
     }

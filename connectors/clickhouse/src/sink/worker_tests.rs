@@ -543,6 +543,7 @@ async fn timed_out_attempts_grow_their_timeout_and_keep_the_token() {
         first: Offset(0),
         last: Offset(4),
         rows: 5,
+        epoch: None,
     }];
     let token = dedup_token(0, &spans).unwrap();
     let data = h.push_spans(0, 5, spans);
@@ -578,6 +579,7 @@ async fn no_token_without_server_support_or_spans() {
         first: Offset(0),
         last: Offset(1),
         rows: 2,
+        epoch: None,
     }];
     let mut h = Harness::start_with(
         vec![vec![]],
