@@ -2,15 +2,15 @@
 //! `--insert-timeout` (issue 19, test 3).
 //!
 //! ClickHouse 26.9 is SIGSTOPped mid-run for 5 s, longer than
-//! `--insert-timeout 1s` (again, up to 4 times, until an insert was caught
-//! in a freeze; 4 insert workers): attempts time out, some of them land once the
-//! server is resumed, and their retries (same block, same token) land
-//! again. Exactly-once: every offset present exactly once, committed = ends.
+//! `--insert-timeout 1s`, with one block's insert sent into the freeze (the
+//! `hold-before-send` fault point holds it until the server is stopped):
+//! attempts time out, some of them land once the server is resumed, and
+//! their retries (same block, same token) land again. Exactly-once: every offset present exactly once, committed = ends.
 //! 26.9 only (its MergeTree with a deduplication window); holds the
 //! exclusive ClickHouse lock, since the freeze would stall other tests.
 
 use crate::support::*;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const N: usize = 30_000;
 const PARTITIONS: i32 = 2;
@@ -52,12 +52,7 @@ fn exactly_once_through_a_frozen_clickhouse() {
     let topic = unique("t_eos_freeze");
     let group = unique("g_eos_freeze");
     create_topic(&svc.brokers, &topic, PARTITIONS);
-    let produced = produce(&svc.brokers, &topic, PARTITIONS, N, |i| Msg {
-        partition: (i % PARTITIONS as usize) as i32,
-        key: None,
-        payload: format!(r#"{{"n":{i},"s":"row {i}"}}"#),
-        timestamp_ms: None,
-    });
+    let produced = produce(&svc.brokers, &topic, PARTITIONS, N, numbered(PARTITIONS));
     let mut args = run_args(&svc, &topic, &group, &table);
     args.extend(
         [
@@ -75,47 +70,46 @@ fn exactly_once_through_a_frozen_clickhouse() {
         ]
         .map(String::from),
     );
-    let mut proc = spawn("eos-freeze", &args);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while ch
-        .try_u64(&format!("SELECT count() FROM {table}"))
-        .unwrap_or(0)
-        == 0
-    {
-        assert!(
-            !proc.has_exited(),
-            "spate exited early: {}",
-            proc.stderr_so_far()
-        );
-        assert!(Instant::now() < deadline, "no rows after 60 s");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    // A worker is frozen in whatever request it sent: an insert, or the
-    // intent record or fence check before one (three round trips per
-    // block). So freeze while the server runs an insert of rows, and again
-    // (a few times at most) until an insert was caught, so the point of
-    // the test (inserts that time out and land later) is reliably reached.
-    let inserting = format!(
-        "SELECT count() FROM system.processes WHERE query LIKE '%INSERT INTO%{db}%' \
-         AND query NOT LIKE '%spate_intents%' AND query NOT LIKE '%system.processes%'"
+    // The third block's worker waits, intent recorded and fence checked,
+    // just before its first attempt, until the release file exists: it is
+    // released into the freeze, so that insert is sent to a stopped server
+    // and times out for certain (a freeze at a random instant mostly caught
+    // workers in the intent record or fence check, three round trips per
+    // block, and a CI run saw no insert time out at all).
+    let release = log_dir().join(unique("eos-freeze-release"));
+    let release_env = release.to_string_lossy().into_owned();
+    let mut proc = spawn_with_env(
+        "eos-freeze",
+        &args,
+        &[
+            ("SPATE_FAULT", "hold-before-send"),
+            ("SPATE_FAULT_AT", "3"),
+            ("SPATE_FAULT_RELEASE", &release_env),
+        ],
     );
-    for _ in 0..4 {
-        // Freeze while an insert of rows is running, if one shows up soon.
-        let until = Instant::now() + Duration::from_secs(10);
-        while ch.try_u64(&inserting).unwrap_or(0) == 0 && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        signal(&pid_file, libc::SIGSTOP);
-        let resume = pid_file.clone();
-        let mut undo = Undo::new(move || signal(&resume, libc::SIGCONT));
-        // The freeze itself: a fixed pause longer than --insert-timeout is the point.
-        std::thread::sleep(Duration::from_secs(5));
-        signal(&pid_file, libc::SIGCONT);
-        undo.disarm();
-        if proc.has_exited() || proc.stderr_so_far().contains("no answer within") {
-            break;
-        }
-    }
+    wait_for(
+        "the third block held before its insert",
+        Duration::from_secs(60),
+        Duration::from_millis(20),
+        || {
+            let so_far = proc.stderr_so_far();
+            if so_far.contains("HoldBeforeSend at chunk 3: holding") {
+                Ok(())
+            } else if proc.has_exited() {
+                panic!("spate exited before the hold: {so_far}");
+            } else {
+                Err("not yet".to_string())
+            }
+        },
+    );
+    signal(&pid_file, libc::SIGSTOP);
+    let resume = pid_file.clone();
+    let mut undo = Undo::new(move || signal(&resume, libc::SIGCONT));
+    std::fs::write(&release, b"go").expect("release file");
+    // The freeze itself: a fixed pause longer than --insert-timeout is the point.
+    std::thread::sleep(Duration::from_secs(5));
+    signal(&pid_file, libc::SIGCONT);
+    undo.disarm();
     let fin = proc.wait(Duration::from_secs(90));
     fin.assert_code(0);
     let timeouts = fin.stderr.matches("no answer within").count();

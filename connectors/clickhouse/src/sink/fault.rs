@@ -8,7 +8,10 @@
 //! Points: `hold-before-intent` (the worker waits, before recording the
 //! intent, until the file `SPATE_FAULT_RELEASE` names exists: an old owner
 //! whose insert is held while its partition moves on; counted over the
-//! chunks whose intent a worker records), `before-send` (the intent is
+//! chunks whose intent a worker records), `hold-before-send` (the same
+//! wait after the intent is recorded and the fence checked, just before
+//! the first attempt: a test freezes ClickHouse, then releases it, so the
+//! insert is sent into the freeze), `before-send` (the intent is
 //! recorded, the insert not sent),
 //! `during-insert` (the process dies a few milliseconds into the attempt,
 //! while the server is reading or writing it), `after-ack` (ClickHouse
@@ -23,6 +26,7 @@ pub(crate) enum Point {
     DuringInsert,
     AfterAck,
     HoldBeforeIntent,
+    HoldBeforeSend,
 }
 
 #[cfg(any(debug_assertions, feature = "fault-injection"))]
@@ -42,6 +46,7 @@ mod imp {
                 "during-insert" => Point::DuringInsert,
                 "after-ack" => Point::AfterAck,
                 "hold-before-intent" => Point::HoldBeforeIntent,
+                "hold-before-send" => Point::HoldBeforeSend,
                 _ => return None,
             };
             let at = std::env::var("SPATE_FAULT_AT")
@@ -71,19 +76,27 @@ mod imp {
     /// `hold-before-intent`: wait for the release file.
     pub(crate) async fn hold_before_intent() {
         let nth = INTENTS.fetch_add(1, Ordering::AcqRel) + 1;
-        if !fires(Point::HoldBeforeIntent, nth) {
+        hold(Point::HoldBeforeIntent, nth).await;
+    }
+
+    /// `hold-before-send`: chunk `nth`'s intent is recorded and its fence
+    /// checked; wait for the release file before its first attempt.
+    pub(crate) async fn hold_before_send(nth: u64) {
+        hold(Point::HoldBeforeSend, nth).await;
+    }
+
+    async fn hold(point: Point, nth: u64) {
+        if !fires(point, nth) {
             return;
         }
         let Some(release) = std::env::var_os("SPATE_FAULT_RELEASE") else {
             return;
         };
-        eprintln!(
-            "spate: test fault HoldBeforeIntent at chunk {nth}: holding until {release:?} exists"
-        );
+        eprintln!("spate: test fault {point:?} at chunk {nth}: holding until {release:?} exists");
         while !std::path::Path::new(&release).exists() {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
-        eprintln!("spate: test fault HoldBeforeIntent at chunk {nth}: released");
+        eprintln!("spate: test fault {point:?} at chunk {nth}: released");
     }
 }
 
@@ -102,6 +115,8 @@ mod imp {
     pub(crate) fn hit(_: Point, _: u64) {}
 
     pub(crate) async fn hold_before_intent() {}
+
+    pub(crate) async fn hold_before_send(_: u64) {}
 }
 
-pub(crate) use imp::{chunk_taken, fires, hit, hold_before_intent};
+pub(crate) use imp::{chunk_taken, fires, hit, hold_before_intent, hold_before_send};

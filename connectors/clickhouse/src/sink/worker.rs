@@ -625,6 +625,7 @@ impl<C: InsertTarget> Worker<C> {
     ) -> u64 {
         let nth = fault::chunk_taken();
         fault::hit(fault::Point::BeforeSend, nth);
+        fault::hold_before_send(nth).await;
         if fault::fires(fault::Point::DuringInsert, nth) {
             let target = &self.shard.replicas[replica];
             let timeout = self.retry.attempt_timeout(0);
