@@ -102,6 +102,37 @@ pub(super) fn millis(v: &Value) -> Option<i64> {
     Some(((days * 24 + n(11..13)?) * 60 + n(14..16)?) * 60_000 + n(17..19)? * 1000)
 }
 
+/// Register `text` (a schema of type `ty`) under `subject` with the
+/// registry the flags name; its id. Shared by the Avro and Protobuf
+/// generators.
+pub(super) fn register_schema(
+    registry: &RegistryConfig,
+    subject: &str,
+    ty: SchemaType,
+    text: &str,
+) -> Result<u32, Exit> {
+    let client = SchemaRegistry::new(registry).map_err(|e| Exit::usage(e.to_string()))?;
+    let id = client.register(subject, ty, text).map_err(|e| {
+        Exit::failed(format!(
+            "registering the {ty:?} schema under {subject}: {e}"
+        ))
+    })?;
+    tracing::info!(subject, schema_id = id, registry = client.url(), schema_type = ?ty, "schema registered");
+    Ok(id)
+}
+
+/// Each column of `schema` with its wire kind and nullability.
+pub(super) fn fields_of(schema: Schema) -> Vec<(&'static str, Kind, bool)> {
+    schema
+        .columns()
+        .iter()
+        .map(|&(name, ty)| {
+            let (kind, nullable) = kind_of(ty);
+            (name, kind, nullable)
+        })
+        .collect()
+}
+
 impl AvroEvents {
     /// Register the schema of `schema` under `subject` with the registry
     /// the flags name.
@@ -110,32 +141,16 @@ impl AvroEvents {
         registry: &RegistryConfig,
         subject: &str,
     ) -> Result<Self, Exit> {
-        let client = SchemaRegistry::new(registry).map_err(|e| Exit::usage(e.to_string()))?;
-        let id = client
-            .register(subject, SchemaType::Avro, &avro_schema(schema))
-            .map_err(|e| {
-                Exit::failed(format!("registering the Avro schema under {subject}: {e}"))
-            })?;
-        tracing::info!(
-            subject,
-            schema_id = id,
-            registry = client.url(),
-            "Avro schema registered"
-        );
+        let id = register_schema(registry, subject, SchemaType::Avro, &avro_schema(schema))?;
         Ok(Self::with_id(schema, id))
     }
 
     /// The converter for a schema already registered as `id`.
     pub fn with_id(schema: Schema, id: u32) -> Self {
-        let fields = schema
-            .columns()
-            .iter()
-            .map(|&(name, ty)| {
-                let (kind, nullable) = kind_of(ty);
-                (name, kind, nullable)
-            })
-            .collect();
-        AvroEvents { id, fields }
+        AvroEvents {
+            id,
+            fields: fields_of(schema),
+        }
     }
 
     /// The event whose JSON is `json`, framed, into `out` (cleared first).

@@ -10,12 +10,12 @@
 //! the subject (`schemaType` PROTOBUF) before the first event. Runs on
 //! `spate gen`'s main thread.
 
-use super::avro::{kind_of, millis, Kind};
+use super::avro::{fields_of, kind_of, millis, register_schema, Kind};
 use crate::events::Schema;
 use crate::exit::Exit;
 use serde_json::Value;
 use spate_clickhouse::formats::{AvroWrite, SchemaType};
-use spate_clickhouse::{RegistryConfig, SchemaRegistry};
+use spate_clickhouse::RegistryConfig;
 
 /// Converts JSON demo events to Confluent-framed Protobuf.
 pub struct ProtobufEvents {
@@ -104,33 +104,18 @@ impl ProtobufEvents {
         registry: &RegistryConfig,
         subject: &str,
     ) -> Result<Self, Exit> {
-        let client = SchemaRegistry::new(registry).map_err(|e| Exit::usage(e.to_string()))?;
-        let id = client
-            .register(subject, SchemaType::Protobuf, &proto_schema(schema))
-            .map_err(|e| {
-                Exit::failed(format!(
-                    "registering the Protobuf schema under {subject}: {e}"
-                ))
-            })?;
-        tracing::info!(
+        let id = register_schema(
+            registry,
             subject,
-            schema_id = id,
-            registry = client.url(),
-            "Protobuf schema registered"
-        );
+            SchemaType::Protobuf,
+            &proto_schema(schema),
+        )?;
         Ok(Self::with_id(schema, id))
     }
 
     /// The converter for a schema already registered as `id`.
     pub fn with_id(schema: Schema, id: u32) -> Self {
-        let fields = schema
-            .columns()
-            .iter()
-            .map(|&(name, ty)| {
-                let (kind, nullable) = kind_of(ty);
-                (name, kind, nullable)
-            })
-            .collect();
+        let fields = fields_of(schema);
         ProtobufEvents {
             id,
             fields,
