@@ -237,6 +237,15 @@ impl IntentLog {
         })
     }
 
+    /// `sql`'s TabSeparated answer, from a driver thread, retried while
+    /// ClickHouse does not answer (see [`read_with_retries`]).
+    fn select_blocking(&self, sql: &str) -> Result<String, String> {
+        read_with_retries(&self.retry, PLAN_READ_BUDGET, |timeout| {
+            self.io
+                .block_on(self.client.fetch_text_within(sql, "TabSeparated", timeout))
+        })
+    }
+
     /// The rows of `partition` a new owner decides on: intents at or past
     /// `from`, every fence and seal.
     fn read_rows(&self, partition: &PartitionId, from: Offset) -> Result<Vec<Row>, String> {
@@ -246,10 +255,7 @@ impl IntentLog {
             self.of(partition),
             from.0
         );
-        let text = read_with_retries(&self.retry, PLAN_READ_BUDGET, |timeout| {
-            self.io
-                .block_on(self.client.fetch_text_within(&sql, "TabSeparated", timeout))
-        })?;
+        let text = self.select_blocking(&sql)?;
         parse_rows(&text)
     }
 
@@ -333,10 +339,7 @@ impl IntentLog {
             self.of(partition),
             fencing::FENCE
         );
-        let text = read_with_retries(&self.retry, PLAN_READ_BUDGET, |timeout| {
-            self.io
-                .block_on(self.client.fetch_text_within(&sql, "TabSeparated", timeout))
-        })?;
+        let text = self.select_blocking(&sql)?;
         let age: i64 = text
             .trim()
             .parse()
