@@ -48,6 +48,7 @@ mod e2e_policy_stall;
 mod e2e_replay_bound;
 mod e2e_rows;
 mod e2e_schema_change;
+mod e2e_schema_race;
 mod e2e_sharding;
 mod e2e_shutdown_bound;
 mod e2e_sigterm;

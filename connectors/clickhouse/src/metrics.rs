@@ -18,6 +18,7 @@ pub const METRIC_NAMES: &[&str] = &[
     "spate_replica_errors_total",
     "spate_replica_failovers_total",
     "spate_schema_changes_total",
+    "spate_schema_races_total",
 ];
 
 /// The per-replica series.
@@ -36,6 +37,10 @@ pub struct ChMetrics {
     /// `spate_schema_changes_total{table}`: changes of the table's columns
     /// applied while running.
     pub schema_changes: IntCounterVec,
+    /// `spate_schema_races_total{table}`: inserts the server confirmed
+    /// while a column they sent changed type (the insert may be stored
+    /// misread on servers that do not convert; see `sink::guard`).
+    pub schema_races: IntCounterVec,
 }
 
 impl ChMetrics {
@@ -96,6 +101,14 @@ impl ChMetrics {
                 &["table"],
             )
             .expect("valid metric"),
+            schema_races: IntCounterVec::new(
+                Opts::new(
+                    "spate_schema_races_total",
+                    "Inserts confirmed while a column they sent changed type: possibly stored misread on servers that do not convert (logged with their offsets).",
+                ),
+                &["table"],
+            )
+            .expect("valid metric"),
         }
     }
 
@@ -105,7 +118,8 @@ impl ChMetrics {
         registry.register(Box::new(self.replica_rows_inserted.clone()))?;
         registry.register(Box::new(self.replica_errors.clone()))?;
         registry.register(Box::new(self.replica_failovers.clone()))?;
-        registry.register(Box::new(self.schema_changes.clone()))
+        registry.register(Box::new(self.schema_changes.clone()))?;
+        registry.register(Box::new(self.schema_races.clone()))
     }
 }
 
@@ -154,6 +168,7 @@ mod tests {
             .inc();
         ch.replica_failovers.with_label_values(&["db.t", "0"]).inc();
         ch.schema_changes.with_label_values(&["db.t"]).inc();
+        ch.schema_races.with_label_values(&["db.t"]).inc();
         let text = m.encode_text();
         for name in METRIC_NAMES {
             assert!(text.contains(&format!("# TYPE {name} ")), "{name} missing");

@@ -121,6 +121,13 @@ pub struct ServerFeatures {
     /// first in 20.5 or 20.6); 20.6 is used to be safe. Older servers list
     /// columns in table order anyway (checked on 18.16).
     pub columns_position: bool,
+    /// A Native block's column of another type than the table's is
+    /// converted: >= 23.3 (PR #46990, "Allow types conversion in Native
+    /// input format", merged 2023-03, setting
+    /// `input_format_native_allow_types_conversion`, on by default). Before,
+    /// 18.16 stores such a column misread with no error and 19.x-23.2 fail
+    /// with a bad cast (code 368); RowBinary never converts.
+    pub native_converts_types: bool,
 }
 
 /// Why a version string could not be understood.
@@ -154,6 +161,7 @@ impl ServerFeatures {
             bool_type: at_least(21, 12),
             low_cardinality_needs_experimental_flag: !at_least(19, 3),
             columns_position: at_least(20, 6),
+            native_converts_types: at_least(23, 3),
         })
     }
 }
@@ -199,6 +207,9 @@ mod tests {
     fn with_defaults_boundary() {
         assert!(!f("23.6.2.18").row_binary_with_defaults);
         assert!(f("23.7.1").row_binary_with_defaults);
+        assert!(!f("18.16.1").native_converts_types);
+        assert!(!f("23.2.7").native_converts_types);
+        assert!(f("23.3.1").native_converts_types);
         assert!(f("24.8.4.13").row_binary_with_defaults);
     }
 

@@ -9,9 +9,10 @@
 //! intent, until the file `SPATE_FAULT_RELEASE` names exists: an old owner
 //! whose insert is held while its partition moves on; counted over the
 //! chunks whose intent a worker records), `hold-before-send` (the same
-//! wait after the intent is recorded and the fence checked, just before
-//! the first attempt: a test freezes ClickHouse, then releases it, so the
-//! insert is sent into the freeze), `before-send` (the intent is
+//! wait after the intent is recorded, the fence checked and the column
+//! types checked (`super::guard`), just before the first attempt: a test
+//! freezes ClickHouse, or alters the table, then releases it, so the
+//! insert is sent into the freeze or the change), `before-send` (the intent is
 //! recorded, the insert not sent),
 //! `during-insert` (the process dies a few milliseconds into the attempt,
 //! while the server is reading or writing it), `after-ack` (ClickHouse

@@ -62,6 +62,9 @@ pub struct LiveSchema {
     /// Why the table's current columns are not applied (replicas disagree,
     /// or a change spate cannot encode); for `/readyz`.
     problem: Mutex<Option<String>>,
+    /// The problem is a change spate cannot encode (not replicas that
+    /// have yet to agree): waiting will not clear it.
+    lasting: std::sync::atomic::AtomicBool,
     /// Asks the watch task for an immediate re-read.
     poke: Notify,
     /// Completed re-reads.
@@ -108,11 +111,16 @@ impl LiveSchema {
         table: String,
         metrics: &Metrics,
     ) -> Arc<LiveSchema> {
-        let changes = crate::metrics::ChMetrics::of(metrics).schema_changes;
+        let ch = crate::metrics::ChMetrics::of(metrics);
+        let changes = ch.schema_changes;
+        // Both series exist from the start, at 0, so `increase()` works.
+        changes.with_label_values(&[&table]);
+        ch.schema_races.with_label_values(&[&table]);
         Arc::new(LiveSchema {
             current: AtomicU64::new(first.id),
             versions: RwLock::new(vec![Arc::new(first)]),
             problem: Mutex::new(None),
+            lasting: std::sync::atomic::AtomicBool::new(false),
             poke: Notify::new(),
             rounds: tokio_watch::channel(0).0,
             watched: std::sync::atomic::AtomicBool::new(false),
@@ -150,8 +158,24 @@ impl LiveSchema {
             .clone()
     }
 
-    fn set_problem(&self, p: Option<String>) {
+    /// The problem, if it is a change spate cannot encode.
+    pub(crate) fn lasting_problem(&self) -> Option<String> {
+        if self.lasting.load(Ordering::Acquire) {
+            self.problem()
+        } else {
+            None
+        }
+    }
+
+    fn set_problem(&self, p: Option<String>, lasting: bool) {
         *self.problem.lock().unwrap_or_else(PoisonError::into_inner) = p;
+        self.lasting.store(lasting, Ordering::Release);
+    }
+
+    /// Whether inserts in `format` need [`super::guard`]'s check on this
+    /// server.
+    pub(crate) fn guards(&self, format: &str) -> bool {
+        super::guard::guarded(format, self.features)
     }
 
     /// Build the version for `columns` (with the first version's options,
@@ -333,18 +357,18 @@ async fn refresh_once(live: &LiveSchema, shards: &[Arc<Shard<ChClient>>], db: &s
             disagree.join(", ")
         );
         tracing::warn!(table = %live.table, problem = %msg, "replicas disagree on the table's columns");
-        live.set_problem(Some(msg));
+        live.set_problem(Some(msg), false);
         return;
     }
     let current = live.current();
     if *reference == current.columns {
-        live.set_problem(None);
+        live.set_problem(None, false);
         return;
     }
     let change = describe_change(&current.columns, reference);
     match live.apply(reference.clone()) {
         Ok(v) => {
-            live.set_problem(None);
+            live.set_problem(None, false);
             live.changes.with_label_values(&[&live.table]).inc();
             tracing::info!(
                 table = %live.table,
@@ -357,7 +381,7 @@ async fn refresh_once(live: &LiveSchema, shards: &[Arc<Shard<ChClient>>], db: &s
         }
         Err(e) => {
             tracing::error!(table = %live.table, change = %change, error = %e, "table schema changed; cannot apply");
-            live.set_problem(Some(e));
+            live.set_problem(Some(e), true);
         }
     }
 }

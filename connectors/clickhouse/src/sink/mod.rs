@@ -33,7 +33,9 @@
 //! - [`live`]: tables that change while spate runs: schema versions, the
 //!   periodic re-read, encoders that follow it.
 //! - [`recode`]: a chunk's insert bytes for its version, or re-encoded for
-//!   the table as it is now.
+//!   the table as it is now; [`guard`]: the per-insert check of the sent
+//!   columns' types on servers that would store a batch of old types
+//!   misread.
 //! - [`intent`]: exactly-once state (`<db>.spate_intents`) and the
 //!   preflight; [`fencing`]: the pure decisions that keep an old owner of
 //!   a partition from breaking the new owner's blocks.
@@ -50,6 +52,7 @@ mod error;
 mod events;
 mod fault;
 mod fencing;
+mod guard;
 mod intent;
 mod isolate;
 mod live;

@@ -5,6 +5,7 @@
 //! (tokio tasks); [`InsertQuery`] is built once per sink at start.
 
 use crate::client::{ChClient, ClientError, InsertError};
+use crate::schema::Column;
 use bytes::Bytes;
 use std::future::Future;
 use std::time::Duration;
@@ -35,6 +36,14 @@ pub(crate) trait InsertTarget: Send + Sync + 'static {
 
     /// `SELECT 1`, for readiness.
     fn ping(&self) -> impl Future<Output = Result<(), ClientError>> + Send;
+
+    /// The columns of `db.table` as this replica has them now (the
+    /// insert's type guard, [`super::guard`]).
+    fn columns(
+        &self,
+        db: &str,
+        table: &str,
+    ) -> impl Future<Output = Result<Vec<Column>, ClientError>> + Send;
 }
 
 impl InsertTarget for ChClient {
@@ -56,5 +65,13 @@ impl InsertTarget for ChClient {
 
     fn ping(&self) -> impl Future<Output = Result<(), ClientError>> + Send {
         ChClient::ping(self)
+    }
+
+    fn columns(
+        &self,
+        db: &str,
+        table: &str,
+    ) -> impl Future<Output = Result<Vec<Column>, ClientError>> + Send {
+        self.describe(db, table)
     }
 }

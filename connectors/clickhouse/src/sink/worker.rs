@@ -98,7 +98,7 @@ enum Outcome {
 }
 
 /// How one insert of some rows ended.
-enum Attempt {
+pub(super) enum Attempt {
     Inserted,
     /// The server blamed rows of the batch.
     RowError(InsertError),
@@ -108,17 +108,17 @@ enum Attempt {
 }
 
 /// The drain deadline passed while waiting.
-struct Abandoned;
+pub(super) struct Abandoned;
 
 /// How much longer than an attempt's timeout the HTTP client waits: the
 /// worker's own timer fires first, so it knows the attempt timed out.
 const CLIENT_GRACE: Duration = Duration::from_secs(5);
 /// What every attempt of a chunk sends, and the schema version it was made
 /// for.
-struct Prepared {
-    bytes: Bytes,
-    query: Arc<InsertQuery>,
-    for_version: u64,
+pub(super) struct Prepared {
+    pub(super) bytes: Bytes,
+    pub(super) query: Arc<InsertQuery>,
+    pub(super) for_version: u64,
 }
 
 impl<C: InsertTarget> Worker<C> {
@@ -196,7 +196,7 @@ impl<C: InsertTarget> Worker<C> {
     /// The bytes every attempt of `rows` (whole encoded rows of `chunk`)
     /// sends and their statement (made once, and again after the table's
     /// columns changed).
-    fn body(&self, chunk: &Chunk, rows: &[u8]) -> Result<Prepared, FatalError> {
+    pub(super) fn body(&self, chunk: &Chunk, rows: &[u8]) -> Result<Prepared, FatalError> {
         if let Some(live) = self.shared.live.get() {
             let now = live.current();
             let own = live.get(chunk.schema).unwrap_or_else(|| now.clone());
@@ -234,7 +234,7 @@ impl<C: InsertTarget> Worker<C> {
         error: &InsertError,
         refreshed: &mut bool,
     ) -> Option<Result<Prepared, FatalError>> {
-        let schema_codes = [8, 10, 16, 33, 47, 53, 70];
+        let schema_codes = [8, 10, 16, 33, 47, 53, 70, 368];
         if !error.code.is_some_and(|c| schema_codes.contains(&c)) {
             return None;
         }
@@ -268,7 +268,7 @@ impl<C: InsertTarget> Worker<C> {
             .unwrap_or_default()
     }
 
-    fn context(&self) -> String {
+    pub(super) fn context(&self) -> String {
         format!(
             "clickhouse sink {} shard {}",
             self.shared.table, self.shard.label
@@ -457,7 +457,7 @@ impl<C: InsertTarget> Worker<C> {
         outcome
     }
 
-    fn stall_name(&self) -> String {
+    pub(super) fn stall_name(&self) -> String {
         format!(
             "{} shard {} worker {}",
             self.shared.table, self.shard.label, self.index
@@ -477,15 +477,29 @@ impl<C: InsertTarget> Worker<C> {
         let site = shared.site(&shard.label);
         let preferred = shard.preferred.load(Ordering::Relaxed);
         let mut attempts = Attempts::new(shard.replicas.len(), preferred);
-        let extra = self.chunk_settings(chunk, part);
+        let mut extra = self.chunk_settings(chunk, part);
         if let Err(skip) = self.record_intent(chunk).await {
             return skip;
+        }
+        if let Err(a) =
+            (self.types_before(chunk, part_bytes, &mut prepared, attempts.replica())).await
+        {
+            return a;
         }
         let nth = self
             .test_faults(&prepared, &extra, attempts.replica())
             .await;
+        let mut checked = true;
         loop {
             let replica = attempts.replica();
+            if !std::mem::take(&mut checked) {
+                if let Err(a) = self
+                    .types_before(chunk, part_bytes, &mut prepared, replica)
+                    .await
+                {
+                    return a;
+                }
+            }
             let target = &shard.replicas[replica];
             let started = tokio::time::Instant::now();
             let timeout = attempts.timeout(&self.retry);
@@ -514,7 +528,18 @@ impl<C: InsertTarget> Worker<C> {
                     .emit();
                     shard.preferred.store(replica, Ordering::Relaxed);
                     fault::hit(fault::Point::AfterAck, nth);
-                    return Attempt::Inserted;
+                    match self
+                        .types_after(chunk, part_bytes, &prepared, replica)
+                        .await
+                    {
+                        Some(copy) => {
+                            extra = super::guard::copy_settings(&extra, copy.for_version);
+                            prepared = copy;
+                            checked = true;
+                            continue;
+                        }
+                        None => return Attempt::Inserted,
+                    }
                 }
                 Err(e) => e,
             };
@@ -732,7 +757,7 @@ impl<C: InsertTarget> Worker<C> {
     }
 
     /// Wait `delay`, unless the drain deadline passes first.
-    async fn pause(&mut self, delay: Duration) -> Result<(), Abandoned> {
+    pub(super) async fn pause(&mut self, delay: Duration) -> Result<(), Abandoned> {
         tokio::select! {
             () = tokio::time::sleep(delay) => Ok(()),
             _ = self.abandon.changed() => Err(Abandoned),

@@ -90,6 +90,14 @@ impl InsertTarget for Fake {
     async fn ping(&self) -> Result<(), ClientError> {
         Ok(())
     }
+
+    async fn columns(
+        &self,
+        _db: &str,
+        _table: &str,
+    ) -> Result<Vec<crate::schema::Column>, ClientError> {
+        Ok(Vec::new())
+    }
 }
 
 /// A server answer with a code and ClickHouse's own text.

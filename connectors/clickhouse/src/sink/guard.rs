@@ -1,0 +1,300 @@
+//! The insert's type guard (README "Rows", "Tables that change while
+//! spate runs"). A server that does not convert a batch's values to the
+//! table's types (every RowBinary format; Native before 23.3, see
+//! [`ServerFeatures::native_converts_types`]) stores a batch encoded for a
+//! column's old type after `ALTER … MODIFY COLUMN` misread, with no error.
+//! The schema re-read ([`super::live`]) sees a change within 10 s; the guard
+//! closes most of that window. For such servers an insert worker asks the
+//! replica it sends to for the table's columns:
+//! - before each attempt ([`Worker::types_before`]): if a column it sends
+//!   changed type or went away, the schema is re-read at once and the batch
+//!   re-encoded for it before it is sent; while spate cannot apply the
+//!   change (replicas disagree), the worker waits, reported as a stall;
+//! - after the server confirmed the insert ([`Worker::types_after`]): a
+//!   change there means the ALTER committed while the insert was on its
+//!   way, possibly first. The insert is logged by topic, partition and
+//!   offsets and counted in `spate_schema_races_total`; under at-least-once
+//!   a copy encoded for the new types is inserted as well (under
+//!   exactly-once a copy would be a duplicate, so only the log says it).
+//!
+//! Touched by insert workers (tokio tasks), one check per attempt.
+
+use super::live::LiveSchema;
+use super::settings::DEDUP_TOKEN;
+use super::target::InsertTarget;
+use super::worker::{Attempt, Prepared, Worker};
+use crate::schema::{Column, ServerFeatures};
+use crate::types::ChType;
+use spate_core::sink::Chunk;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a worker waits for the replica's columns before it goes on
+/// without the check (the insert then meets the same server).
+const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a worker waits before it checks again while spate cannot
+/// apply the change it saw.
+const WAIT_FOR_AGREEMENT: Duration = Duration::from_secs(1);
+
+/// Whether inserts in `format` need the check on a server with `features`.
+pub(crate) fn guarded(format: &str, features: ServerFeatures) -> bool {
+    !(format == "Native" && features.native_converts_types)
+}
+
+/// Each column of `sent` (name and the type it was encoded for) that the
+/// table as it is now (`now`) has with another type, or no longer takes,
+/// described for the log: `` `a` UInt32 -> UInt64 ``.
+pub(crate) fn changed(sent: &[(String, ChType)], now: &[Column]) -> Vec<String> {
+    sent.iter()
+        .filter_map(|(name, ty)| {
+            match now
+                .iter()
+                .find(|c| &c.name == name && c.default_kind.is_insertable())
+            {
+                Some(c) if &c.ty == ty => None,
+                Some(c) => Some(format!("`{name}` {ty} -> {}", c.ty)),
+                None => Some(format!("`{name}` gone")),
+            }
+        })
+        .collect()
+}
+
+/// The columns `columns` (an insert's column list) with their types in
+/// `schema` (the version the insert was made for).
+pub(crate) fn sent_types(columns: &[String], schema: &[Column]) -> Vec<(String, ChType)> {
+    columns
+        .iter()
+        .filter_map(|name| {
+            let c = schema.iter().find(|c| &c.name == name)?;
+            Some((name.clone(), c.ty.clone()))
+        })
+        .collect()
+}
+
+/// `extra` (an insert's settings) for a copy made for schema `version`:
+/// the deduplication token gets the version, or the server would drop the
+/// copy as a repeat of the insert it replaces.
+pub(crate) fn copy_settings(extra: &[(String, String)], version: u64) -> Vec<(String, String)> {
+    extra
+        .iter()
+        .map(|(k, v)| match k.as_str() {
+            DEDUP_TOKEN => (k.clone(), format!("{v}-schema{version}")),
+            _ => (k.clone(), v.clone()),
+        })
+        .collect()
+}
+
+impl<C: InsertTarget> Worker<C> {
+    /// The live schema, when inserts of `prepared` need the check.
+    fn guarding(&self, prepared: &Prepared) -> Option<Arc<LiveSchema>> {
+        let live = self.shared.live.get()?;
+        live.guards(prepared.query.format).then(|| live.clone())
+    }
+
+    /// What changed on `replica` among the columns `prepared` sends
+    /// (`None`: the replica did not answer in time, or the version is
+    /// gone).
+    async fn changed_on(
+        &self,
+        replica: usize,
+        prepared: &Prepared,
+        live: &LiveSchema,
+    ) -> Option<Vec<String>> {
+        let version = live.get(prepared.for_version)?;
+        let sent = sent_types(&prepared.query.columns, &version.columns);
+        let target = &self.shard.replicas[replica].client;
+        let asked = target.columns(&prepared.query.db, &prepared.query.table);
+        match tokio::time::timeout(CHECK_TIMEOUT, asked).await {
+            Ok(Ok(now)) => Some(changed(&sent, &now)),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "the type guard could not read the columns");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// Before an attempt on `replica`: make `prepared` match the table's
+    /// types there (re-read and re-encode), waiting while spate cannot
+    /// apply a change the replica already has. `Err`: abandoned at the
+    /// drain deadline, or failed (a change spate cannot encode).
+    pub(crate) async fn types_before(
+        &mut self,
+        chunk: &Chunk,
+        rows: &[u8],
+        prepared: &mut Prepared,
+        replica: usize,
+    ) -> Result<(), Attempt> {
+        let Some(live) = self.guarding(prepared) else {
+            return Ok(());
+        };
+        loop {
+            let Some(change) = self.changed_on(replica, prepared, &live).await else {
+                return Ok(());
+            };
+            if change.is_empty() {
+                return Ok(());
+            }
+            if live.version() == prepared.for_version {
+                tokio::select! {
+                    _ = live.refresh_now() => {}
+                    _ = self.abandon.changed() => return Err(Attempt::Abandoned),
+                }
+            }
+            if live.version() != prepared.for_version {
+                *prepared = self.body(chunk, rows).map_err(Attempt::Failed)?;
+                tracing::info!(
+                    rows = chunk.rows,
+                    change = %change.join(", "),
+                    "re-encoded a batch for the table's new columns before sending it"
+                );
+                continue;
+            }
+            if let Some(problem) = live.lasting_problem() {
+                return Err(Attempt::Failed(spate_core::error::FatalError::new(
+                    self.context(),
+                    format!(
+                        "the table's columns changed ({}) in a way spate cannot encode: {problem}",
+                        change.join(", ")
+                    ),
+                    spate_core::error::Fault::User,
+                )));
+            }
+            let why = format!(
+                "replica {} has changed columns ({}) that spate does not use yet: {}",
+                self.shard.replicas[replica].url,
+                change.join(", "),
+                live.problem()
+                    .unwrap_or_else(|| "the re-read has not seen them".into())
+            );
+            if let Some(stalls) = &self.stalls {
+                stalls.failing(&self.stall_name(), &why);
+            }
+            tracing::warn!(problem = %why, "waiting before the insert");
+            if self.pause(WAIT_FOR_AGREEMENT).await.is_err() {
+                return Err(Attempt::Abandoned);
+            }
+        }
+    }
+
+    /// After `replica` confirmed `prepared`: if a column it sent has
+    /// another type there now, the insert may be stored misread. Logged
+    /// and counted; the copy to insert under at-least-once, if one can be
+    /// made.
+    pub(crate) async fn types_after(
+        &mut self,
+        chunk: &Chunk,
+        rows: &[u8],
+        prepared: &Prepared,
+        replica: usize,
+    ) -> Option<Prepared> {
+        let live = self.guarding(prepared)?;
+        let change = self.changed_on(replica, prepared, &live).await?;
+        if change.is_empty() {
+            return None;
+        }
+        let (ranges, change) = (chunk.describe_ranges(), change.join(", "));
+        (self.shared.ch_metrics.schema_races)
+            .with_label_values(&[&self.shared.table])
+            .inc();
+        if self.intents.is_some() {
+            tracing::error!(
+                ranges = %ranges,
+                change = %change,
+                "an insert landed while the table's column types changed: ClickHouse may have stored it misread; \
+                 exactly-once inserts no copy (it would be a duplicate)"
+            );
+            return None;
+        }
+        if live.version() == prepared.for_version {
+            let _ = live.refresh_now().await;
+        }
+        let copy = (live.version() != prepared.for_version)
+            .then(|| self.body(chunk, rows))
+            .and_then(Result::ok);
+        match &copy {
+            Some(_) => tracing::warn!(
+                ranges = %ranges,
+                change = %change,
+                "an insert landed while the table's column types changed: ClickHouse may have stored it misread; \
+                 inserting a copy encoded for the new types (rows of these offsets may be there twice, one misread)"
+            ),
+            None => tracing::error!(
+                ranges = %ranges,
+                change = %change,
+                "an insert landed while the table's column types changed: ClickHouse may have stored it misread; \
+                 spate cannot encode a copy for the new columns yet"
+            ),
+        }
+        copy
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::DefaultKind;
+    use crate::types::parse_type;
+
+    fn col(name: &str, ty: &str) -> Column {
+        Column::plain(name, parse_type(ty).unwrap())
+    }
+
+    fn sent(cols: &[(&str, &str)]) -> Vec<(String, ChType)> {
+        (cols.iter())
+            .map(|(n, t)| ((*n).to_owned(), parse_type(t).unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn only_servers_that_convert_native_blocks_skip_the_check() {
+        let old = ServerFeatures::from_version("18.16.1").unwrap();
+        let new = ServerFeatures::from_version("26.9.1").unwrap();
+        assert!(guarded("Native", old));
+        assert!(!guarded("Native", new));
+        assert!(guarded("RowBinary", new));
+        assert!(guarded("RowBinaryWithDefaults", new));
+    }
+
+    #[test]
+    fn a_changed_type_or_a_gone_column_is_named_and_added_columns_are_not() {
+        let was = sent(&[("i", "UInt64"), ("a", "UInt32"), ("s", "String")]);
+        let now = vec![
+            col("i", "UInt64"),
+            col("a", "UInt64"),
+            col("b", "UInt16"),
+            Column {
+                default_kind: DefaultKind::Materialized,
+                ..col("s", "String")
+            },
+        ];
+        assert_eq!(
+            changed(&was, &now),
+            vec!["`a` UInt32 -> UInt64".to_owned(), "`s` gone".to_owned()]
+        );
+        assert!(changed(&was[..1], &now).is_empty());
+    }
+
+    #[test]
+    fn the_sent_types_come_from_the_insert_columns() {
+        let schema = vec![col("i", "UInt64"), col("a", "UInt32"), col("b", "UInt8")];
+        let cols = vec!["a".to_owned(), "i".to_owned()];
+        assert_eq!(
+            sent_types(&cols, &schema),
+            sent(&[("a", "UInt32"), ("i", "UInt64")])
+        );
+    }
+
+    #[test]
+    fn a_copy_gets_a_token_of_its_own() {
+        let extra = vec![
+            (DEDUP_TOKEN.to_owned(), "s0-p1:10-19".to_owned()),
+            ("other".to_owned(), "1".to_owned()),
+        ];
+        let copy = copy_settings(&extra, 3);
+        assert_eq!(copy[0].1, "s0-p1:10-19-schema3");
+        assert_eq!(copy[1], extra[1]);
+        assert!(copy_settings(&[], 3).is_empty());
+    }
+}
