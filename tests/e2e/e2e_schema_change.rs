@@ -7,32 +7,33 @@
 //! 1. 400 000 messages `{"i", "a": i % 1000, "unused": "u"}`; while spate
 //!    inserts them, `ALTER TABLE ADD COLUMN b UInt16 DEFAULT 7`; spate logs
 //!    the change (within its 10 s re-read);
-//! 2. 300 000 messages that also carry `"b": i % 100`; while spate inserts
+//! 2. 200 000 messages that also carry `"b": i % 100`; while spate inserts
 //!    them, `DROP COLUMN unused` (batches that still name it are re-encoded
 //!    without it when the insert is refused, or once the re-read saw it);
-//! 3. once those are in, `MODIFY COLUMN a UInt64` and, after spate logged
-//!    it, 300 000 messages with `a = 5 000 000 000 + i`.
+//! 3. 250 000 more such messages; while they are produced and inserted
+//!    (checked: the table does not hold them all yet), `MODIFY COLUMN a
+//!    UInt64`. Batches encoded for UInt32 are re-encoded when the insert's
+//!    type check or the server (18.16: code 368) refuses them; 26.9
+//!    converts Native;
+//! 4. after spate logged it, 200 000 messages with `a = 5 000 000 000 + i`.
 //!
 //! Then: every (partition, offset) is in the table (at least once: count at
 //! least 1M, distinct = 1M), the group committed the end offsets, each phase's
 //! rows carry their values (`b` from the messages after the ADD, 7 before
-//! it; `a` beyond UInt32 after the MODIFY), and spate logged three applied
-//! changes. (The MODIFY waits for the backlog because ClickHouse 18.16
-//! reads a Native column by the type the block names, so a batch encoded
-//! for the old type in the seconds before spate notices would be misread;
-//! see the README.)
+//! it; `a = i % 1000` before phase 4, beyond UInt32 in it), and spate logged
+//! three applied changes.
 
 use crate::support::*;
 use std::time::{Duration, Instant};
 
 const PARTITIONS: i32 = 4;
-const PHASES: [usize; 3] = [400_000, 300_000, 300_000];
+const PHASES: [usize; 4] = [350_000, 200_000, 250_000, 200_000];
 const APPLIED: &str = "table schema changed; applied";
 
 fn payload(i: usize) -> String {
     if i < PHASES[0] {
         format!(r#"{{"i":{i},"a":{},"unused":"u"}}"#, i % 1000)
-    } else if i < PHASES[0] + PHASES[1] {
+    } else if i < PHASES[0] + PHASES[1] + PHASES[2] {
         format!(
             r#"{{"i":{i},"a":{},"unused":"u","b":{}}}"#,
             i % 1000,
@@ -155,20 +156,30 @@ fn schema_changes_during_a_million_messages(svc: Services) {
         started.elapsed()
     );
 
-    wait_rows(
-        &ch,
-        &table,
-        (PHASES[0] + PHASES[1]) as u64,
-        "the backlog before MODIFY",
+    // MODIFY while phase 3 is produced and inserted: a thread alters once
+    // the first of its rows are in, and records how many rows there were.
+    let (p2, p3) = (PHASES[0] + PHASES[1], PHASES[0] + PHASES[1] + PHASES[2]);
+    let at_alter = std::thread::scope(|scope| {
+        let alter = scope.spawn(|| {
+            ch.wait_rows(&table, (p2 + 20_000) as u64, Duration::from_secs(180));
+            let rows = ch.u64(&format!("SELECT count() FROM {table}"));
+            ch.exec(&format!("ALTER TABLE {table} MODIFY COLUMN a UInt64"));
+            rows
+        });
+        produce_range(&svc, &topic, p2, PHASES[2]);
+        alter.join().expect("the ALTER thread")
+    });
+    assert!(
+        at_alter < p3 as u64,
+        "the MODIFY came after phase 3 was in ({at_alter} rows): it did not happen during the load"
     );
-    ch.exec(&format!("ALTER TABLE {table} MODIFY COLUMN a UInt64"));
     wait_applied(&spate, 3, "spate to apply MODIFY COLUMN");
     eprintln!(
-        "[schema_change] MODIFY applied after {:.1?}",
+        "[schema_change] MODIFY at {at_alter} rows, applied after {:.1?}",
         started.elapsed()
     );
 
-    produce_range(&svc, &topic, PHASES[0] + PHASES[1], PHASES[2]);
+    produce_range(&svc, &topic, p3, PHASES[3]);
     let ends = end_offsets(&svc.brokers, &topic, PARTITIONS);
     assert_eq!(ends.iter().sum::<i64>(), total as i64, "produced");
     let want: Vec<Option<i64>> = ends.iter().map(|&e| Some(e)).collect();
@@ -201,7 +212,7 @@ fn schema_changes_during_a_million_messages(svc: Services) {
         "every message index"
     );
     let bad = |cond: &str| ch.u64(&format!("SELECT count() FROM {table} WHERE NOT ({cond})"));
-    let (p1, p2) = (PHASES[0], PHASES[0] + PHASES[1]);
+    let p1 = PHASES[0];
     assert_eq!(
         bad(&format!("i >= {p1} OR b = 7")),
         0,
@@ -213,12 +224,12 @@ fn schema_changes_during_a_million_messages(svc: Services) {
         "rows produced after the ADD carry b"
     );
     assert_eq!(
-        bad(&format!("i >= {p2} OR a = i % 1000")),
+        bad(&format!("i >= {p3} OR a = i % 1000")),
         0,
         "a before the MODIFY"
     );
     assert_eq!(
-        bad(&format!("i < {p2} OR a = 5000000000 + i")),
+        bad(&format!("i < {p3} OR a = 5000000000 + i")),
         0,
         "a after the MODIFY holds values beyond UInt32"
     );

@@ -125,8 +125,9 @@ pub struct ServerFeatures {
     /// converted: >= 23.3 (PR #46990, "Allow types conversion in Native
     /// input format", merged 2023-03, setting
     /// `input_format_native_allow_types_conversion`, on by default). Before,
-    /// 18.16 stores such a column misread with no error and 19.x-23.2 fail
-    /// with a bad cast (code 368); RowBinary never converts.
+    /// the insert fails with a bad cast (code 368; measured on 18.16 for
+    /// UInt32 into UInt64) where the column classes differ; RowBinary never
+    /// converts and is read misaligned.
     pub native_converts_types: bool,
 }
 

@@ -1,11 +1,12 @@
 //! The insert's type guard (README "Rows", "Tables that change while
 //! spate runs"). A server that does not convert a batch's values to the
-//! table's types (every RowBinary format; Native before 23.3, see
-//! [`ServerFeatures::native_converts_types`]) stores a batch encoded for a
-//! column's old type after `ALTER … MODIFY COLUMN` misread, with no error.
-//! The schema re-read ([`super::live`]) sees a change within 10 s; the guard
-//! closes most of that window. For such servers an insert worker asks the
-//! replica it sends to for the table's columns:
+//! table's types refuses a batch encoded for a column's old type after
+//! `ALTER … MODIFY COLUMN` (Native before 23.3, see
+//! [`ServerFeatures::native_converts_types`]: a bad cast) or stores it
+//! misread with no error (every RowBinary format: the rows are read
+//! misaligned). The schema re-read ([`super::live`]) sees a change within
+//! 10 s; the guard closes most of that window. For such servers an insert
+//! worker asks the replica it sends to for the table's columns:
 //! - before each attempt ([`Worker::types_before`]): if a column it sends
 //!   changed type or went away, the schema is re-read at once and the batch
 //!   re-encoded for it before it is sent; while spate cannot apply the
