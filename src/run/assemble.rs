@@ -38,7 +38,42 @@ pub fn run(pipelines: Vec<(String, RunArgs)>) -> Result<(), Exit> {
         print!("{}", effective_config(&pipelines));
         return Ok(());
     }
-    let kafka = source_config(&validated, &pipelines);
+    let mut replays = Vec::<Instant>::new();
+    loop {
+        let result = run_once(&pipelines, &validated);
+        let Err(exit) = result else { return result };
+        // A table change spate could not convert encoded batches for: the
+        // run failed without committing them; start again, so their
+        // messages are read and encoded for the new columns (README
+        // "Rows"). Bounded, in case the change keeps failing batches.
+        let Some(why) = spate_clickhouse::take_replay_request() else {
+            return Err(exit);
+        };
+        replays.retain(|at| at.elapsed() < REPLAY_WINDOW);
+        if replays.len() >= MAX_REPLAYS {
+            tracing::error!(
+                replays = replays.len(),
+                "the table keeps changing under spate; giving up"
+            );
+            return Err(exit);
+        }
+        replays.push(Instant::now());
+        tracing::warn!(
+            cause = %why,
+            "starting the pipeline again: batches encoded before the table changed are read from Kafka again and encoded for its new columns"
+        );
+    }
+}
+
+/// At most this many starts again for table changes within
+/// [`REPLAY_WINDOW`].
+const MAX_REPLAYS: usize = 3;
+const REPLAY_WINDOW: Duration = Duration::from_secs(300);
+
+/// One run of the pipelines, from building the sinks to the exit report.
+fn run_once(pipelines: &[(String, RunArgs)], validated: &[Validated]) -> Result<(), Exit> {
+    let args = &pipelines[0].1;
+    let kafka = source_config(validated, pipelines);
     let io = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("spate-io")
@@ -50,10 +85,10 @@ pub fn run(pipelines: Vec<(String, RunArgs)>) -> Result<(), Exit> {
     let drivers = args
         .drivers
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
-    let prepared = sinks::prepare_all(&io, &pipelines, &validated, &metrics)?;
+    let prepared = sinks::prepare_all(&io, pipelines, validated, &metrics)?;
     let sinks = sinks::spawn_all(
         prepared,
-        &pipelines,
+        pipelines,
         args.max_buffered_bytes,
         drivers,
         &io,
@@ -68,7 +103,7 @@ pub fn run(pipelines: Vec<(String, RunArgs)>) -> Result<(), Exit> {
     let pipeline = Pipeline::new(source, chains, sinks.runtime, acks, sink_options)
         .map_err(|e| Exit::failed(e.to_string()))?;
     let mut options = RuntimeOptions::new(io.handle().clone());
-    set_runtime_options(&mut options, &pipelines, &kafka, drivers);
+    set_runtime_options(&mut options, pipelines, &kafka, drivers);
     options.metrics = metrics.clone();
     let runtime =
         PipelineRuntime::start(pipeline, options).map_err(|e| Exit::failed(e.to_string()))?;

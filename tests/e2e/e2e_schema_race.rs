@@ -20,6 +20,16 @@
 //!   there are wrong rows (else the test tested nothing), no more than the
 //!   logged ranges hold.
 //!
+//! `string_*`: `MODIFY COLUMN a String`, a change spate cannot
+//! convert encoded rows to. The held batch fails unsent (18.16 Native and
+//! 26.9 RowBinary: the check before the insert sees the change), and the
+//! binary starts the pipeline again in the same process: the messages past
+//! the commit are read again and encoded for the new type. No row is
+//! wrong. (26.9 Native converts the held batch; a later batch may still
+//! need the fresh start.) Not `Nullable(UInt32)` on 18.16: a Native
+//! UInt32 block sent into the ALTER (a batch in flight, not the held one)
+//! crashed that server (segfault in `ColumnNullable::checkConsistency`).
+//!
 //! In every case every offset has a row with the right `a`, the batches
 //! after the held one are checked before they are sent and encoded for
 //! UInt64, committed = ends, exit 0.
@@ -30,6 +40,7 @@ use std::time::Duration;
 const N: usize = 20_000;
 const PARTITIONS: i32 = 2;
 const RACE: &str = "an insert landed while the table's column types changed";
+const REPLAY: &str = "starting the pipeline again";
 
 fn payload(partitions: i32) -> impl Fn(usize) -> Msg + Send + Clone + 'static {
     move |i| Msg {
@@ -66,7 +77,7 @@ fn logged_ranges(stderr: &str) -> Vec<(u32, u64, u64)> {
     out
 }
 
-fn modify_while_a_batch_is_in_flight(svc: Services, format: &str) {
+fn modify_while_a_batch_is_in_flight(svc: Services, format: &str, to: &str) {
     let _timer = Timer::start("e2e_schema_race");
     let _lock = ch_shared_lock();
     let ch = Ch::connect(&svc.clickhouse_url);
@@ -118,7 +129,7 @@ fn modify_while_a_batch_is_in_flight(svc: Services, format: &str) {
             }
         },
     );
-    ch.exec(&format!("ALTER TABLE {table} MODIFY COLUMN a UInt64"));
+    ch.exec(&format!("ALTER TABLE {table} MODIFY COLUMN a {to}"));
     std::fs::write(&release, b"go").expect("release file");
     let fin = proc.wait(Duration::from_secs(120));
     fin.assert_code(0);
@@ -126,7 +137,7 @@ fn modify_while_a_batch_is_in_flight(svc: Services, format: &str) {
     // A right row: its message's `a`, partition and offset (message i went
     // to partition i % 2 at offset i / 2). A misread row can have any
     // values, so rows are told apart by all three.
-    let ok = "a = n + 100 AND _partition = n % 2 AND _offset = intDiv(n, 2)";
+    let ok = "toString(a) = toString(n + 100) AND _partition = n % 2 AND _offset = intDiv(n, 2)";
     let right = ch.u64(&format!("SELECT uniqExact(n) FROM {table} WHERE {ok}"));
     let count = ch.u64(&format!("SELECT count() FROM {table}"));
     let wrong = ch.u64(&format!("SELECT count() FROM {table} WHERE NOT ({ok})"));
@@ -137,7 +148,24 @@ fn modify_while_a_batch_is_in_flight(svc: Services, format: &str) {
     );
     assert_eq!(right, N as u64, "every offset has a row with the right `a`");
     let logged: u64 = ranges.iter().map(|(_, a, b)| b - a + 1).sum();
-    if format == "native" {
+    let replayed = fin.stderr.contains(REPLAY);
+    if to != "UInt64" {
+        // No conversion of encoded rows: the run fails the batch unsent and
+        // starts again, which encodes its messages for the new type.
+        // A batch in flight when the ALTER committed may be logged as a
+        // race (and, in RowBinary, stored misread); it is read again too.
+        assert!(
+            wrong <= logged && (format == "rowbinary" || wrong == 0),
+            "{wrong} wrong rows, logged {ranges:?}"
+        );
+        if (svc.server, format) != (Server::V26, "native") {
+            assert!(
+                replayed,
+                "the held batch cannot be converted to {to}: the pipeline starts again:\n{}",
+                fin.tail(30)
+            );
+        }
+    } else if format == "native" {
         assert!(
             wrong == 0 && ranges.is_empty(),
             "Native is refused or converted, never stored misread: {} wrong rows, ranges {ranges:?}",
@@ -173,27 +201,51 @@ fn modify_while_a_batch_is_in_flight(svc: Services, format: &str) {
 #[test]
 fn rowbinary_on_18_16() {
     if let Some(svc) = services_on(Server::V18) {
-        modify_while_a_batch_is_in_flight(svc, "rowbinary");
+        modify_while_a_batch_is_in_flight(svc, "rowbinary", "UInt64");
     }
 }
 
 #[test]
 fn native_on_18_16() {
     if let Some(svc) = services_on(Server::V18) {
-        modify_while_a_batch_is_in_flight(svc, "native");
+        modify_while_a_batch_is_in_flight(svc, "native", "UInt64");
     }
 }
 
 #[test]
 fn rowbinary_on_26_9() {
     if let Some(svc) = services_on(Server::V26) {
-        modify_while_a_batch_is_in_flight(svc, "rowbinary");
+        modify_while_a_batch_is_in_flight(svc, "rowbinary", "UInt64");
     }
 }
 
 #[test]
 fn native_on_26_9() {
     if let Some(svc) = services_on(Server::V26) {
-        modify_while_a_batch_is_in_flight(svc, "native");
+        modify_while_a_batch_is_in_flight(svc, "native", "UInt64");
+    }
+}
+
+// A change spate cannot convert encoded rows for (UInt32 -> String): the
+// pipeline starts again in the same process and reads the messages again.
+
+#[test]
+fn string_native_on_18_16() {
+    if let Some(svc) = services_on(Server::V18) {
+        modify_while_a_batch_is_in_flight(svc, "native", "String");
+    }
+}
+
+#[test]
+fn string_rowbinary_on_26_9() {
+    if let Some(svc) = services_on(Server::V26) {
+        modify_while_a_batch_is_in_flight(svc, "rowbinary", "String");
+    }
+}
+
+#[test]
+fn string_native_on_26_9() {
+    if let Some(svc) = services_on(Server::V26) {
+        modify_while_a_batch_is_in_flight(svc, "native", "String");
     }
 }

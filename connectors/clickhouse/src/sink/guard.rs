@@ -181,19 +181,25 @@ impl<C: InsertTarget> Worker<C> {
 
     /// After `replica` confirmed `prepared`: if a column it sent has
     /// another type there now, the insert may be stored misread. Logged
-    /// and counted; the copy to insert under at-least-once, if one can be
-    /// made.
+    /// and counted; under at-least-once, what to do about it: insert a
+    /// copy for the new types, or, if none can be made, fail the chunk
+    /// unacknowledged so that its messages are read again
+    /// ([`super::live::request_replay`]).
     pub(crate) async fn types_after(
         &mut self,
         chunk: &Chunk,
         rows: &[u8],
         prepared: &Prepared,
         replica: usize,
-    ) -> Option<Prepared> {
-        let live = self.guarding(prepared)?;
-        let change = self.changed_on(replica, prepared, &live).await?;
+    ) -> After {
+        let Some(live) = self.guarding(prepared) else {
+            return After::Clean;
+        };
+        let Some(change) = self.changed_on(replica, prepared, &live).await else {
+            return After::Clean;
+        };
         if change.is_empty() {
-            return None;
+            return After::Clean;
         }
         let (ranges, change) = (chunk.describe_ranges(), change.join(", "));
         (self.shared.ch_metrics.schema_races)
@@ -206,30 +212,53 @@ impl<C: InsertTarget> Worker<C> {
                 "an insert landed while the table's column types changed: ClickHouse may have stored it misread; \
                  exactly-once inserts no copy (it would be a duplicate)"
             );
-            return None;
+            return After::Clean;
         }
         if live.version() == prepared.for_version {
             let _ = live.refresh_now().await;
         }
-        let copy = (live.version() != prepared.for_version)
-            .then(|| self.body(chunk, rows))
-            .and_then(Result::ok);
-        match &copy {
-            Some(_) => tracing::warn!(
-                ranges = %ranges,
-                change = %change,
-                "an insert landed while the table's column types changed: ClickHouse may have stored it misread; \
-                 inserting a copy encoded for the new types (rows of these offsets may be there twice, one misread)"
-            ),
-            None => tracing::error!(
-                ranges = %ranges,
-                change = %change,
-                "an insert landed while the table's column types changed: ClickHouse may have stored it misread; \
-                 spate cannot encode a copy for the new columns yet"
-            ),
+        if live.version() == prepared.for_version {
+            let why = format!(
+                "an insert of {ranges} landed while the table's column types changed ({change}) and spate has not applied the change"
+            );
+            return After::Failed(self.replay_failure(why));
         }
-        copy
+        match self.body(chunk, rows) {
+            Ok(copy) => {
+                tracing::warn!(
+                    ranges = %ranges,
+                    change = %change,
+                    "an insert landed while the table's column types changed: ClickHouse may have stored it misread; \
+                     inserting a copy encoded for the new types (rows of these offsets may be there twice, one misread)"
+                );
+                After::Copy(copy)
+            }
+            Err(e) => {
+                tracing::error!(
+                    ranges = %ranges,
+                    change = %change,
+                    "an insert landed while the table's column types changed: ClickHouse may have stored it misread; \
+                     its messages are read again for the new columns"
+                );
+                After::Failed(e)
+            }
+        }
     }
+
+    fn replay_failure(&self, why: String) -> spate_core::error::FatalError {
+        super::live::request_replay(&why);
+        spate_core::error::FatalError::new(self.context(), why, spate_core::error::Fault::User)
+    }
+}
+
+/// What follows a confirmed insert ([`Worker::types_after`]).
+pub(crate) enum After {
+    /// Nothing changed: the insert stands.
+    Clean,
+    /// Insert this copy, encoded for the new types, too.
+    Copy(Prepared),
+    /// Fail the chunk unacknowledged; its messages are read again.
+    Failed(spate_core::error::FatalError),
 }
 
 #[cfg(test)]

@@ -10,9 +10,10 @@
 //! knew them). Otherwise its rows are read with the old layout and sent
 //! as Native blocks without the dropped columns, numbers widened to their
 //! new type ([`NativeLayout::retarget`]). A change spate cannot convert
-//! rows for is an error: the pipeline stops without committing the chunk,
-//! and a restart re-reads those messages and encodes them for the new
-//! columns.
+//! rows for is an error: the pipeline stops without committing the chunk
+//! and asks to be started again ([`super::live::request_replay`]); the
+//! binary does so in the same process, which reads those messages again
+//! and encodes them for the new columns.
 
 use super::live::Version;
 use super::target::InsertQuery;
@@ -52,7 +53,7 @@ pub(crate) fn body_for(own: &Version, now: &Version, data: &[u8]) -> Result<Body
     }
     let Some(layout) = &own.rows_layout else {
         return Err(format!(
-            "a batch encoded before the table's columns changed cannot be re-encoded (one of its types cannot be sent as Native); restart spate to re-read it: {}",
+            "a batch encoded before the table's columns changed cannot be re-encoded (one of its types cannot be sent as Native); its messages are read again: {}",
             describe(&own.insert_types, &targets)
         ));
     };

@@ -35,6 +35,7 @@ use super::events::{
     InsertSucceeded, Site,
 };
 use super::fault;
+use super::guard::After;
 use super::intent::IntentLog;
 use super::isolate::Bisection;
 use super::retry::{Attempts, Next, RetryPolicy};
@@ -200,8 +201,10 @@ impl<C: InsertTarget> Worker<C> {
         if let Some(live) = self.shared.live.get() {
             let now = live.current();
             let own = live.get(chunk.schema).unwrap_or_else(|| now.clone());
-            let body = super::recode::body_for(&own, &now, rows)
-                .map_err(|e| FatalError::new(self.context(), e, Fault::User))?;
+            let body = super::recode::body_for(&own, &now, rows).map_err(|e| {
+                super::live::request_replay(&e);
+                FatalError::new(self.context(), e, Fault::User)
+            })?;
             return Ok(Prepared {
                 bytes: Bytes::from(body.bytes),
                 query: body.query,
@@ -532,13 +535,14 @@ impl<C: InsertTarget> Worker<C> {
                         .types_after(chunk, part_bytes, &prepared, replica)
                         .await
                     {
-                        Some(copy) => {
+                        After::Copy(copy) => {
                             extra = super::guard::copy_settings(&extra, copy.for_version);
                             prepared = copy;
                             checked = true;
                             continue;
                         }
-                        None => return Attempt::Inserted,
+                        After::Failed(e) => return Attempt::Failed(e),
+                        After::Clean => return Attempt::Inserted,
                     }
                 }
                 Err(e) => e,
