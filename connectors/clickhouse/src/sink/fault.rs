@@ -22,6 +22,11 @@
 
 /// A fault point.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+// Without fault injection the hold points are only named, never armed.
+#[cfg_attr(
+    not(any(debug_assertions, feature = "fault-injection")),
+    allow(dead_code)
+)]
 pub(crate) enum Point {
     BeforeSend,
     DuringInsert,
