@@ -33,8 +33,10 @@ services-status: ## show whether the services run and answer
 clean-services: ## stop the services and delete their data (build/services)
 	$(SERVICES) clean
 
+# The ci profile and the test run's features: the build scripts (librdkafka,
+# OpenSSL and curl from source) then run once for lint and tests, not twice.
 lint: ## cargo clippy on every crate and target, warnings as errors
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --profile ci --features spate/fault-injection -- -D warnings
 
 # lint comes first, so a lint fails before services start and tests build.
 test: lint services ## clippy, services up, then every test (unit, fakes, proptest, integration, loom) against them
