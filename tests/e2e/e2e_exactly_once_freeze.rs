@@ -76,41 +76,16 @@ fn exactly_once_through_a_frozen_clickhouse() {
     // and times out for certain (a freeze at a random instant mostly caught
     // workers in the intent record or fence check, three round trips per
     // block, and a CI run saw no insert time out at all).
-    let release = log_dir().join(unique("eos-freeze-release"));
-    let release_env = release.to_string_lossy().into_owned();
-    let mut proc = spawn_with_env(
-        "eos-freeze",
-        &args,
-        &[
-            ("SPATE_FAULT", "hold-before-send"),
-            ("SPATE_FAULT_AT", "3"),
-            ("SPATE_FAULT_RELEASE", &release_env),
-        ],
-    );
-    wait_for(
-        "the third block held before its insert",
-        Duration::from_secs(60),
-        Duration::from_millis(20),
-        || {
-            let so_far = proc.stderr_so_far();
-            if so_far.contains("HoldBeforeSend at chunk 3: holding") {
-                Ok(())
-            } else if proc.has_exited() {
-                panic!("spate exited before the hold: {so_far}");
-            } else {
-                Err("not yet".to_string())
-            }
-        },
-    );
+    let held = Held::spawn("eos-freeze", &args, "hold-before-send", 3);
     signal(&pid_file, libc::SIGSTOP);
     let resume = pid_file.clone();
     let mut undo = Undo::new(move || signal(&resume, libc::SIGCONT));
-    std::fs::write(&release, b"go").expect("release file");
+    held.release();
     // The freeze itself: a fixed pause longer than --insert-timeout is the point.
     std::thread::sleep(Duration::from_secs(5));
     signal(&pid_file, libc::SIGCONT);
     undo.disarm();
-    let fin = proc.wait(Duration::from_secs(90));
+    let fin = held.proc.wait(Duration::from_secs(90));
     fin.assert_code(0);
     let timeouts = fin.stderr.matches("no answer within").count();
     let count = ch.u64(&format!("SELECT count() FROM {table}"));

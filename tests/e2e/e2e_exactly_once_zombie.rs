@@ -103,32 +103,14 @@ fn zombie_old_owner_adds_no_duplicate(svc: Services) {
     let group = unique("g_eos_zombie");
     create_topic(&svc.brokers, &topic, 1);
     produce_n(&svc, &topic, 0, N);
-    let release = log_dir().join(unique("zombie-release"));
-    let release_env = release.to_string_lossy().into_owned();
-    let old = spawn_with_env(
+    let held = Held::spawn(
         "eos-zombie-old",
         &eos_args(&svc, &topic, &group, &table, "7"),
-        &[
-            ("SPATE_FAULT", "hold-before-intent"),
-            ("SPATE_FAULT_AT", "1"),
-            ("SPATE_FAULT_RELEASE", &release_env),
-        ],
+        "hold-before-intent",
+        1,
     );
-    wait_for(
-        "the old owner to hold its first block",
-        Duration::from_secs(60),
-        Duration::from_millis(50),
-        || {
-            let err = old.stderr_so_far();
-            if err.contains("holding until") {
-                Ok(())
-            } else {
-                Err(err.lines().last().unwrap_or_default().to_owned())
-            }
-        },
-    );
-    signal(old.pid(), libc::SIGSTOP);
-    let pid = old.pid();
+    let pid = held.proc.pid();
+    signal(pid, libc::SIGSTOP);
     let mut undo = Undo::new(move || signal(pid, libc::SIGCONT));
     // The new owner: joins once the frozen member's session expired, finds
     // no intent, cuts 10-row blocks and delivers everything.
@@ -146,12 +128,12 @@ fn zombie_old_owner_adds_no_duplicate(svc: Services) {
         vec![Some(N as i64)]
     );
     // The zombie: resumed, its held block released.
-    std::fs::write(&release, b"go").expect("release file");
+    held.release();
     signal(pid, libc::SIGCONT);
     undo.disarm();
     let deadline = Instant::now() + Duration::from_secs(30);
     let fenced = loop {
-        let err = old.stderr_so_far();
+        let err = held.proc.stderr_so_far();
         if err.contains("a later owner fenced the partition") {
             break true;
         }
@@ -162,8 +144,8 @@ fn zombie_old_owner_adds_no_duplicate(svc: Services) {
     };
     // Whatever the zombie still sends (its other queued blocks) goes now.
     std::thread::sleep(Duration::from_secs(2));
-    old.sigterm();
-    let old = old.wait(Duration::from_secs(60));
+    held.proc.sigterm();
+    let old = held.proc.wait(Duration::from_secs(60));
     let (count, uniq) = counts(&ch, &table);
     eprintln!(
         "[e2e_exactly_once_zombie] {}: {count} rows, {uniq} distinct of {N}, {} duplicates; zombie fenced: {fenced}",

@@ -103,35 +103,10 @@ fn modify_while_a_batch_is_in_flight(svc: Services, format: &str, to: &str) {
         ]
         .map(String::from),
     );
-    let release = log_dir().join(unique("schema-race-release"));
-    let release_env = release.to_string_lossy().into_owned();
-    let mut proc = spawn_with_env(
-        "schema-race",
-        &args,
-        &[
-            ("SPATE_FAULT", "hold-before-send"),
-            ("SPATE_FAULT_AT", "3"),
-            ("SPATE_FAULT_RELEASE", &release_env),
-        ],
-    );
-    wait_for(
-        "the third batch held before its insert",
-        Duration::from_secs(60),
-        Duration::from_millis(20),
-        || {
-            let so_far = proc.stderr_so_far();
-            if so_far.contains("HoldBeforeSend at chunk 3: holding") {
-                Ok(())
-            } else if proc.has_exited() {
-                panic!("spate exited before the hold: {so_far}");
-            } else {
-                Err("not yet".to_string())
-            }
-        },
-    );
+    let held = Held::spawn("schema-race", &args, "hold-before-send", 3);
     ch.exec(&format!("ALTER TABLE {table} MODIFY COLUMN a {to}"));
-    std::fs::write(&release, b"go").expect("release file");
-    let fin = proc.wait(Duration::from_secs(120));
+    held.release();
+    let fin = held.proc.wait(Duration::from_secs(120));
     fin.assert_code(0);
 
     // A right row: its message's `a`, partition and offset (message i went

@@ -1,6 +1,6 @@
 //! Running the `spate` binary with a deadline, stderr captured to a file.
 
-use super::env::{log_dir, unique, Services, SESSION_TIMEOUT_MS};
+use super::env::{log_dir, unique, wait_for, Services, SESSION_TIMEOUT_MS};
 use std::fs::File;
 use std::io::{Read as _, Seek as _, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -314,4 +314,52 @@ fn read_lossy(path: &Path) -> String {
     let mut buf = Vec::new();
     let _ = f.read_to_end(&mut buf);
     String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// `spate` run with a hold fault point armed (`hold-before-intent` or
+/// `hold-before-send`, at the `at`-th chunk; see `sink::fault`), once the
+/// worker is held: the test changes the world, then [`Held::release`]s it.
+pub struct Held {
+    pub proc: Running,
+    release: PathBuf,
+}
+
+impl Held {
+    /// Spawn `args` with `point` armed at chunk `at` and wait (60 s) until
+    /// the worker holds; panics if spate exits first.
+    pub fn spawn(label: &str, args: &[String], point: &str, at: u32) -> Held {
+        let release = log_dir().join(unique(&format!("{label}-release")));
+        let release_env = release.to_string_lossy().into_owned();
+        let at = at.to_string();
+        let mut proc = spawn_with_env(
+            label,
+            args,
+            &[
+                ("SPATE_FAULT", point),
+                ("SPATE_FAULT_AT", &at),
+                ("SPATE_FAULT_RELEASE", &release_env),
+            ],
+        );
+        wait_for(
+            &format!("{label}: the worker held at {point} (chunk {at})"),
+            Duration::from_secs(60),
+            Duration::from_millis(20),
+            || {
+                let so_far = proc.stderr_so_far();
+                if so_far.contains(&format!("at chunk {at}: holding until")) {
+                    Ok(())
+                } else if proc.has_exited() {
+                    panic!("spate exited before the hold: {so_far}");
+                } else {
+                    Err(so_far.lines().last().unwrap_or_default().to_owned())
+                }
+            },
+        );
+        Held { proc, release }
+    }
+
+    /// Let the held worker go on.
+    pub fn release(&self) {
+        std::fs::write(&self.release, b"go").expect("release file");
+    }
 }
