@@ -461,3 +461,128 @@ fn a_frozen_shard_holds_back_only_within_the_budget() {
     );
     assert_eq!(distinct, N, "every offset arrived after b came back");
 }
+
+/// Issue 17, tables that change while spate runs: every replica of every
+/// shard must agree on the columns. `MODIFY COLUMN v UInt64` on node a
+/// only, while 40 000 keyed messages arrive over 20 s: `/readyz` turns 503
+/// naming the disagreement and the log says so; node a's inserts wait (its
+/// type check sees a column spate does not use yet; nothing is stored
+/// misread) while node b's go on. Once node b has the same change, spate
+/// applies it and every offset lands once with its `v`, committed = ends.
+#[test]
+fn a_shard_with_other_columns_is_reported_and_waits_for_agreement() {
+    const N: usize = 40_000;
+    let _lock = nodes_lock();
+    let Some(s) = Setup::new("shard_disagree") else {
+        return;
+    };
+    let _timer = Timer::start("e2e_sharding::disagree");
+    let table = format!("{}.t", s.db);
+    for n in &s.nodes {
+        n.exec(&format!(
+            "CREATE TABLE {table} (i UInt64, user_id UInt64, v UInt32, _partition UInt32, _offset UInt64) \
+             ENGINE = MergeTree() ORDER BY (_partition, _offset)"
+        ));
+    }
+    let topic = unique("t_shard_disagree");
+    create_topic(&s.svc.brokers, &topic, PARTITIONS);
+    let paced = produce_paced(&s.svc.brokers, &topic, N, Duration::from_secs(20), |i| {
+        Msg {
+            partition: (i % PARTITIONS as usize) as i32,
+            key: None,
+            payload: format!(
+                r#"{{"i":{i},"user_id":{},"v":{}}}"#,
+                splitmix(i as u64),
+                i % 1000
+            ),
+            timestamp_ms: None,
+        }
+    });
+    let port = free_port();
+    let mut sink = shard_flags(&s.cluster);
+    sink.extend(
+        [
+            "--shard-key",
+            "user_id",
+            "--flush-interval",
+            "200ms",
+            "--stall-timeout",
+            "2s",
+            "--probe-interval",
+            "500ms",
+            "--admin-addr",
+            &format!("127.0.0.1:{port}"),
+        ]
+        .map(String::from),
+    );
+    let group = unique("g_shard_disagree");
+    let mut args = run_args(&s.svc, &topic, &group, &table);
+    let i = args.iter().position(|a| a == "--clickhouse-url").unwrap();
+    args.drain(i..i + 2);
+    args.extend(sink);
+    let mut running = spawn("shard-disagree", &args);
+    s.first_rows_on_a(&table, &mut running, "node a could be altered");
+    s.nodes[0].exec(&format!("ALTER TABLE {table} MODIFY COLUMN v UInt64"));
+    let body = wait_for(
+        "/readyz 503 naming the disagreement",
+        Duration::from_secs(40),
+        Duration::from_millis(250),
+        || match http_get(port, "/readyz") {
+            Some(r) if r.starts_with("HTTP/1.1 503") && r.contains("other columns") => Ok(r),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    assert!(
+        body.contains(&s.cluster.urls[0]) && body.contains(&s.cluster.urls[1]),
+        "/readyz names both nodes: {body}"
+    );
+    assert!(
+        running
+            .stderr_so_far()
+            .contains("replicas disagree on the table's columns"),
+        "the log says the replicas disagree"
+    );
+    // While they disagree, node a takes nothing, node b goes on.
+    let (a0, b0) = (s.count(0, &table), s.count(1, &table));
+    std::thread::sleep(Duration::from_secs(3));
+    let (a1, b1) = (s.count(0, &table), s.count(1, &table));
+    assert_eq!(a1, a0, "node a took inserts while its columns disagreed");
+    assert!(b1 > b0 || paced.is_done(), "node b went on: {b0} -> {b1}");
+    s.nodes[1].exec(&format!("ALTER TABLE {table} MODIFY COLUMN v UInt64"));
+    let delivered = paced.join();
+    assert!(delivered.errors.is_empty(), "{:?}", delivered.errors);
+    let ends: Vec<Option<i64>> = end_offsets(&s.svc.brokers, &topic, PARTITIONS)
+        .into_iter()
+        .map(Some)
+        .collect();
+    wait_for(
+        "every message inserted and committed",
+        Duration::from_secs(120),
+        Duration::from_millis(250),
+        || {
+            let c = committed(&s.svc.brokers, &group, &topic, PARTITIONS);
+            if c == ends {
+                Ok(())
+            } else {
+                Err(format!("committed {c:?}, ends {ends:?}"))
+            }
+        },
+    );
+    running.sigterm();
+    let fin = running.wait(Duration::from_secs(60));
+    fin.assert_code(0);
+    assert!(
+        fin.stderr.contains("table schema changed; applied"),
+        "the change applied once both nodes had it:\n{}",
+        fin.tail(20)
+    );
+    let (distinct, rows) = s.union(&table);
+    assert_eq!(distinct, N, "every offset, {rows} rows");
+    for n in &s.nodes {
+        assert_eq!(
+            n.u64(&format!("SELECT count() FROM {table} WHERE v != i % 1000")),
+            0,
+            "a row with a wrong v"
+        );
+    }
+}

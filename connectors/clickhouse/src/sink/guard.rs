@@ -11,9 +11,10 @@
 //!   changed type or went away, the schema is re-read at once and the batch
 //!   re-encoded for it before it is sent; while spate cannot apply the
 //!   change (replicas disagree), the worker waits, reported as a stall;
-//! - after the server confirmed the insert ([`Worker::types_after`]): a
-//!   change there means the ALTER committed while the insert was on its
-//!   way, possibly first. The insert is logged by topic, partition and
+//! - after the server confirmed a RowBinary insert
+//!   ([`Worker::types_after`]; a Native block of another type is refused,
+//!   not misread): a change there means the ALTER committed while the
+//!   insert was on its way, possibly first. The insert is logged by topic, partition and
 //!   offsets and counted in `spate_schema_races_total`; under at-least-once
 //!   a copy encoded for the new types is inserted as well (under
 //!   exactly-once a copy would be a duplicate, so only the log says it).
@@ -88,7 +89,8 @@ pub(crate) fn copy_settings(extra: &[(String, String)], version: u64) -> Vec<(St
 }
 
 impl<C: InsertTarget> Worker<C> {
-    /// The live schema, when inserts of `prepared` need the check.
+    /// The live schema, when inserts of `prepared` need the check before
+    /// they are sent.
     fn guarding(&self, prepared: &Prepared) -> Option<Arc<LiveSchema>> {
         let live = self.shared.live.get()?;
         live.guards(prepared.query.format).then(|| live.clone())
@@ -117,6 +119,56 @@ impl<C: InsertTarget> Worker<C> {
         }
     }
 
+    /// `replica` has `change` among the columns `prepared` sends: wait until
+    /// spate uses a newer schema version (re-read at once; while replicas
+    /// disagree, checked every second and reported as a stall). `Err`:
+    /// abandoned at the drain deadline, or a change spate cannot encode.
+    async fn await_new_version(
+        &mut self,
+        live: &LiveSchema,
+        prepared: &Prepared,
+        change: &str,
+        replica: usize,
+    ) -> Result<(), Attempt> {
+        for round in 0u64.. {
+            if live.version() != prepared.for_version {
+                return Ok(());
+            }
+            tokio::select! {
+                _ = live.refresh_now() => {}
+                _ = self.abandon.changed() => return Err(Attempt::Abandoned),
+            }
+            if live.version() != prepared.for_version {
+                return Ok(());
+            }
+            if let Some(problem) = live.lasting_problem() {
+                return Err(Attempt::Failed(spate_core::error::FatalError::new(
+                    self.context(),
+                    format!(
+                        "the table's columns changed ({change}) in a way spate cannot encode: {problem}"
+                    ),
+                    spate_core::error::Fault::User,
+                )));
+            }
+            let why = format!(
+                "replica {} has changed columns ({change}) that spate does not use yet: {}",
+                self.shard.replicas[replica].url,
+                live.problem()
+                    .unwrap_or_else(|| "the re-read has not seen them".into())
+            );
+            if let Some(stalls) = &self.stalls {
+                stalls.failing(&self.stall_name(), &why);
+            }
+            if round == 0 {
+                tracing::warn!(problem = %why, "waiting before the insert");
+            }
+            if self.pause(WAIT_FOR_AGREEMENT).await.is_err() {
+                return Err(Attempt::Abandoned);
+            }
+        }
+        Ok(())
+    }
+
     /// Before an attempt on `replica`: make `prepared` match the table's
     /// types there (re-read and re-encode), waiting while spate cannot
     /// apply a change the replica already has. `Err`: abandoned at the
@@ -138,53 +190,25 @@ impl<C: InsertTarget> Worker<C> {
             if change.is_empty() {
                 return Ok(());
             }
-            if live.version() == prepared.for_version {
-                tokio::select! {
-                    _ = live.refresh_now() => {}
-                    _ = self.abandon.changed() => return Err(Attempt::Abandoned),
-                }
-            }
-            if live.version() != prepared.for_version {
-                *prepared = self.body(chunk, rows).map_err(Attempt::Failed)?;
-                tracing::info!(
-                    rows = chunk.rows,
-                    change = %change.join(", "),
-                    "re-encoded a batch for the table's new columns before sending it"
-                );
-                continue;
-            }
-            if let Some(problem) = live.lasting_problem() {
-                return Err(Attempt::Failed(spate_core::error::FatalError::new(
-                    self.context(),
-                    format!(
-                        "the table's columns changed ({}) in a way spate cannot encode: {problem}",
-                        change.join(", ")
-                    ),
-                    spate_core::error::Fault::User,
-                )));
-            }
-            let why = format!(
-                "replica {} has changed columns ({}) that spate does not use yet: {}",
-                self.shard.replicas[replica].url,
-                change.join(", "),
-                live.problem()
-                    .unwrap_or_else(|| "the re-read has not seen them".into())
+            let change = change.join(", ");
+            self.await_new_version(&live, prepared, &change, replica)
+                .await?;
+            *prepared = self.body(chunk, rows).map_err(Attempt::Failed)?;
+            tracing::info!(
+                rows = chunk.rows,
+                change = %change,
+                "re-encoded a batch for the table's new columns before sending it"
             );
-            if let Some(stalls) = &self.stalls {
-                stalls.failing(&self.stall_name(), &why);
-            }
-            tracing::warn!(problem = %why, "waiting before the insert");
-            if self.pause(WAIT_FOR_AGREEMENT).await.is_err() {
-                return Err(Attempt::Abandoned);
-            }
         }
     }
 
-    /// After `replica` confirmed `prepared`: if a column it sent has
-    /// another type there now, the insert may be stored misread. Logged
-    /// and counted; under at-least-once, what to do about it: insert a
-    /// copy for the new types, or, if none can be made, fail the chunk
-    /// unacknowledged so that its messages are read again
+    /// After `replica` confirmed `prepared` in a format without types on
+    /// the wire (RowBinary: a Native block of another type is refused by
+    /// servers that do not convert it): if a column it sent has another
+    /// type there now, the insert may be stored misread. Logged and
+    /// counted; under at-least-once, what to do about it: insert a copy for
+    /// the new types (once spate uses them), or, if none can be made, fail
+    /// the chunk unacknowledged so that its messages are read again
     /// ([`super::live::request_replay`]).
     pub(crate) async fn types_after(
         &mut self,
@@ -196,6 +220,9 @@ impl<C: InsertTarget> Worker<C> {
         let Some(live) = self.guarding(prepared) else {
             return After::Clean;
         };
+        if prepared.query.format == "Native" {
+            return After::Clean;
+        }
         let Some(change) = self.changed_on(replica, prepared, &live).await else {
             return After::Clean;
         };
@@ -215,14 +242,11 @@ impl<C: InsertTarget> Worker<C> {
             );
             return After::Clean;
         }
-        if live.version() == prepared.for_version {
-            let _ = live.refresh_now().await;
-        }
-        if live.version() == prepared.for_version {
-            let why = format!(
-                "an insert of {ranges} landed while the table's column types changed ({change}) and spate has not applied the change"
-            );
-            return After::Failed(self.replay_failure(why));
+        if let Err(stop) = self
+            .await_new_version(&live, prepared, &change, replica)
+            .await
+        {
+            return After::Stop(stop);
         }
         match self.body(chunk, rows) {
             Ok(copy) => {
@@ -241,14 +265,9 @@ impl<C: InsertTarget> Worker<C> {
                     "an insert landed while the table's column types changed: ClickHouse may have stored it misread; \
                      its messages are read again for the new columns"
                 );
-                After::Failed(e)
+                After::Stop(Attempt::Failed(e))
             }
         }
-    }
-
-    fn replay_failure(&self, why: String) -> spate_core::error::FatalError {
-        super::live::request_replay(&why);
-        spate_core::error::FatalError::new(self.context(), why, spate_core::error::Fault::User)
     }
 }
 
@@ -258,8 +277,9 @@ pub(crate) enum After {
     Clean,
     /// Insert this copy, encoded for the new types, too.
     Copy(Prepared),
-    /// Fail the chunk unacknowledged; its messages are read again.
-    Failed(spate_core::error::FatalError),
+    /// The chunk ends here unacknowledged: failed (its messages are read
+    /// again) or abandoned at the drain deadline.
+    Stop(Attempt),
 }
 
 #[cfg(test)]

@@ -376,7 +376,10 @@ async fn refresh_once(live: &LiveSchema, shards: &[Arc<Shard<ChClient>>], db: &s
             table,
             disagree.join(", ")
         );
-        tracing::warn!(table = %live.table, problem = %msg, "replicas disagree on the table's columns");
+        // Logged when it starts or changes, not at every re-read.
+        if live.problem().as_deref() != Some(msg.as_str()) {
+            tracing::warn!(table = %live.table, problem = %msg, "replicas disagree on the table's columns");
+        }
         live.set_problem(Some(msg), false);
         return;
     }

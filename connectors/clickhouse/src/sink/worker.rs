@@ -541,7 +541,7 @@ impl<C: InsertTarget> Worker<C> {
                             checked = true;
                             continue;
                         }
-                        After::Failed(e) => return Attempt::Failed(e),
+                        After::Stop(a) => return a,
                         After::Clean => return Attempt::Inserted,
                     }
                 }
