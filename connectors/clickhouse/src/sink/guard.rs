@@ -14,10 +14,12 @@
 //! - after the server confirmed a RowBinary insert
 //!   ([`Worker::types_after`]; a Native block of another type is refused,
 //!   not misread): a change there means the ALTER committed while the
-//!   insert was on its way, possibly first. The insert is logged by topic, partition and
-//!   offsets and counted in `spate_schema_races_total`; under at-least-once
-//!   a copy encoded for the new types is inserted as well (under
-//!   exactly-once a copy would be a duplicate, so only the log says it).
+//!   insert was on its way, possibly first. The insert is logged by topic,
+//!   partition and offsets and counted in `spate_schema_races_total`;
+//!   under at-least-once a copy encoded for the new types is inserted as
+//!   well, or, if none can be made, the chunk fails unacknowledged and its
+//!   messages are read again (under exactly-once a copy would be a
+//!   duplicate, so only the log says it).
 //!
 //! Touched by insert workers (tokio tasks), one check per attempt.
 
