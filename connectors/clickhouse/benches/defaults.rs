@@ -11,8 +11,11 @@
 //! - `defaults_half_missing`: every other message lacks `s` and `ts`: two
 //!   blocks, each naming only its columns (the server computes the rest).
 //!
-//! The figure is the ratio of the `defaults_*` times to `plain` (in the
-//! bench README and the note), measured in one run. Run:
+//! The figure is the ratio of the `defaults_*` times to `plain`. Before
+//! criterion's groups, the three cases run interleaved, one batch each in
+//! turn for 301 rounds, and the median per-round ratio is printed
+//! (`defaults_18_16 interleaved: ...`): on a shared machine that ratio is
+//! steadier than two criterion estimates taken seconds apart. Run:
 //! `cargo bench -p spate_clickhouse --bench defaults`.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -113,29 +116,67 @@ fn msg(payload: &str, offset: i64) -> Message<'_> {
     }
 }
 
+/// One batch of `case`: encode every message, transpose; the bytes sent.
+fn batch(case: &mut Case, rows: &mut Vec<u8>) -> usize {
+    rows.clear();
+    for (k, p) in case.payloads.iter().enumerate() {
+        case.encoder
+            .encode(&msg(p, k as i64), rows)
+            .expect("a generated event encodes");
+    }
+    case.layout.transpose(rows).expect("transpose").len()
+}
+
+fn cases() -> [Case; 3] {
+    [
+        case("plain", false, false),
+        case("defaults_all_present", true, false),
+        case("defaults_half_missing", true, true),
+    ]
+}
+
+/// The cases in turn, one batch each per round; the median ratio to
+/// `plain` per round.
+fn interleaved() {
+    const ROUNDS: usize = 301;
+    let mut cases = cases();
+    let mut rows = Vec::with_capacity(1 << 20);
+    let mut times = vec![Vec::with_capacity(ROUNDS); cases.len()];
+    for round in 0..ROUNDS + 10 {
+        for (case, t) in cases.iter_mut().zip(&mut times) {
+            let start = std::time::Instant::now();
+            black_box(batch(case, &mut rows));
+            if round >= 10 {
+                t.push(start.elapsed().as_secs_f64());
+            }
+        }
+    }
+    for (case, t) in cases.iter().zip(&times).skip(1) {
+        let mut ratios: Vec<f64> = t.iter().zip(&times[0]).map(|(a, b)| a / b).collect();
+        ratios.sort_by(f64::total_cmp);
+        let q = |f: f64| ratios[((ratios.len() - 1) as f64 * f) as usize];
+        println!(
+            "defaults_18_16 interleaved: {} / plain = {:.2} (quartiles {:.2}..{:.2}, {ROUNDS} rounds)",
+            case.name,
+            q(0.5),
+            q(0.25),
+            q(0.75)
+        );
+    }
+}
+
 fn batches(c: &mut Criterion) {
+    interleaved();
     let mut group = c.benchmark_group("defaults_18_16");
     group
         .sample_size(20)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2))
         .throughput(Throughput::Elements(ROWS as u64));
-    for mut case in [
-        case("plain", false, false),
-        case("defaults_all_present", true, false),
-        case("defaults_half_missing", true, true),
-    ] {
+    for mut case in cases() {
         let mut rows = Vec::with_capacity(1 << 20);
         group.bench_function(case.name, |b| {
-            b.iter(|| {
-                rows.clear();
-                for (k, p) in case.payloads.iter().enumerate() {
-                    case.encoder
-                        .encode(&msg(p, k as i64), &mut rows)
-                        .expect("a generated event encodes");
-                }
-                black_box(case.layout.transpose(&rows).expect("transpose").len())
-            });
+            b.iter(|| black_box(batch(&mut case, &mut rows)));
         });
     }
     group.finish();
