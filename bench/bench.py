@@ -154,6 +154,16 @@ def rows_so_far(table):
                   timeout=5) or 0)
 
 
+def inserted_parts(table):
+    """Parts the inserts into `table` created: the level-0 parts, active or
+    already merged away (the server keeps merged parts for
+    old_parts_lifetime, 8 minutes, and tables are dropped at the end of a
+    suite). One insert of fewer than max_insert_block_size rows makes one."""
+    db, name = table.split(".")
+    return int(ch(f"SELECT countIf(level = 0) FROM system.parts WHERE database = '{db}' AND table = '{name}'")
+               or 0)
+
+
 def server_cpu_s():
     """user+sys CPU seconds of the local ClickHouse server so far, or None."""
     if not CH_PID_FILE or not os.path.exists(CH_PID_FILE):
@@ -242,6 +252,7 @@ def run_spate(topic, label, extra, keep=False, replicated=False):
         "server_cpu_s_per_million": (server1 - server0) / (rows / 1e6) if server0 is not None else None,
         "peak_rss_mib": usage.ru_maxrss / 1024,
         "args": " ".join(extra),
+        "inserts": inserted_parts(table),
     }
     if keep:
         result["table"] = table
@@ -379,7 +390,7 @@ def suite_e2e(topic, date):
     micro = run_micro() if MICRO else []
     micro_table = micro_rows(micro)
     payload_bytes = None
-    consume, spate, insert = [], [], []
+    consume, spate, insert, fixed = [], [], [], []
     rowbinary = os.path.join(tempfile.gettempdir(), f"spate-bench-{os.getpid()}.rowbinary")
     try:
         for i in range(REPEAT):
@@ -388,6 +399,9 @@ def suite_e2e(topic, date):
             payload_bytes = c["payload_bytes"]
             s = run_spate(topic, f"spate-{i}", [], keep=(i == 0))
             spate.append(s)
+            # The same with the fixed 100k-row batches spate cut before the
+            # row limit followed the rate (issue 20): before/after, one run.
+            fixed.append(run_spate(topic, f"spate-batch-rows-100k-{i}", ["--batch-rows", "100000"]))
             if i == 0:
                 size = export_rowbinary(s["table"], rowbinary)
                 drop_table(s["table"])
@@ -395,7 +409,8 @@ def suite_e2e(topic, date):
             ins = run_insert_ceiling(rowbinary, f"insert-ceiling-{i}")
             insert.append(ins)
             log(f"  round {i}: consume ceiling {c['rows_per_s']:,.0f}/s, spate {s['rows_per_s']:,.0f}/s "
-                f"({s['cpu_s_per_million']:.2f} CPU s/M, {s['peak_rss_mib']:.0f} MiB), "
+                f"({s['cpu_s_per_million']:.2f} CPU s/M, {s['peak_rss_mib']:.0f} MiB, {s['inserts']} inserts; "
+                f"--batch-rows 100000: {fixed[-1]['rows_per_s']:,.0f}/s, {fixed[-1]['inserts']} inserts), "
                 f"insert ceiling {ins['rows_per_s']:,.0f}/s")
     finally:
         if os.path.exists(rowbinary):
@@ -465,22 +480,28 @@ def suite_e2e(topic, date):
             md.append(f"| {name} | {fmt(ns, '.0f')} | {fmt(mbs, '.1f')} |")
         md.append("")
     md.append("## End to end\n")
-    md.append("| run | steady rows/s | MB/s | CPU s / M rows | server CPU s / M rows | peak RSS MiB | wall s |")
-    md.append("|---|---:|---:|---:|---:|---:|---:|")
+    md.append("| run | steady rows/s | MB/s | CPU s / M rows | server CPU s / M rows | peak RSS MiB | wall s | inserts |")
+    md.append("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in consume:
         md.append(f"| {r['label']} | {r['rows_per_s']:,.0f} | {r['rows_per_s'] * avg_bytes / 1e6:.0f} | "
-                  f"{r['cpu_s_per_million']:.2f} | — | {r['peak_rss_mib']:.0f} | — |")
-    for r in spate:
+                  f"{r['cpu_s_per_million']:.2f} | — | {r['peak_rss_mib']:.0f} | — | — |")
+    for r in spate + fixed:
         md.append(f"| {r['label']} | {r['rows_per_s']:,.0f} | {r['rows_per_s'] * avg_bytes / 1e6:.0f} | "
                   f"{r['cpu_s_per_million']:.2f} | {fmt(r['server_cpu_s_per_million'], '.2f')} | "
-                  f"{r['peak_rss_mib']:.0f} | {r['wall_s']:.1f} |")
+                  f"{r['peak_rss_mib']:.0f} | {r['wall_s']:.1f} | {r['inserts']} |")
     for r in insert:
         md.append(f"| {r['label']} (clickhouse-client) | {r['rows_per_s']:,.0f} | — | "
                   f"{r['client_cpu_s_per_million']:.2f} | {fmt(r['server_cpu_s_per_million'], '.2f')} | — | "
-                  f"{r['wall_s']:.1f} |")
+                  f"{r['wall_s']:.1f} | — |")
     md.append("")
     md.append(f"Lower ceiling: {'consume' if consume_rate <= insert_rate else 'insert'} "
               f"({ceiling:,.0f} rows/s); spate reaches **{fraction:.2f}** of it.\n")
+    f_server = med(fixed, "server_cpu_s_per_million")
+    md.append("Row limit from the rate (default) against the fixed `--batch-rows 100000` of before, "
+              f"medians of the alternated runs: rows/s {rate:,.0f} / {med(fixed, 'rows_per_s'):,.0f} = "
+              f"{rate / med(fixed, 'rows_per_s'):.2f}; spate CPU s / M rows {cpu:.2f} / "
+              f"{med(fixed, 'cpu_s_per_million'):.2f}; server CPU s / M rows {fmt(server_cpu, '.2f')} / "
+              f"{fmt(f_server, '.2f')}; inserts {med(spate, 'inserts'):.0f} / {med(fixed, 'inserts'):.0f}.\n")
     if peers:
         md.append("## Peers, same topic, same run\n")
         md.append("| connector | steady rows/s | own CPU s / M rows | server CPU s / M rows | total CPU s / M rows |")
@@ -499,11 +520,11 @@ def suite_e2e(topic, date):
         md.append("")
     if sweep:
         md.append(f"## Throughput against --batch-rows\n\n![throughput against --batch-rows]({os.path.basename(png)})\n")
-        md.append("| --batch-rows | steady rows/s | CPU s / M rows | server CPU s / M rows | peak RSS MiB |")
-        md.append("|---:|---:|---:|---:|---:|")
+        md.append("| --batch-rows | steady rows/s | CPU s / M rows | server CPU s / M rows | peak RSS MiB | inserts |")
+        md.append("|---:|---:|---:|---:|---:|---:|")
         for r in sweep:
             md.append(f"| {r['batch_rows']:,} | {r['rows_per_s']:,.0f} | {r['cpu_s_per_million']:.2f} | "
-                      f"{fmt(r['server_cpu_s_per_million'], '.2f')} | {r['peak_rss_mib']:.0f} |")
+                      f"{fmt(r['server_cpu_s_per_million'], '.2f')} | {r['peak_rss_mib']:.0f} | {r['inserts']} |")
         md.append("\n(with `--batch-bytes 256MiB --max-buffered-bytes 1GiB`, so that rows close the batches)\n")
 
     # ---- the targets

@@ -9,7 +9,7 @@
 //! ack channel. What the drivers need to feed each sink is returned as a
 //! [`Route`].
 
-use crate::cli::RunArgs;
+use crate::cli::{Delivery, RunArgs};
 use crate::exit::Exit;
 use crate::settings::{sink_spec, Validated};
 use spate_clickhouse::{ChClient, ChClientOptions, ChDeadLetters, RetryPolicy, TableRef};
@@ -18,7 +18,7 @@ use spate_core::health::TransientStalls;
 use spate_core::metrics::Metrics;
 use spate_core::pipeline::SinkRuntime;
 use spate_core::policy::{AllOf, DeadLetterSink, Rejections};
-use spate_core::sink::{AckSender, BatchLimits, ShardQueues};
+use spate_core::sink::{AckSender, BatchLimits, RowSizing, ShardQueues, AUTO_MAX_ROWS};
 use spate_kafka::KafkaDeadLetters;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -242,8 +242,26 @@ fn dead_letter_table(
     })
 }
 
+/// Rows of an exactly-once block when `--batch-rows` is not given: its
+/// blocks are cut per partition and replayed at recorded offsets, so they
+/// keep a fixed size (the rate rule is for the shared batches).
+const EXACTLY_ONCE_ROWS: u64 = 100_000;
+
+/// The most rows of one of the pipeline's batches: `--batch-rows` if given,
+/// else the rate rule's cap (see [`batch_limits`]).
+pub(super) fn row_cap(a: &RunArgs) -> u64 {
+    match (a.batch_rows, a.delivery) {
+        (Some(rows), _) => rows,
+        (None, Delivery::ExactlyOnce) => EXACTLY_ONCE_ROWS,
+        (None, Delivery::AtLeastOnce) => AUTO_MAX_ROWS,
+    }
+}
+
 /// One pipeline's batch limits: its flags, `--batch-bytes` lowered to the
-/// budget's share of an open batch.
+/// budget's share of an open batch. Without `--batch-rows` (at least once),
+/// the row limit follows the observed rate: about one insert per second
+/// per shard from all `drivers` together, at most [`AUTO_MAX_ROWS`], and
+/// the bytes (the budget's share) and `--flush-interval` still cut first.
 fn batch_limits(a: &RunArgs, budget: &Budget, drivers: usize, total_shards: usize) -> BatchLimits {
     let batch_bytes = a.batch_bytes.min(budget.batch_bytes);
     if batch_bytes < a.batch_bytes {
@@ -252,11 +270,16 @@ fn batch_limits(a: &RunArgs, budget: &Budget, drivers: usize, total_shards: usiz
             "--batch-bytes lowered so {drivers} drivers' open batches for {total_shards} shards fit in a quarter of --max-buffered-bytes"
         );
     }
+    let sizing = match (a.batch_rows, a.delivery) {
+        (None, Delivery::AtLeastOnce) => RowSizing::one_insert_per_second(drivers),
+        _ => RowSizing::Fixed,
+    };
     BatchLimits {
-        rows: a.batch_rows,
+        rows: row_cap(a),
         bytes: batch_bytes,
         interval: a.flush_interval,
         jitter: 0.1,
+        sizing,
     }
 }
 

@@ -34,12 +34,17 @@
 //! (unkeyed, [`route_blocks`](ShardWriter::route_blocks)) the whole block
 //! to the shard its partition and first offset pick.
 //!
+//! Row limit: fixed ([`BatchLimits::rows`]), or under
+//! [`RowSizing::Auto`] set per shard from the rate its chunks filled at
+//! (see [`super::sizing`]); the bytes and the age limits hold either way.
+//!
 //! Time: a chunk's age deadline is read from the writer's injected
 //! [`Clock`] (the runtime's clock; a [`ManualClock`](crate::clock::ManualClock)
 //! in tests), and [`tick`](ShardWriter::tick) is given the driver's reading
 //! of the same clock.
 
 use super::blocks::{block_shard, Before, BlockPlans, LaneBlock};
+use super::sizing::{RateSizer, RowSizing};
 use super::{Chunk, ChunkSpan, RowIndex, RowOrigin, ShardQueues};
 use crate::checkpoint::{AckRange, PendingGate};
 use crate::clock::{self, SharedClock};
@@ -60,6 +65,9 @@ pub struct BatchLimits {
     pub interval: Duration,
     /// Random extra fraction of `interval` (0.0–1.0) per chunk.
     pub jitter: f64,
+    /// Whether `rows` is the limit or the cap of a rate-sized limit
+    /// (exactly-once blocks always use `rows`).
+    pub sizing: RowSizing,
 }
 
 impl Default for BatchLimits {
@@ -69,6 +77,7 @@ impl Default for BatchLimits {
             bytes: 16 << 20,
             interval: Duration::from_secs(1),
             jitter: 0.1,
+            sizing: RowSizing::Fixed,
         }
     }
 }
@@ -92,6 +101,8 @@ struct OpenChunk {
     data: Vec<u8>,
     rows: u64,
     deadline: Option<Instant>,
+    /// When the first row was appended (the rate sizer's fill time).
+    opened: Option<Instant>,
     pieces: Vec<Piece>,
     /// Per row: where it ends and which piece it belongs to.
     index: Vec<RowOrigin>,
@@ -139,6 +150,9 @@ pub struct ShardWriter {
     queues: ShardQueues,
     limits: BatchLimits,
     open: Vec<OpenChunk>,
+    /// Per shard: the row limit of its open chunk, and the rate it is set from.
+    row_limit: Vec<u64>,
+    sizers: Vec<RateSizer>,
     lanes: Vec<Option<LaneState>>,
     rng: u64,
     clock: SharedClock,
@@ -164,6 +178,8 @@ impl ShardWriter {
             queues,
             limits,
             open: (0..shards).map(|_| OpenChunk::default()).collect(),
+            row_limit: vec![limits.rows; shards],
+            sizers: vec![RateSizer::default(); shards],
             lanes: Vec::new(),
             rng: seed | 1,
             clock: clock::system(),
@@ -341,7 +357,9 @@ impl ShardWriter {
                 .limits
                 .interval
                 .mul_f64(self.limits.jitter * unit(&mut self.rng));
-            chunk.deadline = Some(self.clock.now() + self.limits.interval + jitter);
+            let now = self.clock.now();
+            chunk.opened = Some(now);
+            chunk.deadline = Some(now + self.limits.interval + jitter);
         }
         let lane = self.lanes[slot]
             .as_mut()
@@ -384,11 +402,12 @@ impl ShardWriter {
             g.dispatched(1);
         }
         // Row ends are u32 in the index: seal well before that overflows.
-        if chunk.rows >= self.limits.rows
+        if chunk.rows >= self.row_limit[shard]
             || chunk.data.len() >= self.limits.bytes
             || chunk.data.len() >= (u32::MAX / 2) as usize
         {
-            self.seal(shard)?;
+            let now = self.clock.now();
+            self.seal_measured(shard, now)?;
         }
         Ok(Ok(()))
     }
@@ -422,7 +441,7 @@ impl ShardWriter {
     pub fn tick(&mut self, now: Instant) -> Result<(), ChainError> {
         for shard in 0..self.open.len() {
             if self.open[shard].deadline.is_some_and(|d| d <= now) {
-                self.seal(shard)?;
+                self.seal_measured(shard, now)?;
             }
         }
         for slot in 0..self.lanes.len() {
@@ -644,6 +663,28 @@ impl ShardWriter {
                 .map_err(|_| ChainError::QueueClosed { shard })?;
         }
         Ok(())
+    }
+
+    /// The row limit of `shard`'s open chunk (fixed, or set from the rate
+    /// its last chunks filled at).
+    #[must_use]
+    pub fn row_limit(&self, shard: usize) -> u64 {
+        self.row_limit[shard]
+    }
+
+    /// Seal `shard`'s chunk at a limit (rows, bytes, age) at `now`: its
+    /// fill time measures the rate the next chunk's row limit is set from.
+    /// A flush's seals are not measured (see [`RateSizer::observe`]).
+    fn seal_measured(&mut self, shard: usize, now: Instant) -> Result<(), ChainError> {
+        if let RowSizing::Auto { .. } = self.limits.sizing {
+            let chunk = &self.open[shard];
+            if let Some(opened) = chunk.opened {
+                let sizer = &mut self.sizers[shard];
+                sizer.observe(chunk.rows, now.saturating_duration_since(opened));
+                self.row_limit[shard] = sizer.rows(self.limits.sizing, self.limits.rows);
+            }
+        }
+        self.seal(shard)
     }
 
     fn seal(&mut self, shard: usize) -> Result<(), ChainError> {
