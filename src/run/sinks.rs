@@ -311,13 +311,15 @@ struct Budget {
     shard_high_water: usize,
     /// Most bytes of a batch sized from the rate: every worker of a shard
     /// can have one in flight (the chunk and its [`IN_FLIGHT_COPIES`], all
-    /// counted in the queue's depth) while the depth stays below the high
-    /// water, so lanes keep feeding the shard during inserts. Larger
-    /// batches fit the memory budget too, but then two inserts in flight
-    /// pause the lanes until the depth falls below half the high water,
-    /// which alternates consuming and inserting instead of overlapping
-    /// them (`make bench`, 2026-12-01: 16 MiB batches ran at 0.6-0.7 of
-    /// the rate of 10 MiB ones).
+    /// counted in the queue's depth) with a tenth of the high water to
+    /// spare, so lanes keep feeding the shard during inserts. Larger
+    /// batches fit the memory budget too, but then the inserts in flight
+    /// hold the depth at the high water and the lanes stay paused until it
+    /// falls below half of it, which alternates consuming and inserting
+    /// instead of overlapping them (`make bench` 2026-12-01T1815Z and
+    /// T1829Z: 16 MiB and 10.7 MiB batches ran at 0.6-0.8 of the rate of
+    /// the 100k-row, ~10 MiB ones; a 2M-row A/B: 10.7 MiB at 0.58 of
+    /// 10 MiB).
     flowing_batch_bytes: usize,
 }
 
@@ -335,7 +337,7 @@ impl Budget {
         Self {
             batch_bytes,
             shard_high_water,
-            flowing_batch_bytes: (shard_high_water / per_insert)
+            flowing_batch_bytes: (shard_high_water / 10 * 9 / per_insert)
                 .min(batch_bytes)
                 .max(64 << 10),
         }
@@ -357,7 +359,7 @@ mod tests {
             Budget {
                 batch_bytes: 16 << 20,
                 shard_high_water: 64 << 20,
-                flowing_batch_bytes: (64 << 20) / 6,
+                flowing_batch_bytes: (64 << 20) / 10 * 9 / 6,
             }
         );
         let b = Budget::split(256 << 20, 64, 2, 2);
@@ -392,7 +394,7 @@ mod tests {
                 let flowing = workers * (1 + IN_FLIGHT_COPIES) * b.flowing_batch_bytes;
                 assert!(b.flowing_batch_bytes <= b.batch_bytes);
                 assert!(
-                    flowing <= b.shard_high_water || b.flowing_batch_bytes == 64 << 10,
+                    flowing <= b.shard_high_water / 10 * 9 || b.flowing_batch_bytes == 64 << 10,
                     "{total} {drivers}/{shards}/{workers}: every worker's rate-sized insert in flight stays below the high water"
                 );
             }
