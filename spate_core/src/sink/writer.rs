@@ -51,6 +51,7 @@ use crate::clock::{self, SharedClock};
 use crate::error::ChainError;
 use crate::record::{Offset, PartitionId};
 use crate::source::LaneId;
+use segments::{spans_of, LaneState, Piece, NO_PIECE};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -82,20 +83,6 @@ impl Default for BatchLimits {
     }
 }
 
-const NO_PIECE: usize = usize::MAX;
-
-#[derive(Debug)]
-struct Piece {
-    slot: usize,
-    lane: LaneId,
-    seq: u64,
-    start: Offset,
-    /// Last offset of this lane's rows in the chunk.
-    last: Offset,
-    partition: Option<PartitionId>,
-    rows: u64,
-}
-
 #[derive(Debug, Default)]
 struct OpenChunk {
     data: Vec<u8>,
@@ -108,40 +95,6 @@ struct OpenChunk {
     index: Vec<RowOrigin>,
     /// Per row, the original message (only while originals are kept).
     originals: Vec<super::Original>,
-}
-
-#[derive(Debug)]
-struct SealedSegment {
-    seq: u64,
-    end: Offset,
-    parts: u32,
-    remaining: u32,
-}
-
-#[derive(Debug)]
-struct LaneState {
-    id: LaneId,
-    partition: Option<PartitionId>,
-    gate: Option<PendingGate>,
-    /// The open segment's number.
-    seq: u64,
-    /// Last offset appended to the open segment.
-    end: Offset,
-    /// Per shard: index of this lane's piece of the open segment in that
-    /// shard's open chunk, or `NO_PIECE`.
-    piece: Vec<usize>,
-    /// Chunks holding pieces of the open segment.
-    open_parts: u32,
-    /// Closed segments with pieces still sitting in open chunks.
-    sealed: Vec<SealedSegment>,
-    /// Shards this lane appended rows to since [`ShardWriter::take_fed`].
-    fed: u64,
-    /// Exactly-once: the lane's own open block.
-    block: Option<LaneBlock>,
-    /// Exactly-once: the epoch of the lane's assignment.
-    epoch: Option<u64>,
-    /// The open segment covers skipped offsets (see [`ShardWriter::skip`]).
-    skipped: bool,
 }
 
 /// Batches encoded rows per shard and pushes sealed chunks.
@@ -741,96 +694,6 @@ impl ShardWriter {
     }
 }
 
-impl LaneState {
-    /// The open segment, if it holds skipped offsets and no rows, as a
-    /// one-part row-less range; closes it.
-    fn close_skipped(&mut self) -> Option<AckRange> {
-        if !self.skipped || self.open_parts > 0 {
-            return None;
-        }
-        self.skipped = false;
-        let range = AckRange {
-            lane: self.id,
-            seq: self.seq,
-            parts: 1,
-            part: 0,
-            start: self.end,
-            end: self.end,
-            rows: 0,
-        };
-        self.seq += 1;
-        Some(range)
-    }
-
-    fn seal_piece(&mut self, piece: &Piece, shard: usize) -> AckRange {
-        if piece.seq == self.seq {
-            // First seal touching the open segment: close it.
-            let parts = self.open_parts.max(1);
-            if parts > 1 {
-                self.sealed.push(SealedSegment {
-                    seq: self.seq,
-                    end: self.end,
-                    parts,
-                    remaining: parts - 1,
-                });
-            }
-            let range = AckRange {
-                lane: self.id,
-                seq: self.seq,
-                parts,
-                part: shard as u32,
-                start: piece.start,
-                end: self.end,
-                rows: piece.rows,
-            };
-            self.seq += 1;
-            self.open_parts = 0;
-            self.skipped = false;
-            self.piece.iter_mut().for_each(|p| *p = NO_PIECE);
-            range
-        } else {
-            let idx = self
-                .sealed
-                .iter()
-                .position(|s| s.seq == piece.seq)
-                .expect("piece of a closed segment has its record");
-            let s = &mut self.sealed[idx];
-            let range = AckRange {
-                lane: self.id,
-                seq: s.seq,
-                parts: s.parts,
-                part: shard as u32,
-                start: piece.start,
-                end: s.end,
-                rows: piece.rows,
-            };
-            s.remaining -= 1;
-            if s.remaining == 0 {
-                self.sealed.swap_remove(idx);
-            }
-            range
-        }
-    }
-}
-
-/// The spans of a chunk's pieces, or none if any piece's partition is
-/// unknown (a partial list must never pass for the whole chunk).
-fn spans_of(pieces: &[Piece]) -> Vec<ChunkSpan> {
-    pieces
-        .iter()
-        .map(|p| {
-            Some(ChunkSpan {
-                partition: p.partition.clone()?,
-                first: p.start,
-                last: p.last,
-                rows: p.rows,
-                epoch: None,
-            })
-        })
-        .collect::<Option<Vec<_>>>()
-        .unwrap_or_default()
-}
-
 /// xorshift64*: a tiny PRNG for flush jitter, in [0, 1).
 fn unit(state: &mut u64) -> f64 {
     let mut x = *state;
@@ -840,6 +703,9 @@ fn unit(state: &mut u64) -> f64 {
     *state = x;
     (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
 }
+
+#[path = "writer_segments.rs"]
+mod segments;
 
 #[cfg(all(test, not(loom)))]
 #[path = "writer_tests.rs"]
