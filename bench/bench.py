@@ -20,7 +20,11 @@ Suites (BENCH_SUITE, comma-separated; default "e2e,formats,delivery", so
      Kafka engine + a materialized view consuming the same topic.
   5. Throughput against --batch-rows 10k, 50k, 100k, 500k (a PNG plot).
   Every figure is the median over the repeats. spate's rate is reported as a
-  fraction of the lower ceiling, and the targets are checked.
+  fraction of the lower ceiling, and issue 20's targets are checked, each a
+  ratio of two figures of this run (issue20_targets): one line per target
+  at the end of the output,
+    bench: target <name> ratio=<float>|none limit=<=<float>|>=<float> met|missed
+  just above the summary lines.
 
 - backpressure: the default memory budget against one too large to ever
   pause a lane (the ratio of steady rates; issue: within 5%).
@@ -150,6 +154,16 @@ def rows_so_far(table):
                   timeout=5) or 0)
 
 
+def inserted_parts(table):
+    """Parts the inserts into `table` created: the level-0 parts, active or
+    already merged away (the server keeps merged parts for
+    old_parts_lifetime, 8 minutes, and tables are dropped at the end of a
+    suite). One insert of fewer than max_insert_block_size rows makes one."""
+    db, name = table.split(".")
+    return int(ch(f"SELECT countIf(level = 0) FROM system.parts WHERE database = '{db}' AND table = '{name}'")
+               or 0)
+
+
 def server_cpu_s():
     """user+sys CPU seconds of the local ClickHouse server so far, or None."""
     if not CH_PID_FILE or not os.path.exists(CH_PID_FILE):
@@ -238,6 +252,7 @@ def run_spate(topic, label, extra, keep=False, replicated=False):
         "server_cpu_s_per_million": (server1 - server0) / (rows / 1e6) if server0 is not None else None,
         "peak_rss_mib": usage.ru_maxrss / 1024,
         "args": " ".join(extra),
+        "inserts": inserted_parts(table),
     }
     if keep:
         result["table"] = table
@@ -375,7 +390,7 @@ def suite_e2e(topic, date):
     micro = run_micro() if MICRO else []
     micro_table = micro_rows(micro)
     payload_bytes = None
-    consume, spate, insert = [], [], []
+    consume, spate, insert, fixed = [], [], [], []
     rowbinary = os.path.join(tempfile.gettempdir(), f"spate-bench-{os.getpid()}.rowbinary")
     try:
         for i in range(REPEAT):
@@ -384,6 +399,9 @@ def suite_e2e(topic, date):
             payload_bytes = c["payload_bytes"]
             s = run_spate(topic, f"spate-{i}", [], keep=(i == 0))
             spate.append(s)
+            # The same with the fixed 100k-row batches spate cut before the
+            # row limit followed the rate (issue 20): before/after, one run.
+            fixed.append(run_spate(topic, f"spate-batch-rows-100k-{i}", ["--batch-rows", "100000"]))
             if i == 0:
                 size = export_rowbinary(s["table"], rowbinary)
                 drop_table(s["table"])
@@ -391,7 +409,8 @@ def suite_e2e(topic, date):
             ins = run_insert_ceiling(rowbinary, f"insert-ceiling-{i}")
             insert.append(ins)
             log(f"  round {i}: consume ceiling {c['rows_per_s']:,.0f}/s, spate {s['rows_per_s']:,.0f}/s "
-                f"({s['cpu_s_per_million']:.2f} CPU s/M, {s['peak_rss_mib']:.0f} MiB), "
+                f"({s['cpu_s_per_million']:.2f} CPU s/M, {s['peak_rss_mib']:.0f} MiB, {s['inserts']} inserts; "
+                f"--batch-rows 100000: {fixed[-1]['rows_per_s']:,.0f}/s, {fixed[-1]['inserts']} inserts), "
                 f"insert ceiling {ins['rows_per_s']:,.0f}/s")
     finally:
         if os.path.exists(rowbinary):
@@ -461,22 +480,28 @@ def suite_e2e(topic, date):
             md.append(f"| {name} | {fmt(ns, '.0f')} | {fmt(mbs, '.1f')} |")
         md.append("")
     md.append("## End to end\n")
-    md.append("| run | steady rows/s | MB/s | CPU s / M rows | server CPU s / M rows | peak RSS MiB | wall s |")
-    md.append("|---|---:|---:|---:|---:|---:|---:|")
+    md.append("| run | steady rows/s | MB/s | CPU s / M rows | server CPU s / M rows | peak RSS MiB | wall s | inserts |")
+    md.append("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in consume:
         md.append(f"| {r['label']} | {r['rows_per_s']:,.0f} | {r['rows_per_s'] * avg_bytes / 1e6:.0f} | "
-                  f"{r['cpu_s_per_million']:.2f} | — | {r['peak_rss_mib']:.0f} | — |")
-    for r in spate:
+                  f"{r['cpu_s_per_million']:.2f} | — | {r['peak_rss_mib']:.0f} | — | — |")
+    for r in spate + fixed:
         md.append(f"| {r['label']} | {r['rows_per_s']:,.0f} | {r['rows_per_s'] * avg_bytes / 1e6:.0f} | "
                   f"{r['cpu_s_per_million']:.2f} | {fmt(r['server_cpu_s_per_million'], '.2f')} | "
-                  f"{r['peak_rss_mib']:.0f} | {r['wall_s']:.1f} |")
+                  f"{r['peak_rss_mib']:.0f} | {r['wall_s']:.1f} | {r['inserts']} |")
     for r in insert:
         md.append(f"| {r['label']} (clickhouse-client) | {r['rows_per_s']:,.0f} | — | "
                   f"{r['client_cpu_s_per_million']:.2f} | {fmt(r['server_cpu_s_per_million'], '.2f')} | — | "
-                  f"{r['wall_s']:.1f} |")
+                  f"{r['wall_s']:.1f} | — |")
     md.append("")
     md.append(f"Lower ceiling: {'consume' if consume_rate <= insert_rate else 'insert'} "
               f"({ceiling:,.0f} rows/s); spate reaches **{fraction:.2f}** of it.\n")
+    f_server = med(fixed, "server_cpu_s_per_million")
+    md.append("Row limit from the rate (default) against the fixed `--batch-rows 100000` of before, "
+              f"medians of the alternated runs: rows/s {rate:,.0f} / {med(fixed, 'rows_per_s'):,.0f} = "
+              f"{rate / med(fixed, 'rows_per_s'):.2f}; spate CPU s / M rows {cpu:.2f} / "
+              f"{med(fixed, 'cpu_s_per_million'):.2f}; server CPU s / M rows {fmt(server_cpu, '.2f')} / "
+              f"{fmt(f_server, '.2f')}; inserts {med(spate, 'inserts'):.0f} / {med(fixed, 'inserts'):.0f}.\n")
     if peers:
         md.append("## Peers, same topic, same run\n")
         md.append("| connector | steady rows/s | own CPU s / M rows | server CPU s / M rows | total CPU s / M rows |")
@@ -495,41 +520,81 @@ def suite_e2e(topic, date):
         md.append("")
     if sweep:
         md.append(f"## Throughput against --batch-rows\n\n![throughput against --batch-rows]({os.path.basename(png)})\n")
-        md.append("| --batch-rows | steady rows/s | CPU s / M rows | server CPU s / M rows | peak RSS MiB |")
-        md.append("|---:|---:|---:|---:|---:|")
+        md.append("| --batch-rows | steady rows/s | CPU s / M rows | server CPU s / M rows | peak RSS MiB | inserts |")
+        md.append("|---:|---:|---:|---:|---:|---:|")
         for r in sweep:
             md.append(f"| {r['batch_rows']:,} | {r['rows_per_s']:,.0f} | {r['cpu_s_per_million']:.2f} | "
-                      f"{fmt(r['server_cpu_s_per_million'], '.2f')} | {r['peak_rss_mib']:.0f} |")
+                      f"{fmt(r['server_cpu_s_per_million'], '.2f')} | {r['peak_rss_mib']:.0f} | {r['inserts']} |")
         md.append("\n(with `--batch-bytes 256MiB --max-buffered-bytes 1GiB`, so that rows close the batches)\n")
 
     # ---- the targets
-    checks = []
+    targets = issue20_targets(cpu, server_cpu, rate, ceiling, rss, consume, insert, peers)
+    earlier = []
     small = [ns for name, ns, _ in micro_table if ns is not None and name.startswith("small")]
     if small:
         worst = max(small)
-        checks.append((f"hot path ≤ 1000 ns per small row: {worst:.0f} ns (slowest small benchmark)", worst <= 1000))
-    checks.append((f"spate CPU ≤ 1.5 s per million rows: {cpu:.2f}", cpu <= 1.5))
-    checks.append((f"throughput ≥ 0.80 of the lower ceiling: {fraction:.2f}", fraction >= 0.8))
-    checks.append((f"peak RSS ≤ budget + 64 MiB = {DEFAULT_BUDGET_MIB + 64} MiB: {rss:.0f} MiB",
-                   rss <= DEFAULT_BUDGET_MIB + 64))
+        earlier.append((f"hot path ≤ 1000 ns per small row: {worst:.0f} ns (slowest small benchmark)", worst <= 1000))
+    earlier.append((f"spate CPU ≤ 1.5 s per million rows: {cpu:.2f}", cpu <= 1.5))
     for p in peers:
-        if "error" in p:
-            checks.append((f"beats {p['label']}: not measured ({p['error']})", False))
-            continue
-        if server_cpu is not None:
+        if "error" not in p and server_cpu is not None:
             total = cpu + server_cpu
-            checks.append((f"spate + server CPU per million rows below {p['label']}'s: "
-                           f"{total:.2f} < {p['server_cpu_s_per_million']:.2f}",
-                           total < p["server_cpu_s_per_million"]))
-        checks.append((f"rows/s at least twice {p['label']}'s: {rate:,.0f} ≥ 2 × {p['rows_per_s']:,.0f} "
-                       f"({rate / p['rows_per_s']:.2f}×)", rate >= 2 * p["rows_per_s"]))
-    md.append("## Targets\n")
-    for text, ok in checks:
+            earlier.append((f"spate + server CPU per million rows below {p['label']}'s: "
+                            f"{total:.2f} < {p['server_cpu_s_per_million']:.2f}",
+                            total < p["server_cpu_s_per_million"]))
+    md.append("## Targets (issue 20: ratios to figures of this run)\n")
+    md.append("| target | measured | limit | |\n|---|---:|---:|---|")
+    for t in targets:
+        md.append(f"| {t['text']} | {fmt(t['value'], '.2f')} | {t['op']} {t['limit']:g} | "
+                  f"{'met' if t['met'] else '**missed**'} |")
+    md.append("\nEarlier absolute targets (absolute CPU differs between machines of this kind):\n")
+    for text, ok in earlier:
         md.append(f"- {'met' if ok else '**missed**'}: {text}")
     summary = (f"bench: rows_per_s={rate:.0f} cpu_s_per_million={cpu:.3f} "
                f"fraction_of_ceiling={fraction:.3f} peak_rss_mib={rss:.0f}")
     md.append(f"\n`{summary}`\n")
-    return "\n".join(md), summary, checks
+    return "\n".join(md), summary, targets
+
+
+def issue20_targets(cpu, server_cpu, rate, ceiling, rss, consume, insert, peers):
+    """Issue 20's targets, each a ratio of two medians of this run (absolute
+    CPU seconds differ 1.3-1.8x between two machines of this kind): a list
+    of {name, text, value, op, limit, met}; value None = not measured."""
+    def med(rs, key):
+        vals = [r[key] for r in rs if r.get(key) is not None]
+        return statistics.median(vals) if vals else None
+
+    def ratio(a, b):
+        return a / b if a is not None and b else None
+
+    def target(name, text, value, op, limit):
+        met = value is not None and (value <= limit if op == "≤" else value >= limit)
+        return {"name": name, "text": text, "value": value, "op": op, "limit": limit, "met": met}
+
+    engine = next((p for p in peers if p.get("label", "").startswith("kafka-engine") and "error" not in p), None)
+    return [
+        target("spate_cpu_per_row_vs_consume_ceiling",
+               "spate CPU per row / bare consume ceiling's CPU per row",
+               ratio(cpu, med(consume, "cpu_s_per_million")), "≤", 2.0),
+        target("server_cpu_per_spate_row_vs_insert_ceiling",
+               "server CPU per spate row / insert ceiling's server CPU per row",
+               ratio(server_cpu, med(insert, "server_cpu_s_per_million")), "≤", 1.5),
+        target("rows_per_s_vs_kafka_engine",
+               "spate rows/s / Kafka engine rows/s",
+               ratio(rate, engine["rows_per_s"] if engine else None), "≥", 1.5),
+        target("rows_per_s_vs_lower_ceiling",
+               "spate rows/s / lower ceiling rows/s",
+               ratio(rate, ceiling), "≥", 0.8),
+        target("peak_rss_vs_budget",
+               f"peak RSS MiB / (--max-buffered-bytes + 64 MiB = {DEFAULT_BUDGET_MIB + 64} MiB)",
+               ratio(rss, DEFAULT_BUDGET_MIB + 64), "≤", 1.0),
+    ]
+
+
+def target_lines(targets):
+    """One line per target, for the end of the bench's output."""
+    ascii_op = {"≤": "<=", "≥": ">="}
+    return [f"bench: target {t['name']} ratio={'none' if t['value'] is None else format(t['value'], '.3f')} "
+            f"limit={ascii_op[t['op']]}{t['limit']:g} {'met' if t['met'] else 'missed'}" for t in targets]
 
 
 def table_md(results):
@@ -683,6 +748,9 @@ def suite_formats(topic, date):
     return "\n".join(md) + "\n", summary, []
 
 
+# The e2e suite's checked targets (issue20_targets), printed at the end.
+TARGETS = []
+
 SUITES = {"e2e": None, "backpressure": None, "delivery": None, "formats": None}
 
 
@@ -711,6 +779,9 @@ def main():
             subprocess.run([engine_sh, "down"], capture_output=True, timeout=120)
     # Every suite's summary line; e2e's fixed-form line last, for tools
     # that track it over time.
+    # Issue 20's targets, one line each, just above the summary lines.
+    for line in target_lines(TARGETS):
+        print(line, flush=True)
     for suite in sorted(summaries, key=lambda s: s == "e2e"):
         print(summaries[suite], flush=True)
 
@@ -732,6 +803,8 @@ def run_suites(suites, topic, date):
         print(md)
         log(f"bench: wrote {os.path.relpath(path, ROOT)}")
         summaries[suite] = summary
+        if suite == "e2e":
+            TARGETS.extend(checks)
     return summaries
 
 

@@ -277,12 +277,17 @@ pub struct RunArgs {
         requires = "protobuf_descriptor"
     )]
     pub protobuf_message: Option<String>,
-    /// Insert a batch when it reaches this many rows.
-    #[arg(long, env = "SPATE_BATCH_ROWS", default_value_t = 100_000)]
-    pub batch_rows: u64,
-    /// Insert a batch when it reaches this many bytes (K, M, G suffixes).
-    #[arg(long, env = "SPATE_BATCH_BYTES", default_value = "16MiB", value_parser = parse_bytes)]
-    pub batch_bytes: usize,
+    /// Insert a batch when it reaches this many rows [default: from the
+    /// observed rate, about one insert per second per shard at high rates,
+    /// at most 1000000 rows and within --batch-bytes and the memory budget;
+    /// 100000 under --delivery exactly-once].
+    #[arg(long, env = "SPATE_BATCH_ROWS")]
+    pub batch_rows: Option<u64>,
+    /// Insert a batch when it reaches this many bytes (K, M, G suffixes)
+    /// [default: 16MiB; without --batch-rows (at least once), the share of
+    /// --max-buffered-bytes that keeps inserts overlapping consumption].
+    #[arg(long, env = "SPATE_BATCH_BYTES", value_parser = parse_bytes)]
+    pub batch_bytes: Option<usize>,
     /// Insert a non-empty batch at the latest this long after its first row.
     #[arg(long, env = "SPATE_FLUSH_INTERVAL", default_value = "1s", value_parser = parse_duration)]
     pub flush_interval: Duration,

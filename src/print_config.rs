@@ -156,8 +156,16 @@ fn pipeline_settings(out: &mut String, name: &str, p: &RunArgs) {
             "dead_letter_clickhouse_url",
             opt(p.dead_letter_clickhouse_url.clone()),
         ),
-        ("batch_rows", p.batch_rows.to_string()),
-        ("batch_bytes", p.batch_bytes.to_string()),
+        (
+            "batch_rows",
+            p.batch_rows
+                .map_or_else(|| "(from the rate)".to_string(), |n| n.to_string()),
+        ),
+        (
+            "batch_bytes",
+            p.batch_bytes
+                .map_or_else(|| "(derived)".to_string(), |n| n.to_string()),
+        ),
         ("flush_interval", quoted(&format!("{:?}", p.flush_interval))),
         ("insert_timeout", quoted(&format!("{:?}", p.insert_timeout))),
         ("insert_workers", p.insert_workers.to_string()),

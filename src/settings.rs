@@ -57,7 +57,7 @@ pub(crate) fn validate(args: &RunArgs) -> Result<Validated, Exit> {
         kafka.properties.push(("sasl.password".into(), pw));
     }
     kafka.validate().map_err(|e| Exit::usage(e.to_string()))?;
-    if args.batch_rows == 0 {
+    if args.batch_rows == Some(0) {
         return Err(Exit::usage("--batch-rows must be at least 1"));
     }
     validate_error_policy(args)?;

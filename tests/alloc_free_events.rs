@@ -161,6 +161,7 @@ fn chain_push(schema: Schema, payloads: &[String], keyed: bool) -> u64 {
                 bytes: 1 << 30,
                 interval: Duration::from_secs(3600),
                 jitter: 0.0,
+                sizing: spate_core::sink::RowSizing::Fixed,
             },
         },
         metrics: Arc::new(Metrics::new()),

@@ -155,7 +155,7 @@ fn set_runtime_options(
     // a few batches' worth, so one partition cannot hog the budget.
     let batch_rows = pipelines
         .iter()
-        .map(|(_, a)| a.batch_rows)
+        .map(|(_, a)| super::sinks::row_cap(a))
         .max()
         .unwrap_or(1);
     options.pending_ceiling = (batch_rows.saturating_mul(4)).min(i64::MAX as u64) as i64;

@@ -9,7 +9,7 @@
 //! ack channel. What the drivers need to feed each sink is returned as a
 //! [`Route`].
 
-use crate::cli::RunArgs;
+use crate::cli::{Delivery, RunArgs};
 use crate::exit::Exit;
 use crate::settings::{sink_spec, Validated};
 use spate_clickhouse::{ChClient, ChClientOptions, ChDeadLetters, RetryPolicy, TableRef};
@@ -18,7 +18,7 @@ use spate_core::health::TransientStalls;
 use spate_core::metrics::Metrics;
 use spate_core::pipeline::SinkRuntime;
 use spate_core::policy::{AllOf, DeadLetterSink, Rejections};
-use spate_core::sink::{AckSender, BatchLimits, ShardQueues};
+use spate_core::sink::{AckSender, BatchLimits, RowSizing, ShardQueues, AUTO_MAX_ROWS};
 use spate_kafka::KafkaDeadLetters;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -242,21 +242,62 @@ fn dead_letter_table(
     })
 }
 
+/// Rows of an exactly-once block when `--batch-rows` is not given: its
+/// blocks are cut per partition and replayed at recorded offsets, so they
+/// keep a fixed size (the rate rule is for the shared batches).
+const EXACTLY_ONCE_ROWS: u64 = 100_000;
+
+/// `--batch-bytes` when not given, for fixed-size batches.
+const DEFAULT_BATCH_BYTES: usize = 16 << 20;
+
+/// The most rows of one of the pipeline's batches: `--batch-rows` if given,
+/// else the rate rule's cap (see [`batch_limits`]).
+pub(super) fn row_cap(a: &RunArgs) -> u64 {
+    match (a.batch_rows, a.delivery) {
+        (Some(rows), _) => rows,
+        (None, Delivery::ExactlyOnce) => EXACTLY_ONCE_ROWS,
+        (None, Delivery::AtLeastOnce) => AUTO_MAX_ROWS,
+    }
+}
+
 /// One pipeline's batch limits: its flags, `--batch-bytes` lowered to the
-/// budget's share of an open batch.
+/// budget's share of an open batch. Without `--batch-rows` (at least once),
+/// the row limit follows the observed rate: about one insert per second
+/// per shard from all `drivers` together, at most [`AUTO_MAX_ROWS`], and
+/// the bytes (the budget's share that keeps inserts overlapping with
+/// consumption, [`Budget::flowing_batch_bytes`]) and `--flush-interval`
+/// still cut first.
 fn batch_limits(a: &RunArgs, budget: &Budget, drivers: usize, total_shards: usize) -> BatchLimits {
-    let batch_bytes = a.batch_bytes.min(budget.batch_bytes);
-    if batch_bytes < a.batch_bytes {
+    let (share, asked) = match (a.batch_rows, a.delivery) {
+        // Rate-sized: up to the flowing share unless --batch-bytes says
+        // less (2M-row A/B at 1 GiB, 2026-12-01: 64 MiB batches cost the
+        // server 0.76 of the CPU per row of 100k-row ones).
+        (None, Delivery::AtLeastOnce) => (
+            budget.flowing_batch_bytes,
+            a.batch_bytes.unwrap_or(usize::MAX),
+        ),
+        _ => (
+            budget.batch_bytes,
+            a.batch_bytes.unwrap_or(DEFAULT_BATCH_BYTES),
+        ),
+    };
+    let batch_bytes = asked.min(share);
+    if batch_bytes < asked && a.batch_bytes.is_some() {
         tracing::info!(
             batch_bytes,
-            "--batch-bytes lowered so {drivers} drivers' open batches for {total_shards} shards fit in a quarter of --max-buffered-bytes"
+            "--batch-bytes lowered so {drivers} drivers' open batches for {total_shards} shards and the inserts in flight fit in --max-buffered-bytes"
         );
     }
+    let sizing = match (a.batch_rows, a.delivery) {
+        (None, Delivery::AtLeastOnce) => RowSizing::one_insert_per_second(drivers),
+        _ => RowSizing::Fixed,
+    };
     BatchLimits {
-        rows: a.batch_rows,
+        rows: row_cap(a),
         bytes: batch_bytes,
         interval: a.flush_interval,
         jitter: 0.1,
+        sizing,
     }
 }
 
@@ -280,6 +321,18 @@ struct Budget {
     batch_bytes: usize,
     /// High-water mark of one shard's queue.
     shard_high_water: usize,
+    /// Most bytes of a batch sized from the rate: every worker of a shard
+    /// can have one in flight (the chunk and its [`IN_FLIGHT_COPIES`], all
+    /// counted in the queue's depth) with a tenth of the high water to
+    /// spare, so lanes keep feeding the shard during inserts. Larger
+    /// batches fit the memory budget too, but then the inserts in flight
+    /// hold the depth at the high water and the lanes stay paused until it
+    /// falls below half of it, which alternates consuming and inserting
+    /// instead of overlapping them (`make bench` 2026-12-01T1815Z and
+    /// T1829Z: 16 MiB and 10.7 MiB batches ran at 0.6-0.8 of the rate of
+    /// the 100k-row, ~10 MiB ones; a 2M-row A/B: 10.7 MiB at 0.58 of
+    /// 10 MiB).
+    flowing_batch_bytes: usize,
 }
 
 impl Budget {
@@ -289,11 +342,16 @@ impl Budget {
         let open = total / 4 / drivers.max(1) / shards;
         let in_flight = total / 4 / shards / copies;
         let batch_bytes = open.min(in_flight).max(64 << 10);
+        let shard_high_water = (total / 2 / shards)
+            .saturating_sub(copies * batch_bytes)
+            .max(1);
+        let per_insert = workers.max(1) * (1 + IN_FLIGHT_COPIES);
         Self {
             batch_bytes,
-            shard_high_water: (total / 2 / shards)
-                .saturating_sub(copies * batch_bytes)
-                .max(1),
+            shard_high_water,
+            flowing_batch_bytes: (shard_high_water / 10 * 9 / per_insert)
+                .min(batch_bytes)
+                .max(64 << 10),
         }
     }
 }
@@ -312,7 +370,8 @@ mod tests {
             b,
             Budget {
                 batch_bytes: 16 << 20,
-                shard_high_water: 64 << 20
+                shard_high_water: 64 << 20,
+                flowing_batch_bytes: (64 << 20) / 10 * 9 / 6,
             }
         );
         let b = Budget::split(256 << 20, 64, 2, 2);
@@ -344,6 +403,12 @@ mod tests {
                     "{total} {drivers}/{shards}/{workers}: lanes pause before the queue half is full"
                 );
                 assert!(b.shard_high_water >= total / 4 / shards);
+                let flowing = workers * (1 + IN_FLIGHT_COPIES) * b.flowing_batch_bytes;
+                assert!(b.flowing_batch_bytes <= b.batch_bytes);
+                assert!(
+                    flowing <= b.shard_high_water / 10 * 9 || b.flowing_batch_bytes == 64 << 10,
+                    "{total} {drivers}/{shards}/{workers}: every worker's rate-sized insert in flight stays below the high water"
+                );
             }
         }
     }

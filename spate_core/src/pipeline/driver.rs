@@ -481,6 +481,7 @@ mod tests {
                     bytes: 1 << 20,
                     interval: Duration::from_secs(3600),
                     jitter: 0.0,
+                    sizing: crate::sink::RowSizing::Fixed,
                 },
             },
             metrics: metrics.clone(),

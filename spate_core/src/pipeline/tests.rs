@@ -40,6 +40,7 @@ pub(super) fn sink_options(rows: u64) -> SinkOptions {
             bytes: 1 << 20,
             interval: Duration::from_millis(20),
             jitter: 0.1,
+            sizing: crate::sink::RowSizing::Fixed,
         },
     }
 }
@@ -145,6 +146,7 @@ fn shutdown_flushes_drivers_then_drains_sink_then_commits() {
                 bytes: 1 << 30,
                 interval: Duration::from_secs(3600),
                 jitter: 0.0,
+                sizing: crate::sink::RowSizing::Fixed,
             },
         },
     )

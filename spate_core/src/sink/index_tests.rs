@@ -11,6 +11,7 @@ fn limits(rows: u64) -> BatchLimits {
         bytes: 1 << 20,
         interval: Duration::from_secs(3600),
         jitter: 0.0,
+        sizing: crate::sink::RowSizing::Fixed,
     }
 }
 

@@ -27,10 +27,12 @@
 
 mod blocks;
 mod queue;
+mod sizing;
 mod writer;
 
 pub use blocks::{block_shard, BlockPlans};
 pub use queue::{shard_bit, QueueDepths, QueueTicket, ShardQueues, ShardReceiver};
+pub use sizing::{auto_rows, RateSizer, RowSizing, AUTO_MAX_ROWS, AUTO_MIN_ROWS};
 pub use writer::{BatchLimits, ShardWriter};
 
 #[cfg(test)]

@@ -34,18 +34,24 @@
 //! (unkeyed, [`route_blocks`](ShardWriter::route_blocks)) the whole block
 //! to the shard its partition and first offset pick.
 //!
+//! Row limit: fixed ([`BatchLimits::rows`]), or under
+//! [`RowSizing::Auto`] set per shard from the rate its chunks filled at
+//! (see [`super::sizing`]); the bytes and the age limits hold either way.
+//!
 //! Time: a chunk's age deadline is read from the writer's injected
 //! [`Clock`] (the runtime's clock; a [`ManualClock`](crate::clock::ManualClock)
 //! in tests), and [`tick`](ShardWriter::tick) is given the driver's reading
 //! of the same clock.
 
 use super::blocks::{block_shard, Before, BlockPlans, LaneBlock};
+use super::sizing::{RateSizer, RowSizing};
 use super::{Chunk, ChunkSpan, RowIndex, RowOrigin, ShardQueues};
 use crate::checkpoint::{AckRange, PendingGate};
 use crate::clock::{self, SharedClock};
 use crate::error::ChainError;
 use crate::record::{Offset, PartitionId};
 use crate::source::LaneId;
+use segments::{spans_of, LaneState, Piece, NO_PIECE};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -60,6 +66,9 @@ pub struct BatchLimits {
     pub interval: Duration,
     /// Random extra fraction of `interval` (0.0–1.0) per chunk.
     pub jitter: f64,
+    /// Whether `rows` is the limit or the cap of a rate-sized limit
+    /// (exactly-once blocks always use `rows`).
+    pub sizing: RowSizing,
 }
 
 impl Default for BatchLimits {
@@ -69,22 +78,9 @@ impl Default for BatchLimits {
             bytes: 16 << 20,
             interval: Duration::from_secs(1),
             jitter: 0.1,
+            sizing: RowSizing::Fixed,
         }
     }
-}
-
-const NO_PIECE: usize = usize::MAX;
-
-#[derive(Debug)]
-struct Piece {
-    slot: usize,
-    lane: LaneId,
-    seq: u64,
-    start: Offset,
-    /// Last offset of this lane's rows in the chunk.
-    last: Offset,
-    partition: Option<PartitionId>,
-    rows: u64,
 }
 
 #[derive(Debug, Default)]
@@ -92,45 +88,13 @@ struct OpenChunk {
     data: Vec<u8>,
     rows: u64,
     deadline: Option<Instant>,
+    /// When the first row was appended (the rate sizer's fill time).
+    opened: Option<Instant>,
     pieces: Vec<Piece>,
     /// Per row: where it ends and which piece it belongs to.
     index: Vec<RowOrigin>,
     /// Per row, the original message (only while originals are kept).
     originals: Vec<super::Original>,
-}
-
-#[derive(Debug)]
-struct SealedSegment {
-    seq: u64,
-    end: Offset,
-    parts: u32,
-    remaining: u32,
-}
-
-#[derive(Debug)]
-struct LaneState {
-    id: LaneId,
-    partition: Option<PartitionId>,
-    gate: Option<PendingGate>,
-    /// The open segment's number.
-    seq: u64,
-    /// Last offset appended to the open segment.
-    end: Offset,
-    /// Per shard: index of this lane's piece of the open segment in that
-    /// shard's open chunk, or `NO_PIECE`.
-    piece: Vec<usize>,
-    /// Chunks holding pieces of the open segment.
-    open_parts: u32,
-    /// Closed segments with pieces still sitting in open chunks.
-    sealed: Vec<SealedSegment>,
-    /// Shards this lane appended rows to since [`ShardWriter::take_fed`].
-    fed: u64,
-    /// Exactly-once: the lane's own open block.
-    block: Option<LaneBlock>,
-    /// Exactly-once: the epoch of the lane's assignment.
-    epoch: Option<u64>,
-    /// The open segment covers skipped offsets (see [`ShardWriter::skip`]).
-    skipped: bool,
 }
 
 /// Batches encoded rows per shard and pushes sealed chunks.
@@ -139,6 +103,9 @@ pub struct ShardWriter {
     queues: ShardQueues,
     limits: BatchLimits,
     open: Vec<OpenChunk>,
+    /// Per shard: the row limit of its open chunk, and the rate it is set from.
+    row_limit: Vec<u64>,
+    sizers: Vec<RateSizer>,
     lanes: Vec<Option<LaneState>>,
     rng: u64,
     clock: SharedClock,
@@ -164,6 +131,8 @@ impl ShardWriter {
             queues,
             limits,
             open: (0..shards).map(|_| OpenChunk::default()).collect(),
+            row_limit: vec![limits.rows; shards],
+            sizers: vec![RateSizer::default(); shards],
             lanes: Vec::new(),
             rng: seed | 1,
             clock: clock::system(),
@@ -341,7 +310,9 @@ impl ShardWriter {
                 .limits
                 .interval
                 .mul_f64(self.limits.jitter * unit(&mut self.rng));
-            chunk.deadline = Some(self.clock.now() + self.limits.interval + jitter);
+            let now = self.clock.now();
+            chunk.opened = Some(now);
+            chunk.deadline = Some(now + self.limits.interval + jitter);
         }
         let lane = self.lanes[slot]
             .as_mut()
@@ -384,11 +355,12 @@ impl ShardWriter {
             g.dispatched(1);
         }
         // Row ends are u32 in the index: seal well before that overflows.
-        if chunk.rows >= self.limits.rows
+        if chunk.rows >= self.row_limit[shard]
             || chunk.data.len() >= self.limits.bytes
             || chunk.data.len() >= (u32::MAX / 2) as usize
         {
-            self.seal(shard)?;
+            let now = self.clock.now();
+            self.seal_measured(shard, now)?;
         }
         Ok(Ok(()))
     }
@@ -422,7 +394,7 @@ impl ShardWriter {
     pub fn tick(&mut self, now: Instant) -> Result<(), ChainError> {
         for shard in 0..self.open.len() {
             if self.open[shard].deadline.is_some_and(|d| d <= now) {
-                self.seal(shard)?;
+                self.seal_measured(shard, now)?;
             }
         }
         for slot in 0..self.lanes.len() {
@@ -646,6 +618,28 @@ impl ShardWriter {
         Ok(())
     }
 
+    /// The row limit of `shard`'s open chunk (fixed, or set from the rate
+    /// its last chunks filled at).
+    #[must_use]
+    pub fn row_limit(&self, shard: usize) -> u64 {
+        self.row_limit[shard]
+    }
+
+    /// Seal `shard`'s chunk at a limit (rows, bytes, age) at `now`: its
+    /// fill time measures the rate the next chunk's row limit is set from.
+    /// A flush's seals are not measured (see [`RateSizer::observe`]).
+    fn seal_measured(&mut self, shard: usize, now: Instant) -> Result<(), ChainError> {
+        if let RowSizing::Auto { .. } = self.limits.sizing {
+            let chunk = &self.open[shard];
+            if let Some(opened) = chunk.opened {
+                let sizer = &mut self.sizers[shard];
+                sizer.observe(chunk.rows, now.saturating_duration_since(opened));
+                self.row_limit[shard] = sizer.rows(self.limits.sizing, self.limits.rows);
+            }
+        }
+        self.seal(shard)
+    }
+
     fn seal(&mut self, shard: usize) -> Result<(), ChainError> {
         let capacity = self.open[shard].data.capacity();
         let chunk = std::mem::take(&mut self.open[shard]);
@@ -700,96 +694,6 @@ impl ShardWriter {
     }
 }
 
-impl LaneState {
-    /// The open segment, if it holds skipped offsets and no rows, as a
-    /// one-part row-less range; closes it.
-    fn close_skipped(&mut self) -> Option<AckRange> {
-        if !self.skipped || self.open_parts > 0 {
-            return None;
-        }
-        self.skipped = false;
-        let range = AckRange {
-            lane: self.id,
-            seq: self.seq,
-            parts: 1,
-            part: 0,
-            start: self.end,
-            end: self.end,
-            rows: 0,
-        };
-        self.seq += 1;
-        Some(range)
-    }
-
-    fn seal_piece(&mut self, piece: &Piece, shard: usize) -> AckRange {
-        if piece.seq == self.seq {
-            // First seal touching the open segment: close it.
-            let parts = self.open_parts.max(1);
-            if parts > 1 {
-                self.sealed.push(SealedSegment {
-                    seq: self.seq,
-                    end: self.end,
-                    parts,
-                    remaining: parts - 1,
-                });
-            }
-            let range = AckRange {
-                lane: self.id,
-                seq: self.seq,
-                parts,
-                part: shard as u32,
-                start: piece.start,
-                end: self.end,
-                rows: piece.rows,
-            };
-            self.seq += 1;
-            self.open_parts = 0;
-            self.skipped = false;
-            self.piece.iter_mut().for_each(|p| *p = NO_PIECE);
-            range
-        } else {
-            let idx = self
-                .sealed
-                .iter()
-                .position(|s| s.seq == piece.seq)
-                .expect("piece of a closed segment has its record");
-            let s = &mut self.sealed[idx];
-            let range = AckRange {
-                lane: self.id,
-                seq: s.seq,
-                parts: s.parts,
-                part: shard as u32,
-                start: piece.start,
-                end: s.end,
-                rows: piece.rows,
-            };
-            s.remaining -= 1;
-            if s.remaining == 0 {
-                self.sealed.swap_remove(idx);
-            }
-            range
-        }
-    }
-}
-
-/// The spans of a chunk's pieces, or none if any piece's partition is
-/// unknown (a partial list must never pass for the whole chunk).
-fn spans_of(pieces: &[Piece]) -> Vec<ChunkSpan> {
-    pieces
-        .iter()
-        .map(|p| {
-            Some(ChunkSpan {
-                partition: p.partition.clone()?,
-                first: p.start,
-                last: p.last,
-                rows: p.rows,
-                epoch: None,
-            })
-        })
-        .collect::<Option<Vec<_>>>()
-        .unwrap_or_default()
-}
-
 /// xorshift64*: a tiny PRNG for flush jitter, in [0, 1).
 fn unit(state: &mut u64) -> f64 {
     let mut x = *state;
@@ -799,6 +703,9 @@ fn unit(state: &mut u64) -> f64 {
     *state = x;
     (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
 }
+
+#[path = "writer_segments.rs"]
+mod segments;
 
 #[cfg(all(test, not(loom)))]
 #[path = "writer_tests.rs"]

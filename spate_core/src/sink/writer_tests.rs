@@ -11,6 +11,7 @@ fn limits(rows: u64) -> BatchLimits {
         bytes: 1 << 20,
         interval: Duration::from_secs(3600),
         jitter: 0.0,
+        sizing: RowSizing::Fixed,
     }
 }
 
@@ -449,4 +450,111 @@ fn exactly_once_unkeyed_block_goes_to_its_chosen_shard() {
         seen[0] > 0 && seen[1] > 0,
         "blocks spread over both shards: {seen:?}"
     );
+}
+
+/// Appends `rows` rows to shard 0, advancing the clock `step` per row.
+fn feed(
+    w: &mut ShardWriter,
+    clock: &ManualClock,
+    slot: usize,
+    first: i64,
+    rows: i64,
+    step: Duration,
+) {
+    for off in first..first + rows {
+        clock.advance(step);
+        w.append(slot, 0, Offset(off), row).unwrap().unwrap();
+    }
+}
+
+#[test]
+fn auto_row_limit_follows_the_fill_rate_within_the_cap() {
+    // 1 row per ms = 1000 rows/s into the shard from this writer, two
+    // writers per shard, one insert per second: 2000-row chunks.
+    let (q, mut rx) = ShardQueues::new(1, 1 << 30, 1 << 29);
+    let l = BatchLimits {
+        rows: 5_000,
+        bytes: 1 << 20,
+        interval: Duration::from_secs(60),
+        jitter: 0.0,
+        sizing: RowSizing::one_insert_per_second(2),
+    };
+    let clock = ManualClock::new();
+    let mut w = ShardWriter::new(q, l, 1).with_clock(clock.clone());
+    let slot = w.add_lane(LaneId(1), None);
+    assert_eq!(w.row_limit(0), 5_000, "before any measurement: the cap");
+    feed(&mut w, &clock, slot, 0, 5_000, Duration::from_millis(1));
+    assert_eq!(rx[0].try_recv().expect("cut at the cap").rows, 5_000);
+    // The first chunk filled 4999 ms after its first row: ~1000 rows/s.
+    assert!(w.row_limit(0).abs_diff(2_000) <= 1, "{}", w.row_limit(0));
+    let mut off = 5_000;
+    for _ in 0..5 {
+        let limit = w.row_limit(0) as i64;
+        feed(&mut w, &clock, slot, off, limit, Duration::from_millis(1));
+        off += limit;
+        assert_eq!(
+            rx[0].try_recv().expect("cut at the rate's rows").rows,
+            limit as u64
+        );
+    }
+    // The rate quadruples: the limit grows towards 8000 but stops at the cap.
+    for _ in 0..8 {
+        let limit = w.row_limit(0) as i64;
+        feed(&mut w, &clock, slot, off, limit, Duration::from_micros(250));
+        off += limit;
+        rx[0].try_recv().expect("cut at the limit");
+    }
+    assert_eq!(w.row_limit(0), 5_000);
+    // A flush is not measured: a short chunk flushed early leaves the limit.
+    feed(&mut w, &clock, slot, off, 10, Duration::from_micros(1));
+    w.flush().unwrap();
+    assert_eq!(rx[0].try_recv().unwrap().rows, 10);
+    assert_eq!(w.row_limit(0), 5_000);
+}
+
+#[test]
+fn auto_row_limit_yields_to_the_bytes_and_age_limits() {
+    let (q, mut rx) = ShardQueues::new(1, 1 << 30, 1 << 29);
+    let l = BatchLimits {
+        rows: 1_000_000,
+        bytes: 3_000,
+        interval: Duration::from_secs(1),
+        jitter: 0.0,
+        sizing: RowSizing::one_insert_per_second(1),
+    };
+    let clock = ManualClock::new();
+    let mut w = ShardWriter::new(q, l, 1).with_clock(clock.clone());
+    let slot = w.add_lane(LaneId(1), None);
+    // 10k rows/s would make 10k-row chunks: the 3000-byte limit cuts first.
+    feed(&mut w, &clock, slot, 0, 3_000, Duration::from_micros(100));
+    assert_eq!(rx[0].try_recv().expect("cut at the bytes").rows, 3_000);
+    assert!(w.row_limit(0) >= 9_000, "{}", w.row_limit(0));
+    feed(
+        &mut w,
+        &clock,
+        slot,
+        3_000,
+        3_000,
+        Duration::from_micros(100),
+    );
+    assert_eq!(rx[0].try_recv().expect("cut at the bytes").rows, 3_000);
+    // 100 rows/s: the age limit seals at 1 s, and the limit drops to the floor.
+    feed(&mut w, &clock, slot, 6_000, 100, Duration::from_millis(10));
+    clock.advance(Duration::from_millis(10));
+    w.tick(clock.now()).unwrap();
+    assert_eq!(rx[0].try_recv().expect("cut at the age").rows, 100);
+    for k in 0..10 {
+        feed(
+            &mut w,
+            &clock,
+            slot,
+            7_000 + 100 * k,
+            100,
+            Duration::from_millis(10),
+        );
+        clock.advance(Duration::from_millis(10));
+        w.tick(clock.now()).unwrap();
+        rx[0].try_recv().expect("cut at the age");
+    }
+    assert_eq!(w.row_limit(0), crate::sink::AUTO_MIN_ROWS);
 }
