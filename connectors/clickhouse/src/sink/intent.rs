@@ -379,13 +379,7 @@ fn read_with_retries<T>(
             Err(e) => e,
         };
         attempt += 1;
-        let retriable = matches!(
-            error,
-            ClientError::Request {
-                class: ErrorClass::Retriable,
-                ..
-            }
-        );
+        let retriable = error.class() == ErrorClass::Retriable;
         let unit = f64::from(started.elapsed().subsec_nanos() % 1000) / 1000.0;
         let backoff = policy.delay(attempt, unit);
         if !retriable || started.elapsed() + backoff >= budget {

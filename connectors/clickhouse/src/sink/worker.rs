@@ -732,14 +732,7 @@ impl<C: InsertTarget> Worker<C> {
                     return Err(Attempt::Fenced);
                 }
                 Err(error) => {
-                    let retriable = matches!(
-                        error,
-                        crate::client::ClientError::Request {
-                            class: ErrorClass::Retriable,
-                            ..
-                        }
-                    );
-                    if !retriable {
+                    if error.class() != ErrorClass::Retriable {
                         return Err(Attempt::Failed(FatalError::new(
                             self.context(),
                             format!(
