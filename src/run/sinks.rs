@@ -250,13 +250,19 @@ const EXACTLY_ONCE_ROWS: u64 = 100_000;
 /// `--batch-bytes` when not given, for fixed-size batches.
 const DEFAULT_BATCH_BYTES: usize = 16 << 20;
 
+/// Whether the pipeline's row limit follows the observed rate: no
+/// `--batch-rows`, at-least-once (see [`batch_limits`]).
+fn rate_sized(a: &RunArgs) -> bool {
+    a.batch_rows.is_none() && a.delivery == Delivery::AtLeastOnce
+}
+
 /// The most rows of one of the pipeline's batches: `--batch-rows` if given,
 /// else the rate rule's cap (see [`batch_limits`]).
 pub(super) fn row_cap(a: &RunArgs) -> u64 {
-    match (a.batch_rows, a.delivery) {
-        (Some(rows), _) => rows,
-        (None, Delivery::ExactlyOnce) => EXACTLY_ONCE_ROWS,
-        (None, Delivery::AtLeastOnce) => AUTO_MAX_ROWS,
+    match a.batch_rows {
+        Some(rows) => rows,
+        None if rate_sized(a) => AUTO_MAX_ROWS,
+        None => EXACTLY_ONCE_ROWS,
     }
 }
 
@@ -268,18 +274,20 @@ pub(super) fn row_cap(a: &RunArgs) -> u64 {
 /// consumption, [`Budget::flowing_batch_bytes`]) and `--flush-interval`
 /// still cut first.
 fn batch_limits(a: &RunArgs, budget: &Budget, drivers: usize, total_shards: usize) -> BatchLimits {
-    let (share, asked) = match (a.batch_rows, a.delivery) {
-        // Rate-sized: up to the flowing share unless --batch-bytes says
-        // less (2M-row A/B at 1 GiB, 2026-12-01: 64 MiB batches cost the
-        // server 0.76 of the CPU per row of 100k-row ones).
-        (None, Delivery::AtLeastOnce) => (
+    let rate_sized = rate_sized(a);
+    // Rate-sized: up to the flowing share unless --batch-bytes says less
+    // (2M-row A/B at 1 GiB, 2026-12-01: 64 MiB batches cost the server
+    // 0.76 of the CPU per row of 100k-row ones).
+    let (share, asked) = if rate_sized {
+        (
             budget.flowing_batch_bytes,
             a.batch_bytes.unwrap_or(usize::MAX),
-        ),
-        _ => (
+        )
+    } else {
+        (
             budget.batch_bytes,
             a.batch_bytes.unwrap_or(DEFAULT_BATCH_BYTES),
-        ),
+        )
     };
     let batch_bytes = asked.min(share);
     if batch_bytes < asked && a.batch_bytes.is_some() {
@@ -288,9 +296,10 @@ fn batch_limits(a: &RunArgs, budget: &Budget, drivers: usize, total_shards: usiz
             "--batch-bytes lowered so {drivers} drivers' open batches for {total_shards} shards and the inserts in flight fit in --max-buffered-bytes"
         );
     }
-    let sizing = match (a.batch_rows, a.delivery) {
-        (None, Delivery::AtLeastOnce) => RowSizing::one_insert_per_second(drivers),
-        _ => RowSizing::Fixed,
+    let sizing = if rate_sized {
+        RowSizing::one_insert_per_second(drivers)
+    } else {
+        RowSizing::Fixed
     };
     BatchLimits {
         rows: row_cap(a),
