@@ -62,20 +62,7 @@ fn scenario(svc: &Services, delivery: &str) -> (u64, u64) {
     let _timer = Timer::start("e2e_exactly_once");
     let _lock = ch_shared_lock();
     let ch = Ch::connect(&svc.clickhouse_url);
-    let db = ch.fresh_db("e2e_eos");
-    let table = format!("{db}.t");
-    let engine = if svc.is_modern() {
-        "MergeTree() ORDER BY (_partition, _offset) SETTINGS non_replicated_deduplication_window = 10000"
-            .to_string()
-    } else {
-        format!(
-            "ReplicatedMergeTree('/clickhouse/tables/{db}/t', 'r1') ORDER BY (_partition, _offset) \
-             SETTINGS replicated_deduplication_window = 10000"
-        )
-    };
-    ch.exec(&format!(
-        "CREATE TABLE {table} (n UInt64, s String, _partition UInt32, _offset UInt64) ENGINE = {engine}"
-    ));
+    let (db, table) = ch.deduplicating_table(svc.is_modern(), "e2e_eos", 10000, Some(10000));
     let topic = unique("t_eos");
     let group = unique("g_eos");
     create_topic(&svc.brokers, &topic, PARTITIONS);

@@ -44,19 +44,7 @@ fn exactly_once_through_forced_kill_points(svc: Services) {
 /// Returns (rows, distinct offsets, rows past the commit after the abort).
 fn one_point(svc: &Services, point: &str) -> (u64, u64, u64) {
     let ch = Ch::connect(&svc.clickhouse_url);
-    let db = ch.fresh_db("e2e_eos_fault");
-    let table = format!("{db}.t");
-    let engine = if svc.is_modern() {
-        "MergeTree() ORDER BY (_partition, _offset) SETTINGS non_replicated_deduplication_window = 1000"
-            .to_string()
-    } else {
-        format!(
-            "ReplicatedMergeTree('/clickhouse/tables/{db}/t', 'r1') ORDER BY (_partition, _offset)"
-        )
-    };
-    ch.exec(&format!(
-        "CREATE TABLE {table} (n UInt64, s String, _partition UInt32, _offset UInt64) ENGINE = {engine}"
-    ));
+    let (db, table) = ch.deduplicating_table(svc.is_modern(), "e2e_eos_fault", 1000, None);
     let topic = unique("t_eos_fault");
     let group = unique("g_eos_fault");
     create_topic(&svc.brokers, &topic, PARTITIONS);

@@ -15,22 +15,6 @@ use std::time::Duration;
 const N: usize = 30_000;
 const PARTITIONS: i32 = 2;
 
-fn signal(pid_file: &str, sig: libc::c_int) {
-    let text = std::fs::read_to_string(pid_file).unwrap_or_else(|e| panic!("{pid_file}: {e}"));
-    let pid: libc::pid_t = text
-        .trim()
-        .parse()
-        .unwrap_or_else(|e| panic!("{pid_file}: {e}"));
-    // SAFETY: kill(2) on the pid the services script recorded for ClickHouse.
-    let rc = unsafe { libc::kill(pid, sig) };
-    assert_eq!(
-        rc,
-        0,
-        "kill -{sig} {pid}: {}",
-        std::io::Error::last_os_error()
-    );
-}
-
 #[test]
 fn exactly_once_through_a_frozen_clickhouse() {
     let Some(svc) = services_on(Server::V26) else {
@@ -77,13 +61,13 @@ fn exactly_once_through_a_frozen_clickhouse() {
     // workers in the intent record or fence check, three round trips per
     // block, and a CI run saw no insert time out at all).
     let held = Held::spawn("eos-freeze", &args, "hold-before-send", 3);
-    signal(&pid_file, libc::SIGSTOP);
+    kill_pid_file(&pid_file, libc::SIGSTOP);
     let resume = pid_file.clone();
-    let mut undo = Undo::new(move || signal(&resume, libc::SIGCONT));
+    let mut undo = Undo::new(move || kill_pid_file(&resume, libc::SIGCONT));
     held.release();
     // The freeze itself: a fixed pause longer than --insert-timeout is the point.
     std::thread::sleep(Duration::from_secs(5));
-    signal(&pid_file, libc::SIGCONT);
+    kill_pid_file(&pid_file, libc::SIGCONT);
     undo.disarm();
     let fin = held.proc.wait(Duration::from_secs(90));
     fin.assert_code(0);

@@ -28,35 +28,6 @@ on_both_servers!(
     intents_below_the_commit_are_pruned
 );
 
-fn signal(pid: u32, sig: libc::c_int) {
-    // SAFETY: kill(2) on the pid of a child this test spawned.
-    let rc = unsafe { libc::kill(pid as libc::pid_t, sig) };
-    assert_eq!(
-        rc,
-        0,
-        "kill -{sig} {pid}: {}",
-        std::io::Error::last_os_error()
-    );
-}
-
-/// A fresh exactly-once table; returns (db, table).
-fn table(ch: &Ch, svc: &Services, prefix: &str) -> (String, String) {
-    let db = ch.fresh_db(prefix);
-    let table = format!("{db}.t");
-    let engine = if svc.is_modern() {
-        "MergeTree() ORDER BY (_partition, _offset) SETTINGS non_replicated_deduplication_window = 1000"
-            .to_string()
-    } else {
-        format!(
-            "ReplicatedMergeTree('/clickhouse/tables/{db}/t', 'r1') ORDER BY (_partition, _offset)"
-        )
-    };
-    ch.exec(&format!(
-        "CREATE TABLE {table} (n UInt64, s String, _partition UInt32, _offset UInt64) ENGINE = {engine}"
-    ));
-    (db, table)
-}
-
 fn produce_n(svc: &Services, topic: &str, from: usize, n: usize) {
     produce(&svc.brokers, topic, 1, n, |i| Msg {
         partition: 0,
@@ -98,7 +69,7 @@ fn zombie_old_owner_adds_no_duplicate(svc: Services) {
     let _timer = Timer::start("e2e_exactly_once_zombie");
     let _lock = ch_shared_lock();
     let ch = Ch::connect(&svc.clickhouse_url);
-    let (db, table) = table(&ch, &svc, "e2e_eos_zombie");
+    let (db, table) = ch.deduplicating_table(svc.is_modern(), "e2e_eos_zombie", 1000, None);
     let topic = unique("t_eos_zombie");
     let group = unique("g_eos_zombie");
     create_topic(&svc.brokers, &topic, 1);
@@ -110,8 +81,8 @@ fn zombie_old_owner_adds_no_duplicate(svc: Services) {
         1,
     );
     let pid = held.proc.pid();
-    signal(pid, libc::SIGSTOP);
-    let mut undo = Undo::new(move || signal(pid, libc::SIGCONT));
+    kill_pid(pid, libc::SIGSTOP);
+    let mut undo = Undo::new(move || kill_pid(pid, libc::SIGCONT));
     // The new owner: joins once the frozen member's session expired, finds
     // no intent, cuts 10-row blocks and delivers everything.
     let mut args = eos_args(&svc, &topic, &group, &table, "10");
@@ -129,7 +100,7 @@ fn zombie_old_owner_adds_no_duplicate(svc: Services) {
     );
     // The zombie: resumed, its held block released.
     held.release();
-    signal(pid, libc::SIGCONT);
+    kill_pid(pid, libc::SIGCONT);
     undo.disarm();
     let deadline = Instant::now() + Duration::from_secs(30);
     let fenced = loop {
@@ -176,7 +147,7 @@ fn intents_below_the_commit_are_pruned(svc: Services) {
     let _timer = Timer::start("e2e_exactly_once_prune");
     let _lock = ch_shared_lock();
     let ch = Ch::connect(&svc.clickhouse_url);
-    let (db, table) = table(&ch, &svc, "e2e_eos_prune");
+    let (db, table) = ch.deduplicating_table(svc.is_modern(), "e2e_eos_prune", 1000, None);
     let topic = unique("t_eos_prune");
     let group = unique("g_eos_prune");
     create_topic(&svc.brokers, &topic, 1);

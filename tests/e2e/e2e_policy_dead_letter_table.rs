@@ -18,14 +18,6 @@ use std::time::{Duration, Instant};
 const N: usize = 3000;
 const PARTITIONS: i32 = 2;
 
-fn signal(pid_file: &str, sig: libc::c_int) {
-    let text = std::fs::read_to_string(pid_file).expect("pid file");
-    let pid: libc::pid_t = text.trim().parse().expect("a pid");
-    // SAFETY: kill(2) on the pid the services script recorded for the server.
-    let rc = unsafe { libc::kill(pid, sig) };
-    assert_eq!(rc, 0, "kill -{sig} {pid}");
-}
-
 /// Every 50th message does not fit (`small` out of range), every 50th + 25
 /// is rejected by the server's `throwIf`.
 fn payload(i: usize) -> String {
@@ -92,7 +84,7 @@ fn dead_letter_table_server_frozen_mid_run() {
         ]
         .map(String::from),
     );
-    let mut resume = Undo::new(|| signal(&modern_pid, libc::SIGCONT));
+    let mut resume = Undo::new(|| kill_pid_file(&modern_pid, libc::SIGCONT));
     let spate = spawn("policy-dlt", &args);
     // The table is created at start: freeze its server right after.
     wait_for(
@@ -104,7 +96,7 @@ fn dead_letter_table_server_frozen_mid_run() {
             other => Err(format!("{other:?}")),
         },
     );
-    signal(&modern_pid, libc::SIGSTOP);
+    kill_pid_file(&modern_pid, libc::SIGSTOP);
     let frozen_at = Instant::now();
     std::thread::sleep(Duration::from_secs(5));
     let c = committed(&svc.brokers, &group, &topic, PARTITIONS);
@@ -139,7 +131,7 @@ fn dead_letter_table_server_frozen_mid_run() {
         ready.lines().last().unwrap_or("")
     );
     std::thread::sleep(Duration::from_secs(10).saturating_sub(frozen_at.elapsed()));
-    signal(&modern_pid, libc::SIGCONT);
+    kill_pid_file(&modern_pid, libc::SIGCONT);
     resume.disarm();
     let fin = spate.wait(Duration::from_secs(120));
     fin.assert_code(0);

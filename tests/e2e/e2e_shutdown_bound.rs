@@ -28,17 +28,6 @@ const BUDGET: Duration = Duration::from_secs(2);
 /// process start-up and teardown.
 const MARGIN: Duration = Duration::from_secs(4);
 
-fn signal(pid: i32, sig: libc::c_int) {
-    // SAFETY: plain kill(2) on the broker's pid from its PID file.
-    let rc = unsafe { libc::kill(pid, sig) };
-    assert_eq!(
-        rc,
-        0,
-        "kill {sig} {pid}: {}",
-        std::io::Error::last_os_error()
-    );
-}
-
 #[test]
 fn shutdown_is_bounded_when_the_broker_stops_answering() {
     let Some(mut svc) = services() else { return };
@@ -47,7 +36,7 @@ fn shutdown_is_bounded_when_the_broker_stops_answering() {
     );
     let pid_file = std::env::var("SPATE_TEST_KAFKA_DURABLE_PID_FILE")
         .expect("SPATE_TEST_KAFKA_DURABLE_PID_FILE is not set: source build/services.env");
-    let broker: i32 = std::fs::read_to_string(&pid_file)
+    let broker: u32 = std::fs::read_to_string(&pid_file)
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or_else(|| panic!("no broker pid in {pid_file}"));
@@ -89,14 +78,14 @@ fn shutdown_is_bounded_when_the_broker_stops_answering() {
         },
     );
 
-    let _thaw = Undo::new(|| signal(broker, libc::SIGCONT));
-    signal(broker, libc::SIGSTOP);
+    let _thaw = Undo::new(|| kill_pid(broker, libc::SIGCONT));
+    kill_pid(broker, libc::SIGSTOP);
     let stopped = Instant::now();
     running.sigterm();
     // Long enough to tell "bounded" from "waits for the broker".
     let fin = running.wait(BUDGET + MARGIN + Duration::from_secs(60));
     let took = stopped.elapsed();
-    signal(broker, libc::SIGCONT);
+    kill_pid(broker, libc::SIGCONT);
     eprintln!(
         "[e2e_shutdown_bound] exit {:?} {took:?} after SIGTERM with the broker stopped",
         fin.code()

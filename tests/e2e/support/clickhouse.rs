@@ -91,6 +91,40 @@ impl Ch {
             .collect()
     }
 
+    /// A fresh database named after `prefix` with one table `t (n UInt64,
+    /// s String, _partition UInt32, _offset UInt64)` that drops repeated
+    /// blocks, as exactly-once needs: on a current server (`modern`) a
+    /// MergeTree with `non_replicated_deduplication_window = window`; on
+    /// 18.16 a ReplicatedMergeTree on the suite's ZooKeeper, with
+    /// `replicated_deduplication_window = replicated_window` if given (else
+    /// the server's default). Returns (db, `db.t`).
+    pub fn deduplicating_table(
+        &self,
+        modern: bool,
+        prefix: &str,
+        window: u32,
+        replicated_window: Option<u32>,
+    ) -> (String, String) {
+        let db = self.fresh_db(prefix);
+        let table = format!("{db}.t");
+        let engine = if modern {
+            format!(
+                "MergeTree() ORDER BY (_partition, _offset) SETTINGS non_replicated_deduplication_window = {window}"
+            )
+        } else {
+            let settings = replicated_window
+                .map(|w| format!(" SETTINGS replicated_deduplication_window = {w}"))
+                .unwrap_or_default();
+            format!(
+                "ReplicatedMergeTree('/clickhouse/tables/{db}/t', 'r1') ORDER BY (_partition, _offset){settings}"
+            )
+        };
+        self.exec(&format!(
+            "CREATE TABLE {table} (n UInt64, s String, _partition UInt32, _offset UInt64) ENGINE = {engine}"
+        ));
+        (db, table)
+    }
+
     /// Create a fresh database named after `prefix`; returns its name.
     pub fn fresh_db(&self, prefix: &str) -> String {
         let db = unique(prefix);

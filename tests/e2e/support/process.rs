@@ -363,3 +363,29 @@ impl Held {
         std::fs::write(&self.release, b"go").expect("release file");
     }
 }
+
+/// Send `sig` to `pid` (a child of the test, or a service's pid); panics
+/// if kill(2) fails.
+pub fn kill_pid(pid: u32, sig: libc::c_int) {
+    let pid = libc::pid_t::try_from(pid).expect("a pid");
+    // SAFETY: plain kill(2) on a pid the test spawned or a services script
+    // recorded.
+    let rc = unsafe { libc::kill(pid, sig) };
+    assert_eq!(
+        rc,
+        0,
+        "kill -{sig} {pid}: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// Send `sig` to the pid `pid_file` holds (a service started by
+/// `scripts/services.sh`).
+pub fn kill_pid_file(pid_file: &str, sig: libc::c_int) {
+    let text = std::fs::read_to_string(pid_file).unwrap_or_else(|e| panic!("{pid_file}: {e}"));
+    let pid: u32 = text
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{pid_file}: {e}"));
+    kill_pid(pid, sig);
+}
