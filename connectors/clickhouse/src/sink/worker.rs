@@ -678,77 +678,61 @@ impl<C: InsertTarget> Worker<C> {
             return Ok(());
         };
         fault::hold_before_intent().await;
-        let mut attempt = 0u32;
-        loop {
-            let recorded = tokio::select! {
-                r = log.record(chunk.shard, &chunk.spans) => r,
-                _ = self.abandon.changed() => return Err(Attempt::Abandoned),
-            };
-            let error = match recorded {
-                Ok(()) => break,
-                Err(e) => e,
-            };
-            if error.remedy() == crate::classify::Remedy::GiveUp {
-                return Err(Attempt::Failed(FatalError::new(
-                    self.context(),
-                    format!("recording an exactly-once intent failed: {error}"),
-                    Fault::External,
-                )));
-            }
-            attempt += 1;
-            let backoff = self.retry.delay(attempt, rand::random::<f64>());
-            tracing::warn!(error = %error, attempt, backoff_ms = backoff.as_millis() as u64, "recording an exactly-once intent failed; retrying");
-            if self.pause(backoff).await.is_err() {
-                return Err(Attempt::Abandoned);
-            }
-        }
+        self.retrying(
+            "recording an exactly-once intent",
+            || log.record(chunk.shard, &chunk.spans),
+            |e| e.remedy() != crate::classify::Remedy::GiveUp,
+        )
+        .await?;
         for span in chunk.spans.iter() {
-            if let Some(epoch) = span.epoch {
-                self.check_fence(&log, span, epoch).await?;
+            let Some(epoch) = span.epoch else { continue };
+            let what = format!("exactly-once: reading the fence of {}", span.partition);
+            let checked = self
+                .retrying(
+                    &what,
+                    || log.may_send(&span.partition, epoch),
+                    |e| e.class() == ErrorClass::Retriable,
+                )
+                .await?;
+            if let Err(fence) = checked {
+                tracing::warn!(partition = %span.partition, first = span.first.0, last = span.last.0, epoch, fence, "exactly-once: a later owner fenced the partition; the block is not sent (it replays there)");
+                return Err(Attempt::Fenced);
             }
         }
         Ok(())
     }
 
-    /// Whether a later owner fenced `span`'s partition since the lane
-    /// holding it was assigned at `epoch` (`Err`: it did, or the drain
-    /// deadline passed).
-    async fn check_fence(
+    /// `op` until it answers, retried with the sink's backoff while
+    /// `retriable` says its error may clear; `what` names it in the log
+    /// and in the fatal error. `Err`: failed, or abandoned at the drain
+    /// deadline.
+    async fn retrying<T, E: std::fmt::Display, F: std::future::Future<Output = Result<T, E>>>(
         &mut self,
-        log: &IntentLog,
-        span: &spate_core::sink::ChunkSpan,
-        epoch: u64,
-    ) -> Result<(), Attempt> {
+        what: &str,
+        mut op: impl FnMut() -> F,
+        retriable: impl Fn(&E) -> bool,
+    ) -> Result<T, Attempt> {
         let mut attempt = 0u32;
         loop {
-            let checked = tokio::select! {
-                r = log.may_send(&span.partition, epoch) => r,
+            let error = tokio::select! {
+                r = op() => match r {
+                    Ok(v) => return Ok(v),
+                    Err(e) => e,
+                },
                 _ = self.abandon.changed() => return Err(Attempt::Abandoned),
             };
-            match checked {
-                Ok(Ok(())) => return Ok(()),
-                Ok(Err(fence)) => {
-                    tracing::warn!(partition = %span.partition, first = span.first.0, last = span.last.0, epoch, fence, "exactly-once: a later owner fenced the partition; the block is not sent (it replays there)");
-                    return Err(Attempt::Fenced);
-                }
-                Err(error) => {
-                    if error.class() != ErrorClass::Retriable {
-                        return Err(Attempt::Failed(FatalError::new(
-                            self.context(),
-                            format!(
-                                "exactly-once: reading the fence of {}: {error}",
-                                span.partition
-                            ),
-                            Fault::External,
-                        )));
-                    }
-                    attempt += 1;
-                    let backoff = self.retry.delay(attempt, rand::random::<f64>());
-                    tracing::warn!(error = %error, attempt, backoff_ms = backoff.as_millis() as u64, "exactly-once: reading the partition's fence failed; retrying");
-                    if self.pause(backoff).await.is_err() {
-                        return Err(Attempt::Abandoned);
-                    }
-                }
+            if !retriable(&error) {
+                return Err(Attempt::Failed(FatalError::new(
+                    self.context(),
+                    format!("{what} failed: {error}"),
+                    Fault::External,
+                )));
+            }
+            attempt += 1;
+            let backoff = self.retry.delay(attempt, rand::random::<f64>());
+            tracing::warn!(error = %error, attempt, backoff_ms = backoff.as_millis() as u64, "{what} failed; retrying");
+            if self.pause(backoff).await.is_err() {
+                return Err(Attempt::Abandoned);
             }
         }
     }
