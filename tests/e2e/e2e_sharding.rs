@@ -80,17 +80,24 @@ impl Setup {
         table
     }
 
-    /// `spate run` arguments writing to `table`, with `sink` choosing the
-    /// servers (instead of the single `--clickhouse-url`).
+    /// `spate run --until-end --drivers 2` arguments writing to `table`,
+    /// with `sink` choosing the servers.
     fn args(&self, topic: &str, table: &str, sink: &[String]) -> Vec<String> {
-        let mut args = run_args(&self.svc, topic, &unique("g_shard"), table);
+        let mut args = self.sink_args(topic, &unique("g_shard"), table, sink);
+        args.extend(["--until-end", "--drivers", "2"].map(String::from));
+        args
+    }
+
+    /// `spate run` arguments for `group` writing to `table`, with `sink`
+    /// choosing the servers (instead of the single `--clickhouse-url`).
+    fn sink_args(&self, topic: &str, group: &str, table: &str, sink: &[String]) -> Vec<String> {
+        let mut args = run_args(&self.svc, topic, group, table);
         let i = args
             .iter()
             .position(|a| a == "--clickhouse-url")
             .expect("run_args passes --clickhouse-url");
         args.drain(i..i + 2);
         args.extend(sink.iter().cloned());
-        args.extend(["--until-end", "--drivers", "2"].map(String::from));
         args
     }
 
@@ -516,10 +523,7 @@ fn a_shard_with_other_columns_is_reported_and_waits_for_agreement() {
         .map(String::from),
     );
     let group = unique("g_shard_disagree");
-    let mut args = run_args(&s.svc, &topic, &group, &table);
-    let i = args.iter().position(|a| a == "--clickhouse-url").unwrap();
-    args.drain(i..i + 2);
-    args.extend(sink);
+    let args = s.sink_args(&topic, &group, &table, &sink);
     let mut running = spawn("shard-disagree", &args);
     s.first_rows_on_a(&table, &mut running, "node a could be altered");
     s.nodes[0].exec(&format!("ALTER TABLE {table} MODIFY COLUMN v UInt64"));
