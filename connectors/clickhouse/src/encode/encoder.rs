@@ -2,7 +2,7 @@
 
 use super::json::{scan_document, unescape_into, Walk};
 pub(crate) use super::metadata::write_metadata;
-use super::names::{pointer_path, NameTable, PathTarget};
+use super::names::{pointer_path, Hints, NameTable, PathTarget};
 use super::native::NativeLayout;
 use super::nested::{count_items, write_from_items, write_zeros, Group, Member, Scan, Span};
 use super::value::{write_value, write_zero, Fail};
@@ -123,6 +123,8 @@ pub struct RowEncoder {
     opts: EncoderOptions,
     /// Key path → column (see [`super::names`]).
     names: NameTable,
+    /// The key order of the last message, for `names`.
+    hints: Hints,
     /// `(column, JSON pointer)` renames in force.
     renames: Vec<(String, String)>,
     /// Nested groups (`n` of `n.x`, `n.y`).
@@ -253,6 +255,7 @@ impl RowEncoder {
             group_spans: vec![None; groups.len()],
             group_lens: vec![None; groups.len()],
             names: NameTable::default(),
+            hints: Hints::default(),
             renames: Vec::new(),
             groups,
             plans,
@@ -293,6 +296,7 @@ impl RowEncoder {
         }
         self.renames = renames.to_vec();
         self.names = self.name_table();
+        self.hints = Hints::default();
         Ok(())
     }
 
@@ -472,7 +476,7 @@ impl RowEncoder {
                 "tombstone: the message has no payload",
             ));
         };
-        let text = std::str::from_utf8(payload).map_err(|e| {
+        let text = super::json::utf8(payload).map_err(|e| {
             RowError::new(
                 None,
                 &String::from_utf8_lossy(payload),
@@ -510,8 +514,10 @@ impl RowEncoder {
         self.spans.iter_mut().for_each(|s| *s = None);
         self.group_spans.iter_mut().for_each(|s| *s = None);
         let key_scratch = &mut self.key_scratch;
+        self.hints.restart();
         let mut scan = Scan {
             names: &self.names,
+            hints: &mut self.hints,
             spans: &mut self.spans,
             group_spans: &mut self.group_spans,
             path: &mut self.path,

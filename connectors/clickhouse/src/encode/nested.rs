@@ -15,7 +15,7 @@
 //! siblings have elements.
 
 use super::json::{for_each_item, for_each_member, unescape_into, Walk};
-use super::names::{NameTable, PathTarget};
+use super::names::{Hints, NameTable, PathTarget};
 use super::value::{fail, put_varint, write_value, write_zero, Fail};
 use crate::types::ChType;
 
@@ -28,6 +28,8 @@ pub(crate) type KeyFail<'a> = (&'a [u8], String);
 /// One pass over a message: records the span of every known path's value.
 pub(crate) struct Scan<'s> {
     pub(crate) names: &'s NameTable,
+    /// The key order of the last message (see [`Hints`]).
+    pub(crate) hints: &'s mut Hints,
     pub(crate) spans: &'s mut [Option<Span>],
     pub(crate) group_spans: &'s mut [Option<Span>],
     pub(crate) path: &'s mut Vec<u8>,
@@ -51,8 +53,8 @@ impl Scan<'_> {
         depth: usize,
     ) -> Result<(), KeyFail<'a>> {
         let target = match name {
-            Some(n) => self.names.get(n),
-            None => self.names.get(self.path),
+            Some(n) => self.names.get_hinted(n, self.hints),
+            None => self.names.get_hinted(self.path, self.hints),
         };
         let first = val.first().copied();
         match target {

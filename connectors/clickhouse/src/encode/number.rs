@@ -7,6 +7,9 @@
 /// only of zeros (`5.0`). Exponents are rejected. Returns `None` on bad
 /// syntax or overflow of `i128`.
 pub(crate) fn parse_i128(s: &[u8]) -> Option<i128> {
+    if let Some(v) = parse_plain_int(s) {
+        return Some(v);
+    }
     let (neg, digits) = split_sign(s);
     let int = int_part(digits)?;
     let mut v: i128 = 0;
@@ -22,6 +25,30 @@ pub(crate) fn parse_i128(s: &[u8]) -> Option<i128> {
         };
     }
     Some(v)
+}
+
+/// The common case of [`parse_i128`] in one pass: an optional `-` and 1 to
+/// 19 digits (always within `u64`), nothing else; `None` sends anything
+/// else (a `+`, a fraction, more digits, junk) to the general parser.
+#[inline]
+fn parse_plain_int(s: &[u8]) -> Option<i128> {
+    let (neg, digits) = match s.first() {
+        Some(b'-') => (true, &s[1..]),
+        _ => (false, s),
+    };
+    if digits.is_empty() || digits.len() > 19 {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &c in digits {
+        let d = c.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        v = v * 10 + u64::from(d);
+    }
+    let v = i128::from(v);
+    Some(if neg { -v } else { v })
 }
 
 /// Like [`parse_i128`] for the `u128` range (no minus sign allowed except
@@ -344,6 +371,24 @@ mod tests {
         );
         assert_eq!(parse_u128(b"-1"), None);
         assert_eq!(parse_u128(b"-0"), Some(0));
+        // Either side of the one-pass path's 19-digit limit.
+        for s in ["9999999999999999999", "-9999999999999999999", "10000000000000000000",
+                  "18446744073709551615", "18446744073709551616", "-18446744073709551616",
+                  "007", "-0", "00000000000000000000001"] {
+            assert_eq!(parse_i128(s.as_bytes()), s.parse::<i128>().ok(), "{s}");
+        }
+        for s in ["1-", "--1", "1 ", " 1", "٣", "1_0"] {
+            assert_eq!(parse_i128(s.as_bytes()), None, "{s}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn ints_agree_with_std(n in proptest::prelude::any::<i128>(), shift in 0u32..128) {
+            let n = n >> shift;
+            let text = n.to_string();
+            proptest::prop_assert_eq!(parse_i128(text.as_bytes()), Some(n));
+        }
     }
 
     #[test]

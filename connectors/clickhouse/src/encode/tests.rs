@@ -323,6 +323,39 @@ fn nullables_and_arrays() {
     assert_eq!(ok("Nullable(Nothing)", "null"), [1]);
 }
 
+/// Arrays and maps are written in one walk with a one-byte count that is
+/// widened in place: counts around the varint's byte boundaries.
+#[test]
+fn long_arrays_and_maps_get_multi_byte_counts() {
+    for n in [127usize, 128, 129, 300, 16_383, 16_384] {
+        let items = (0..n).map(|i| (i % 200).to_string()).collect::<Vec<_>>();
+        let mut want = Vec::new();
+        super::value::put_varint(&mut want, n as u64);
+        want.extend((0..n).map(|i| (i % 200) as u8));
+        assert_eq!(ok("Array(UInt8)", &format!("[{}]", items.join(","))), want, "{n}");
+        let members = (0..n).map(|i| format!("\"k{i}\": {}", i % 200)).collect::<Vec<_>>();
+        let mut want = Vec::new();
+        super::value::put_varint(&mut want, n as u64);
+        for i in 0..n {
+            let key = format!("k{i}");
+            want.push(key.len() as u8);
+            want.extend_from_slice(key.as_bytes());
+            want.push((i % 200) as u8);
+        }
+        assert_eq!(ok("Map(String, UInt8)", &format!("{{{}}}", members.join(","))), want, "{n}");
+    }
+    // Inside a row: the columns after a long array stay in place.
+    let cols = [col("a", "Array(UInt8)"), col("b", "UInt8")];
+    let items = vec!["1"; 200].join(",");
+    let row = enc_opts(&cols, &format!("{{\"a\": [{items}], \"b\": 9}}"), EncoderOptions::default()).unwrap();
+    assert_eq!(row[..2], [0xc8, 0x01]);
+    assert_eq!(row.len(), 2 + 200 + 1);
+    assert_eq!(row[row.len() - 1], 9);
+    // A bad item anywhere fails the value; a bad tail after good items too.
+    assert!(bad("Array(UInt8)", &format!("[{items}, 256]")).reason.contains("out of range"));
+    bad("Array(UInt8)", &format!("[{items}, ]"));
+}
+
 #[test]
 fn maps() {
     assert_eq!(

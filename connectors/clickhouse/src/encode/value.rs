@@ -432,17 +432,44 @@ fn parse_uuid(s: &[u8]) -> Option<(u64, u64)> {
     Some(((v >> 64) as u64, v as u64))
 }
 
-fn write_array(t: &ChType, v: &[u8], out: &mut Vec<u8>, scratch: &mut Vec<u8>) -> Result<(), Fail> {
-    let mut n = 0u64;
-    for_each_item(v, 0, 1, |_, _| {
-        n += 1;
-        Ok::<_, Fail>(())
-    })
-    .map_err(|e| walk_fail(v, e))?;
-    put_varint(out, n);
-    for_each_item(v, 0, 1, |s, e| write_value(t, &v[s..e], out, scratch))
-        .map_err(|e| walk_fail(v, e))?;
+/// Write a varint count of items and the items in one walk: one byte is
+/// reserved for the count and widened in place when there are 128 or more
+/// (rare, and then the items are moved once). On error `out` holds a part
+/// of the value; the row's caller truncates it.
+fn counted(
+    out: &mut Vec<u8>,
+    write: impl FnOnce(&mut Vec<u8>) -> Result<u64, Fail>,
+) -> Result<(), Fail> {
+    let at = out.len();
+    out.push(0);
+    let n = write(out)?;
+    if n < 0x80 {
+        out[at] = n as u8;
+    } else {
+        let mut buf = [0u8; 10];
+        let mut len = 0;
+        let mut m = n;
+        while m >= 0x80 {
+            buf[len] = (m as u8) | 0x80;
+            m >>= 7;
+            len += 1;
+        }
+        buf[len] = m as u8;
+        out.splice(at..=at, buf[..=len].iter().copied());
+    }
     Ok(())
+}
+
+fn write_array(t: &ChType, v: &[u8], out: &mut Vec<u8>, scratch: &mut Vec<u8>) -> Result<(), Fail> {
+    counted(out, |out| {
+        let mut n = 0u64;
+        for_each_item(v, 0, 1, |s, e| {
+            n += 1;
+            write_value(t, &v[s..e], out, scratch)
+        })
+        .map_err(|e| walk_fail(v, e))?;
+        Ok(n)
+    })
 }
 
 fn write_map(
@@ -452,20 +479,17 @@ fn write_map(
     out: &mut Vec<u8>,
     scratch: &mut Vec<u8>,
 ) -> Result<(), Fail> {
-    let mut n = 0u64;
-    for_each_member(v, 0, 1, |_, _, _| {
-        n += 1;
-        Ok::<_, Fail>(())
+    counted(out, |out| {
+        let mut n = 0u64;
+        for_each_member(v, 0, 1, |key, s, e| {
+            n += 1;
+            let text = text_of(key.raw, scratch).map_err(|r| fail(key.raw, r))?;
+            write_text(k, text, key.raw, out)?;
+            write_value(t, &v[s..e], out, scratch)
+        })
+        .map_err(|e| walk_fail(v, e))?;
+        Ok(n)
     })
-    .map_err(|e| walk_fail(v, e))?;
-    put_varint(out, n);
-    for_each_member(v, 0, 1, |key, s, e| {
-        let text = text_of(key.raw, scratch).map_err(|r| fail(key.raw, r))?;
-        write_text(k, text, key.raw, out)?;
-        write_value(t, &v[s..e], out, scratch)
-    })
-    .map_err(|e| walk_fail(v, e))?;
-    Ok(())
 }
 
 fn write_tuple_array(
