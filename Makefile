@@ -12,13 +12,16 @@ TEST_ARGS ?=
 SERVICES := scripts/services.sh
 ENV_FILE := $(or $(SPATE_BUILD_DIR),build)/services.env
 
-.PHONY: help build lint services services-down services-status test loom bench demo clean-services
+.PHONY: help prereqs build lint services services-down services-status test loom bench demo clean-services
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
 	    awk 'BEGIN {FS = ":.*## "}; {printf "  make %-16s %s\n", $$1, $$2}'
 
-build: ## cargo build --release
+prereqs: ## install the OS packages the build and the services need (apt; only what is missing)
+	scripts/prereqs.sh
+
+build: prereqs ## cargo build --release
 	$(CARGO) build --release
 
 services: ## start Kafka (nisshi) and ClickHouse, installing them if missing
@@ -35,7 +38,7 @@ clean-services: ## stop the services and delete their data (build/services)
 
 # The ci profile and the test run's features: the build scripts (librdkafka,
 # OpenSSL and curl from source) then run once for lint and tests, not twice.
-lint: ## cargo clippy on every crate and target, warnings as errors
+lint: prereqs ## cargo clippy on every crate and target, warnings as errors
 	$(CARGO) clippy --workspace --all-targets --profile ci --features spate/fault-injection -- -D warnings
 
 # lint comes first, so a lint fails before services start and tests build.
@@ -48,7 +51,7 @@ loom: ## model-check the drain barrier and the pending gate with loom
 
 BENCH_VENV := $(or $(SPATE_BUILD_DIR),build)/bench-venv
 
-bench: services $(BENCH_VENV)/.ready ## micro + end-to-end benchmarks, ceilings, peers (BENCH_MESSAGES, BENCH_SUITE); results in bench/results/
+bench: prereqs services $(BENCH_VENV)/.ready ## micro + end-to-end benchmarks, ceilings, peers (BENCH_MESSAGES, BENCH_SUITE); results in bench/results/
 	$(CARGO) build --release
 	$(CARGO) build --release -p spate_kafka --example consume_ceiling
 	# HTTPS inserts as a ratio to plain HTTP (one line), then the main bench,
@@ -62,5 +65,5 @@ $(BENCH_VENV)/.ready:
 	$(BENCH_VENV)/bin/pip install --quiet --disable-pip-version-check 'matplotlib>=3.8,<4'
 	touch $@
 
-demo: ## gen DEMO_COUNT (1000000) events, load them with spate run, show rows/s
+demo: prereqs ## gen DEMO_COUNT (1000000) events, load them with spate run, show rows/s
 	scripts/demo.sh
