@@ -12,7 +12,7 @@ TEST_ARGS ?=
 SERVICES := scripts/services.sh
 ENV_FILE := $(or $(SPATE_BUILD_DIR),build)/services.env
 
-.PHONY: help prereqs build lint services services-down services-status test loom bench demo clean-services
+.PHONY: help prereqs build lint services services-down services-status test loom bench bench-scaling demo clean-services
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -58,6 +58,10 @@ bench: prereqs services $(BENCH_VENV)/.ready ## micro + end-to-end benchmarks, c
 	# whose fixed-form summary line stays last.
 	source $(ENV_FILE) && python3 bench/https_ratio.py
 	source $(ENV_FILE) && $(BENCH_VENV)/bin/python bench/bench.py
+
+bench-scaling: prereqs services ## issue 20's scaling table: partitions x small/wide events x 1/2 shards (BENCH_SCALING_*); bench/results/scaling-<date>.md
+	$(CARGO) build --release
+	source $(ENV_FILE) && BENCH_SUITE=scaling python3 bench/bench.py
 
 # matplotlib for the plot, in a venv of its own (the bench's only non-stdlib module).
 $(BENCH_VENV)/.ready:

@@ -39,6 +39,20 @@ Suites (BENCH_SUITE, comma-separated; default "e2e,formats,delivery", so
   steady rows/s, CPU s per million rows and peak RSS of `spate run` per
   format, and each format's ratio to JSON (issue 18).
 
+- scaling: issue 20's "cost as the work grows": one `spate run` with
+  default flags per configuration of BENCH_SCALING_PARTITIONS partitions
+  (default 8,64,256) x the small (10 columns) and wide (50 columns) events
+  x one shard (cluster node a) and two shards (`--cluster
+  spate_two_shards`, nodes a and b). Each (events, partitions) gets a fresh
+  topic of BENCH_SCALING_MESSAGES small events (default 2,000,000) or
+  BENCH_SCALING_WIDE_MESSAGES wide ones (default a quarter of that: a wide
+  run then takes about as long), read by both shard counts. Per run:
+  steady rows/s, spate CPU and the shards' servers' CPU (summed) per
+  million rows, peak RSS, inserts, rows per insert, inserts per second
+  per shard and the librdkafka prefetch per partition spate set (from its
+  log); then each figure's growth as the median ratio between runs that
+  differ in one dimension only.
+
 Measurement, for spate and the consume ceiling alike:
 - steady rows/s: the rate between 10% and 90% of the rows (for spate from
   the rows of the table's active parts in system.parts, sampled every
@@ -52,6 +66,11 @@ Results go to bench/results/<suite>-<date>.md (and .png); each suite prints
 a summary line, and the last line printed is the e2e suite's (when it ran),
 in a fixed form for tools to track:
   bench: rows_per_s=<int> cpu_s_per_million=<float> fraction_of_ceiling=<float> peak_rss_mib=<int>
+The scaling suite's line (ratios as in its growth table; NNNp the most and
+fewest partitions measured):
+  bench: scaling configs=<int> rows_per_s_min=<int> rows_per_s_max=<int>
+    rows_per_s_NNNp_vs_NNp=<float> rows_per_s_2_shards_vs_1=<float> cpu_wide_vs_small=<float>
+    server_cpu_2_shards_vs_1=<float> peak_rss_mib_max=<int>
 The formats suite's line:
   bench: formats json_rows_per_s=<int> avro_rows_per_s=<int> protobuf_rows_per_s=<int>
     avro_rate_ratio=<float> protobuf_rate_ratio=<float> avro_cpu_ratio=<float> protobuf_cpu_ratio=<float>
@@ -83,7 +102,7 @@ REPEAT = int(os.environ.get("BENCH_REPEAT", "3"))
 MICRO = os.environ.get("BENCH_MICRO", "1") != "0"
 PEERS = [p for p in os.environ.get("BENCH_PEERS", "kafka-engine").split(",") if p]
 SWEEP = [int(x) for x in os.environ.get("BENCH_BATCH_ROWS", "10000,50000,100000,500000").split(",") if x]
-# One run may take at most this long: 60 s plus 20 s per million rows.
+# One run of BENCH_MESSAGES may take at most this long (run_timeout).
 RUN_TIMEOUT = 60 + 20 * MESSAGES / 1e6
 DEFAULT_BUDGET_MIB = 256  # spate's default --max-buffered-bytes
 
@@ -106,25 +125,98 @@ SMALL_COLUMNS = [
 ]
 
 
+def rust_columns(const):
+    """The (name, type) pairs of a column list of src/events.rs, read from
+    the source, so the bench and `spate gen` cannot disagree."""
+    import re
+    src = open(os.path.join(ROOT, "src", "events.rs")).read()
+    body = re.search(rf"pub const {const}: &\[\(&str, &str\)\] = &\[(.*?)\n\];", src, re.S).group(1)
+    return re.findall(r'\("([^"]+)", "([^"]+)"\)', body)
+
+
+class Schema:
+    """An event schema of `spate gen --schema NAME`: the table's columns and
+    sorting key, and the expression that is unique per event, so that
+    count() = uniqExact(unique) = N shows every message arrived once."""
+
+    def __init__(self, name, columns, unique, order_by=ORDER_BY):
+        self.name, self.columns, self.unique, self.order_by = name, columns, unique, order_by
+
+
+SMALL = Schema("small", SMALL_COLUMNS, "session")
+# The wide event has no per-event string like `session`, but (ts, user_id)
+# is unique per event in both schemas (src/events.rs): ts = 1.7e9 + i / 100
+# and user_id = i * 2654435761 mod 100000, a bijection of i mod 100000
+# (2654435761 is prime to 2 and 5), so the 100 events of one ts have 100
+# distinct user_ids.
+WIDE = Schema("wide", rust_columns("WIDE_COLUMNS"), "ts, user_id")
+assert SMALL_COLUMNS == rust_columns("SMALL_COLUMNS"), "SMALL_COLUMNS differs from src/events.rs"
+
+
+class Servers:
+    """Where a run's rows go: the servers spate inserts into (HTTP URL and
+    PID file of each, for its CPU), the flags that point spate at them, and
+    for several shards the cluster a Distributed table reads them through
+    (on the first server) for the checks."""
+
+    def __init__(self, name, urls, pid_files, flags, cluster=None):
+        self.name, self.urls, self.pid_files, self.flags, self.cluster = name, urls, pid_files, flags, cluster
+
+    def create(self, name, replicated=False, schema=None):
+        """A fresh table `name` on every server; (table spate writes to, table the checks read)."""
+        for url in self.urls:
+            table = fresh_table(name, replicated, schema, server=url)
+            drop_table(table, url)
+        if not self.cluster:
+            return table, table
+        db, local = table.split(".")
+        cols = ", ".join(f"{n} {t}" for n, t in (schema or SMALL).columns)
+        everywhere = f"{table}_all"
+        ch(f"DROP TABLE IF EXISTS {everywhere}", server=self.urls[0])
+        ch(f"CREATE TABLE {everywhere} ({cols}) ENGINE = Distributed({self.cluster}, {db}, {local})",
+           server=self.urls[0], allow_experimental_low_cardinality_type=1)
+        drop_table(everywhere, self.urls[0])
+        return table, everywhere
+
+    def rows_so_far(self, table):
+        return sum(rows_so_far(table, url) for url in self.urls)
+
+    def inserted_parts(self, table):
+        return sum(inserted_parts(table, url) for url in self.urls)
+
+    def cpu_s(self):
+        """The servers' user+sys CPU seconds so far, summed; None if one is unknown."""
+        cpus = [server_cpu_s(p) for p in self.pid_files]
+        return None if None in cpus else sum(cpus)
+
+
+# The bench's server (SPATE_TEST_CLICKHOUSE_URL): every suite but scaling.
+LOCAL = Servers("local", [CH], [CH_PID_FILE], ["--clickhouse-url", CH])
+
+
 def log(msg):
     print(msg, flush=True)
 
 
-def ch(sql, timeout=120, **settings):
+def ch(sql, timeout=120, server=None, **settings):
+    """One statement on `server` (an HTTP URL; default the bench's server)."""
     q = urllib.parse.urlencode(settings)
-    with urllib.request.urlopen(f"{CH}/?{q}", data=sql.encode(), timeout=timeout) as r:
+    with urllib.request.urlopen(f"{server or CH}/?{q}", data=sql.encode(), timeout=timeout) as r:
         return r.read().decode().strip()
 
 
-def fresh_table(name, replicated=False):
-    ch("CREATE DATABASE IF NOT EXISTS spate_bench")
-    ch(f"DROP TABLE IF EXISTS spate_bench.{name}")
-    cols = ", ".join(f"{n} {t}" for n, t in SMALL_COLUMNS)
+def fresh_table(name, replicated=False, schema=None, server=None):
+    """A fresh MergeTree spate_bench.<name> with the columns of `schema`
+    (default the small event's) on `server` (default the bench's)."""
+    schema = schema or SMALL
+    ch("CREATE DATABASE IF NOT EXISTS spate_bench", server=server)
+    ch(f"DROP TABLE IF EXISTS spate_bench.{name}", server=server)
+    cols = ", ".join(f"{n} {t}" for n, t in schema.columns)
     engine = "MergeTree()"
     if replicated:
         engine = f"ReplicatedMergeTree('/clickhouse/tables/spate_bench/{name}_{time.time_ns()}', 'r1')"
-    ch(f"CREATE TABLE spate_bench.{name} ({cols}) ENGINE = {engine} ORDER BY {ORDER_BY}",
-       allow_experimental_low_cardinality_type=1)
+    ch(f"CREATE TABLE spate_bench.{name} ({cols}) ENGINE = {engine} ORDER BY {schema.order_by}",
+       server=server, allow_experimental_low_cardinality_type=1)
     return f"spate_bench.{name}"
 
 
@@ -135,41 +227,44 @@ def fresh_table(name, replicated=False):
 DROP_LATER = []
 
 
-def drop_table(table):
-    DROP_LATER.append(table)
+def drop_table(table, server=None):
+    DROP_LATER.append((table, server))
 
 
 def drop_tables():
     while DROP_LATER:
-        ch(f"DROP TABLE IF EXISTS {DROP_LATER.pop()}")
+        table, server = DROP_LATER.pop()
+        ch(f"DROP TABLE IF EXISTS {table}", server=server)
 
 
-def rows_so_far(table):
+def rows_so_far(table, server=None):
     """Rows in `table` from the parts' metadata. Unlike count(), which on
     18.16 reads a column of every part, this costs the server next to
     nothing, so sampling it every 50 ms does not load the server whose CPU
     is being measured."""
     db, name = table.split(".")
     return int(ch(f"SELECT sum(rows) FROM system.parts WHERE database = '{db}' AND table = '{name}' AND active",
-                  timeout=5) or 0)
+                  timeout=5, server=server) or 0)
 
 
-def inserted_parts(table):
+def inserted_parts(table, server=None):
     """Parts the inserts into `table` created: the level-0 parts, active or
     already merged away (the server keeps merged parts for
     old_parts_lifetime, 8 minutes, and tables are dropped at the end of a
     suite). One insert of fewer than max_insert_block_size rows makes one."""
     db, name = table.split(".")
-    return int(ch(f"SELECT countIf(level = 0) FROM system.parts WHERE database = '{db}' AND table = '{name}'")
-               or 0)
+    return int(ch(f"SELECT countIf(level = 0) FROM system.parts WHERE database = '{db}' AND table = '{name}'",
+                  server=server) or 0)
 
 
-def server_cpu_s():
-    """user+sys CPU seconds of the local ClickHouse server so far, or None."""
-    if not CH_PID_FILE or not os.path.exists(CH_PID_FILE):
+def server_cpu_s(pid_file=None):
+    """user+sys CPU seconds of a ClickHouse server so far (by its PID file,
+    default the bench's server), or None."""
+    pid_file = pid_file or CH_PID_FILE
+    if not pid_file or not os.path.exists(pid_file):
         return None
     try:
-        pid = open(CH_PID_FILE).read().strip()
+        pid = open(pid_file).read().strip()
         fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except OSError:
@@ -192,12 +287,21 @@ def wait_child(proc, label, timeout, on_tick=None, tick=0.05):
         time.sleep(tick)
 
 
-def preload(topic):
+def run_timeout(messages):
+    """The longest one run of `messages` may take: 60 s plus 20 s per million rows."""
+    return 60 + 20 * messages / 1e6
+
+
+def preload(topic, messages=None, partitions=None, schema=None):
+    """`spate gen` of `messages` events (default BENCH_MESSAGES) of `schema`
+    (default small) into a fresh topic of `partitions` (default
+    BENCH_PARTITIONS); seconds it took."""
+    messages = messages or MESSAGES
     t0 = time.monotonic()
     subprocess.run(
-        [SPATE, "gen", "--brokers", BROKERS, "--topic", topic, "--count", str(MESSAGES),
-         "--partitions", str(PARTITIONS), "--schema", "small"],
-        check=True, stderr=subprocess.DEVNULL, timeout=RUN_TIMEOUT,
+        [SPATE, "gen", "--brokers", BROKERS, "--topic", topic, "--count", str(messages),
+         "--partitions", str(partitions or PARTITIONS), "--schema", (schema or SMALL).name],
+        check=True, stderr=subprocess.DEVNULL, timeout=run_timeout(messages),
     )
     return time.monotonic() - t0
 
@@ -210,53 +314,71 @@ def steady_rate(samples, total):
 
 # ---------------------------------------------------------------- runs ----
 
-def run_spate(topic, label, extra, keep=False, replicated=False):
-    """One `spate run --until-end` into a fresh table; figures of the run."""
-    table = fresh_table(label.replace("-", "_"), replicated)
+def run_spate(topic, label, extra, keep=False, replicated=False, servers=LOCAL, schema=None, messages=None,
+              log_level="warn"):
+    """One `spate run --until-end` into a fresh table on `servers` (default
+    the bench's server) with the columns of `schema` (default small), the
+    topic holding `messages` events (default BENCH_MESSAGES); figures of
+    the run (server CPU: the sum over `servers`). With a `log_level` other
+    than warn, the result has spate's log (its stderr) as "log"."""
+    schema, messages = schema or SMALL, messages or MESSAGES
+    label_table = label.replace("-", "_")
+    if servers is LOCAL:
+        table = check = fresh_table(label_table, replicated, schema)
+    else:
+        table, check = servers.create(label_table, replicated, schema)
     group = f"bench_{label}_{int(time.time() * 1000)}"
     args = [SPATE, "run", "--brokers", BROKERS, "--topic", topic, "--group", group,
-            "--clickhouse-url", CH, "--table", table, "--until-end",
-            "-X", "session.timeout.ms=6000", "--log-level", "warn"] + extra
+            "--table", table, "--until-end", "-X", "session.timeout.ms=6000",
+            "--log-level", log_level] + servers.flags + extra
     errlog = tempfile.TemporaryFile(mode="w+")
     samples = []
 
     def sample():
         try:
-            samples.append((time.monotonic(), rows_so_far(table)))
+            samples.append((time.monotonic(), servers.rows_so_far(table)))
         except Exception:
             pass
 
-    server0 = server_cpu_s()
+    server0 = servers.cpu_s()
     started = time.monotonic()
     proc = subprocess.Popen(args, stderr=errlog)
-    status, usage = wait_child(proc, label, RUN_TIMEOUT, on_tick=sample)
+    status, usage = wait_child(proc, label, run_timeout(messages), on_tick=sample)
     wall = time.monotonic() - started
-    server1 = server_cpu_s()
+    server1 = servers.cpu_s()
     code = os.waitstatus_to_exitcode(status)
     if code != 0:
         errlog.seek(0)
         sys.exit(f"bench: {label} exited {code}:\n{errlog.read()[-2000:]}")
-    rows = int(ch(f"SELECT count() FROM {table}"))
+    first = servers.urls[0]
+    rows = int(ch(f"SELECT count() FROM {check}", server=first))
     samples.append((time.monotonic(), rows))
-    distinct = int(ch(f"SELECT uniqExact(session) FROM {table}"))
-    if distinct != MESSAGES:
-        sys.exit(f"bench: {label}: {distinct} of {MESSAGES} messages arrived")
+    distinct = int(ch(f"SELECT uniqExact({schema.unique}) FROM {check}", server=first))
+    if distinct != messages:
+        sys.exit(f"bench: {label}: {distinct} of {messages} messages arrived")
     cpu = usage.ru_utime + usage.ru_stime
+    # From the first inserted rows to the last: the time the inserts ran.
+    first_rows = next((t for t, n in samples if n > 0), samples[-1][0])
+    last_rows = next(t for t, n in samples if n >= messages)
     result = {
         "label": label,
         "rows": rows,
+        "insert_s": last_rows - first_rows,
         "duplicates": rows - distinct,
         "wall_s": wall,
-        "rows_per_s": steady_rate(samples, MESSAGES),
+        "rows_per_s": steady_rate(samples, messages),
         "cpu_s_per_million": cpu / (rows / 1e6),
         "server_cpu_s_per_million": (server1 - server0) / (rows / 1e6) if server0 is not None else None,
         "peak_rss_mib": usage.ru_maxrss / 1024,
         "args": " ".join(extra),
-        "inserts": inserted_parts(table),
+        "inserts": servers.inserted_parts(table),
     }
+    if log_level != "warn":
+        errlog.seek(0)
+        result["log"] = errlog.read()
     if keep:
         result["table"] = table
-    else:
+    elif servers is LOCAL:
         drop_table(table)
     return result
 
@@ -748,10 +870,145 @@ def suite_formats(topic, date):
     return "\n".join(md) + "\n", summary, []
 
 
+SCALING_PARTITIONS = [int(x) for x in os.environ.get("BENCH_SCALING_PARTITIONS", "8,64,256").split(",") if x]
+SCALING_MESSAGES = int(os.environ.get("BENCH_SCALING_MESSAGES", "2000000"))
+# A wide event is ~1 KB of JSON against ~200 B, and costs spate and the
+# server about 4-5x per row: a quarter of the rows keeps a wide run about
+# as long as a small one.
+SCALING_WIDE_MESSAGES = int(os.environ.get("BENCH_SCALING_WIDE_MESSAGES", str(max(SCALING_MESSAGES // 4, 1))))
+
+
+def cluster_servers():
+    """One shard (cluster node a) and two shards (nodes a and b, cluster
+    spate_two_shards, as `spate run --cluster` reads it from node a): the
+    same servers for both, so the ratio is the shards' and not the
+    servers'. The nodes' PID files sit next to the bench server's."""
+    urls = [u for u in os.environ.get("SPATE_TEST_CLUSTER_URLS", "").split(",") if u]
+    nodes = [n for n in os.environ.get("SPATE_TEST_CLUSTER_NODES", "").split(",") if n]
+    if len(urls) < 2 or len(nodes) != len(urls) or not CH_PID_FILE:
+        sys.exit("bench: scaling needs cluster nodes a and b (SPATE_TEST_CLUSTER_URLS/NODES, "
+                 "SPATE_TEST_CLICKHOUSE_PID_FILE): eval \"$(scripts/services.sh env)\"")
+    pids = [os.path.join(os.path.dirname(CH_PID_FILE), f"clickhouse-{n}.pid") for n in nodes]
+    one = Servers("1 shard", urls[:1], pids[:1], ["--clickhouse-url", urls[0]])
+    two = Servers("2 shards", urls[:2], pids[:2],
+                  ["--clickhouse-url", urls[0], "--cluster", "spate_two_shards"], cluster="spate_two_shards")
+    return [(1, one), (2, two)]
+
+
+def prefetch_per_partition(log_text):
+    """The librdkafka prefetch per partition spate set, from its log line
+    (`prefetch budget split over the subscribed topics' partitions`)."""
+    import re
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", log_text or "")  # the text log's colours
+    m = re.search(r"prefetch_per_partition=(\d+)", plain)
+    return int(m.group(1)) if m else None
+
+
+def suite_scaling(_topic, date):
+    """Issue 20's "cost as the work grows": partitions x event width x
+    shards, one run each, with default flags. One topic per (schema,
+    partitions) serves both shard counts (the same data for the 1-vs-2
+    ratio, half the preloads on an in-memory broker)."""
+    shard_sets = cluster_servers()
+    results = []
+    for schema, messages in ((SMALL, SCALING_MESSAGES), (WIDE, SCALING_WIDE_MESSAGES)):
+        for partitions in SCALING_PARTITIONS:
+            topic = f"bench_scaling_{schema.name}_{partitions}p_{int(time.time() * 1000)}"
+            secs = preload(topic, messages, partitions, schema)
+            log(f"  preloaded {messages:,} {schema.name} events on {partitions} partitions in {secs:.1f}s")
+            for shards, servers in shard_sets:
+                label = f"scaling-{schema.name}-{partitions}p-{shards}s"
+                # info from the Kafka source only: its prefetch line.
+                r = run_spate(topic, label, [], servers=servers, schema=schema, messages=messages,
+                              log_level="warn,spate_kafka=info")
+                r.update(schema=schema.name, partitions=partitions, shards=shards, messages=messages,
+                         prefetch_per_partition=prefetch_per_partition(r.pop("log")))
+                r["rows_per_insert"] = r["rows"] / max(r["inserts"], 1)
+                r["inserts_per_s_per_shard"] = r["inserts"] / max(r["insert_s"], 1e-3) / shards
+                results.append(r)
+                log(f"  {label}: {r['rows_per_s']:,.0f} rows/s, {r['cpu_s_per_million']:.2f} CPU s/M, "
+                    f"server {fmt(r['server_cpu_s_per_million'], '.2f')} CPU s/M, {r['peak_rss_mib']:.0f} MiB, "
+                    f"{r['inserts']} inserts ({r['rows_per_insert']:,.0f} rows each), "
+                    f"prefetch {fmt(r['prefetch_per_partition'])} B/partition")
+            drop_tables()
+    return scaling_report(results, date)
+
+
+def scaling_ratios(results):
+    """The growth of each figure, as medians of ratios between runs that
+    differ in one dimension only: {name: ratio}."""
+    by = {(r["schema"], r["partitions"], r["shards"]): r for r in results}
+    lo, hi = min(SCALING_PARTITIONS), max(SCALING_PARTITIONS)
+
+    def med(pairs, key):
+        vals = [by[b][key] / by[a][key] for a, b in pairs
+                if a in by and b in by and by[a].get(key) and by[b].get(key) is not None]
+        return statistics.median(vals) if vals else None
+    parts = [((s, lo, n), (s, hi, n)) for s in ("small", "wide") for n in (1, 2)]
+    shards = [((s, p, 1), (s, p, 2)) for s in ("small", "wide") for p in SCALING_PARTITIONS]
+    wide = [(("small", p, n), ("wide", p, n)) for p in SCALING_PARTITIONS for n in (1, 2)]
+    out = {}
+    for key, short in (("rows_per_s", "rows_per_s"), ("cpu_s_per_million", "cpu"),
+                       ("server_cpu_s_per_million", "server_cpu"), ("peak_rss_mib", "rss"),
+                       ("rows_per_insert", "rows_per_insert")):
+        out[f"{short}_{hi}p_vs_{lo}p"] = med(parts, key)
+        out[f"{short}_2_shards_vs_1"] = med(shards, key)
+        out[f"{short}_wide_vs_small"] = med(wide, key)
+    return out
+
+
+def scaling_report(results, date):
+    ratios = scaling_ratios(results)
+    md = [f"# spate bench: scaling\n\n{date}, {os.cpu_count()} cores (shared with other builds and benches: "
+          f"absolute figures are noisy, compare within this run), ClickHouse {ch('SELECT version()')} "
+          f"(cluster nodes a and b), nisshi broker (in memory). {SCALING_MESSAGES:,} small events "
+          f"(10 columns, ~200 B) or {SCALING_WIDE_MESSAGES:,} wide events (50 columns, ~1 KB) per topic; "
+          "one run per configuration, `spate run --until-end` with default flags; one shard is "
+          "`--clickhouse-url` node a, two shards `--cluster spate_two_shards` (nodes a and b). "
+          "Server CPU is the sum over the shards' servers. Every run checked count() = "
+          "uniqExact(event key) = events.\n",
+          "| events | partitions | shards | steady rows/s | spate CPU s / M rows | server CPU s / M rows | "
+          "peak RSS MiB | inserts | rows / insert | inserts / s / shard | prefetch / partition KiB | wall s |",
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        pf = r["prefetch_per_partition"]
+        md.append(f"| {r['schema']} | {r['partitions']} | {r['shards']} | {r['rows_per_s']:,.0f} | "
+                  f"{r['cpu_s_per_million']:.2f} | {fmt(r['server_cpu_s_per_million'], '.2f')} | "
+                  f"{r['peak_rss_mib']:.0f} | {r['inserts']} | {r['rows_per_insert']:,.0f} | "
+                  f"{r['inserts_per_s_per_shard']:.2f} | {fmt(pf / 1024 if pf else None)} | {r['wall_s']:.1f} |")
+    md.append("\nGrowth, each the median of the ratios between runs that differ in that dimension only:\n")
+    md.append("| figure | " + f"{max(SCALING_PARTITIONS)} / {min(SCALING_PARTITIONS)} partitions | "
+              "2 shards / 1 | wide / small |\n|---|---:|---:|---:|")
+    for short, name in (("rows_per_s", "steady rows/s"), ("cpu", "spate CPU per row"),
+                        ("server_cpu", "server CPU per row"), ("rss", "peak RSS"),
+                        ("rows_per_insert", "rows per insert")):
+        cells = [ratios[f"{short}_{max(SCALING_PARTITIONS)}p_vs_{min(SCALING_PARTITIONS)}p"],
+                 ratios[f"{short}_2_shards_vs_1"], ratios[f"{short}_wide_vs_small"]]
+        md.append(f"| {name} | " + " | ".join(fmt(c, ".2f") for c in cells) + " |")
+    hi, lo = max(SCALING_PARTITIONS), min(SCALING_PARTITIONS)
+
+    def ratio_field(name):
+        v = ratios[name]
+        return "none" if v is None else f"{v:.3f}"
+    summary = (f"bench: scaling configs={len(results)} "
+               f"rows_per_s_min={min(r['rows_per_s'] for r in results):.0f} "
+               f"rows_per_s_max={max(r['rows_per_s'] for r in results):.0f} "
+               f"rows_per_s_{hi}p_vs_{lo}p={ratio_field(f'rows_per_s_{hi}p_vs_{lo}p')} "
+               f"rows_per_s_2_shards_vs_1={ratio_field('rows_per_s_2_shards_vs_1')} "
+               f"cpu_wide_vs_small={ratio_field('cpu_wide_vs_small')} "
+               f"server_cpu_2_shards_vs_1={ratio_field('server_cpu_2_shards_vs_1')} "
+               f"peak_rss_mib_max={max(r['peak_rss_mib'] for r in results):.0f}")
+    md.append(f"\n`{summary}`\n")
+    return "\n".join(md), summary, []
+
+
 # The e2e suite's checked targets (issue20_targets), printed at the end.
 TARGETS = []
 
-SUITES = {"e2e": None, "backpressure": None, "delivery": None, "formats": None}
+# Suites that preload topics of their own (the shared one is not made for them).
+OWN_TOPICS = {"scaling"}
+
+SUITES = {"e2e": None, "backpressure": None, "delivery": None, "formats": None, "scaling": None}
 
 
 def main():
@@ -764,10 +1021,13 @@ def main():
         if not os.access(exe, os.X_OK):
             sys.exit(f"bench: {exe} is missing; run `make bench` (it builds it)")
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H%MZ")
-    topic = f"bench_{int(time.time())}"
-    log(f"bench: preloading {MESSAGES:,} events into {topic} ({PARTITIONS} partitions)")
-    secs = preload(topic)
-    log(f"bench: preloaded in {secs:.1f}s")
+    topic = None
+    # The shared topic, unless only suites that preload their own run.
+    if any(s not in OWN_TOPICS for s in suites):
+        topic = f"bench_{int(time.time())}"
+        log(f"bench: preloading {MESSAGES:,} events into {topic} ({PARTITIONS} partitions)")
+        secs = preload(topic)
+        log(f"bench: preloaded in {secs:.1f}s")
     # The Kafka engine's server is stopped at the end unless it was up before.
     engine_sh = os.path.join(ROOT, "scripts", "kafka-engine.sh")
     engine_was_up = subprocess.run([engine_sh, "status"], capture_output=True).returncode == 0
@@ -775,7 +1035,7 @@ def main():
     try:
         summaries = run_suites(suites, topic, date)
     finally:
-        if "kafka-engine" in PEERS and not engine_was_up:
+        if "e2e" in suites and "kafka-engine" in PEERS and not engine_was_up:
             subprocess.run([engine_sh, "down"], capture_output=True, timeout=120)
     # Every suite's summary line; e2e's fixed-form line last, for tools
     # that track it over time.
@@ -793,7 +1053,8 @@ def run_suites(suites, topic, date):
         log(f"bench: suite {suite}")
         try:
             md, summary, checks = {"e2e": suite_e2e, "backpressure": suite_backpressure,
-                                   "delivery": suite_delivery, "formats": suite_formats}[suite](topic, date)
+                                   "delivery": suite_delivery, "formats": suite_formats,
+                                   "scaling": suite_scaling}[suite](topic, date)
         finally:
             drop_tables()
         path = os.path.join(ROOT, "bench", "results", f"{suite}-{date}.md")
