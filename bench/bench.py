@@ -315,12 +315,13 @@ def steady_rate(samples, total):
 # ---------------------------------------------------------------- runs ----
 
 def run_spate(topic, label, extra, keep=False, replicated=False, servers=LOCAL, schema=None, messages=None,
-              log_level="warn"):
+              log_level="warn", wrap=()):
     """One `spate run --until-end` into a fresh table on `servers` (default
     the bench's server) with the columns of `schema` (default small), the
     topic holding `messages` events (default BENCH_MESSAGES); figures of
     the run (server CPU: the sum over `servers`). With a `log_level` other
-    than warn, the result has spate's log (its stderr) as "log"."""
+    than warn, the result has spate's log (its stderr) as "log". `wrap`
+    is a command to run spate under (e.g. `perf record ... --`)."""
     schema, messages = schema or SMALL, messages or MESSAGES
     label_table = label.replace("-", "_")
     if servers is LOCAL:
@@ -328,7 +329,7 @@ def run_spate(topic, label, extra, keep=False, replicated=False, servers=LOCAL, 
     else:
         table, check = servers.create(label_table, replicated, schema)
     group = f"bench_{label}_{int(time.time() * 1000)}"
-    args = [SPATE, "run", "--brokers", BROKERS, "--topic", topic, "--group", group,
+    args = list(wrap) + [SPATE, "run", "--brokers", BROKERS, "--topic", topic, "--group", group,
             "--table", table, "--until-end", "-X", "session.timeout.ms=6000",
             "--log-level", log_level] + servers.flags + extra
     errlog = tempfile.TemporaryFile(mode="w+")
@@ -370,6 +371,8 @@ def run_spate(topic, label, extra, keep=False, replicated=False, servers=LOCAL, 
         "cpu_s_per_million": cpu / (rows / 1e6),
         "server_cpu_s_per_million": (server1 - server0) / (rows / 1e6) if server0 is not None else None,
         "peak_rss_mib": usage.ru_maxrss / 1024,
+        "sys_cpu_s_per_million": usage.ru_stime / (rows / 1e6),
+        "minor_faults_per_row": usage.ru_minflt / rows,
         "args": " ".join(extra),
         "inserts": servers.inserted_parts(table),
     }

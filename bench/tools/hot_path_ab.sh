@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Interleaved A/B of the hot_path criterion bench: base binary vs new binary,
 # ROUNDS rounds, group hot_path (1024-row batches). Prints ns/row per round.
-# usage: ab_hot.sh BASE_BIN NEW_BIN [ROUNDS] [FILTER]
+# usage: bench/tools/hot_path_ab.sh BASE_BIN NEW_BIN [ROUNDS] [FILTER]
 base=$1; new=$2; rounds=${3:-3}; filter=${4:-'^hot_path/'}
 for r in $(seq 1 "$rounds"); do
   for which in base new; do

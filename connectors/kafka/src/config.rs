@@ -262,7 +262,7 @@ impl KafkaSourceConfig {
         // librdkafka has the https.* properties only when built with
         // libcurl (its `http` feature). A build without it (librdkafka's
         // ./configure left libcurl out: it needs a system libcurl for its
-        // link check, see .ci/run) still reads Kafka; it refused every
+        // link check, see scripts/prereqs.sh) still reads Kafka; it refused every
         // configuration while this was set unconditionally.
         if !self.has_any(&["https.ca.location", "https.ca.pem"]) && librdkafka_has_http() {
             c.set("https.ca.location", "probe");
@@ -275,32 +275,16 @@ impl KafkaSourceConfig {
 }
 
 /// Whether the linked librdkafka was built with HTTP (libcurl) support:
-/// `http` among its `builtin.features`.
+/// `http` among its `builtin.features` (read as
+/// `tests/builtin_features.rs` reads them).
 #[must_use]
 pub fn librdkafka_has_http() -> bool {
     static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *HAS.get_or_init(|| {
-        use rdkafka::bindings as rdsys;
-        use std::ffi::{c_char, CStr};
-        let mut buf = [0 as c_char; 1024];
-        let mut size = buf.len();
-        // SAFETY: a fresh configuration object, read into a buffer of the
-        // size passed, then destroyed; librdkafka NUL-terminates the value
-        // when it reports success.
-        unsafe {
-            let conf = rdsys::rd_kafka_conf_new();
-            let res = rdsys::rd_kafka_conf_get(
-                conf,
-                c"builtin.features".as_ptr(),
-                buf.as_mut_ptr(),
-                &mut size,
-            );
-            rdsys::rd_kafka_conf_destroy(conf);
-            res == rdsys::rd_kafka_conf_res_t::RD_KAFKA_CONF_OK
-                && CStr::from_ptr(buf.as_ptr())
-                    .to_str()
-                    .is_ok_and(|f| f.split(',').any(|x| x.trim() == "http"))
-        }
+        ClientConfig::new()
+            .create_native_config()
+            .and_then(|native| native.get("builtin.features"))
+            .is_ok_and(|f| f.split(',').any(|x| x.trim() == "http"))
     })
 }
 
@@ -390,19 +374,16 @@ mod tests {
     /// spate is built with curl-static so that OAUTHBEARER/OIDC works;
     /// librdkafka's ./configure still drops libcurl when no system libcurl
     /// passes its link check. Such a build must still start (no https.*
-    /// default it would refuse) and this test names the missing package.
+    /// default it would refuse). That this build has http is checked, with
+    /// the package to install, in `tests/builtin_features.rs`.
     #[test]
-    fn librdkafka_is_built_with_http_and_the_https_default_follows_it() {
+    fn the_https_default_follows_librdkafkas_http_feature() {
         let probe = cfg().client_config().get("https.ca.location").map(str::to_owned);
         assert_eq!(probe.as_deref(), librdkafka_has_http().then_some("probe"));
+        assert!(librdkafka_has_http(), "the build has http (see tests/builtin_features.rs)");
         // The configuration spate builds is accepted by this librdkafka.
         let created: Result<rdkafka::consumer::BaseConsumer, _> = cfg().client_config().create();
         assert!(created.is_ok(), "{:?}", created.err());
-        assert!(
-            librdkafka_has_http(),
-            "librdkafka was built without libcurl (no OIDC): install libcurl4-openssl-dev \
-             and rebuild rdkafka-sys (`cargo clean -p rdkafka-sys`); see .ci/run"
-        );
     }
 
     #[test]

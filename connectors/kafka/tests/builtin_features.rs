@@ -55,7 +55,8 @@ fn builtin_features_list_security_and_every_codec() {
     // OAUTHBEARER's `sasl.oauthbearer.method=oidc` fetches tokens with libcurl.
     assert!(
         features.iter().any(|f| f == "http"),
-        "librdkafka lacks http (libcurl) for OIDC: {features:?}"
+        "librdkafka lacks http (libcurl) for OIDC: {features:?}; install \
+         libcurl4-openssl-dev (scripts/prereqs.sh) and rebuild it with `cargo clean -p rdkafka-sys`"
     );
 }
 

@@ -27,7 +27,7 @@ pub(crate) struct Key<'a> {
     pub(crate) escaped: bool,
 }
 
-/// `b` as text: valid UTF-8 checked 16 bytes at a time while it is
+/// `b` as text: valid UTF-8 checked 32 bytes at a time while it is
 /// ASCII (messages mostly are), by the standard library's validator from
 /// the first non-ASCII block on.
 #[inline]

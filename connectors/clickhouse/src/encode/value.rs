@@ -37,12 +37,23 @@ fn walk_fail(v: &[u8], e: Walk<Fail>) -> Fail {
 
 /// Append an unsigned LEB128 varint.
 #[inline]
-pub(crate) fn put_varint(out: &mut Vec<u8>, mut n: u64) {
+pub(crate) fn put_varint(out: &mut Vec<u8>, n: u64) {
+    let (buf, len) = varint(n);
+    out.extend_from_slice(&buf[..len]);
+}
+
+/// `n` as an unsigned LEB128 varint: its bytes and how many there are.
+#[inline]
+fn varint(mut n: u64) -> ([u8; 10], usize) {
+    let mut buf = [0u8; 10];
+    let mut len = 0;
     while n >= 0x80 {
-        out.push((n as u8) | 0x80);
+        buf[len] = (n as u8) | 0x80;
         n >>= 7;
+        len += 1;
     }
-    out.push(n as u8);
+    buf[len] = n as u8;
+    (buf, len + 1)
 }
 
 /// The content of a JSON string value, unescaped (through `scratch` when it
@@ -446,16 +457,8 @@ fn counted(
     if n < 0x80 {
         out[at] = n as u8;
     } else {
-        let mut buf = [0u8; 10];
-        let mut len = 0;
-        let mut m = n;
-        while m >= 0x80 {
-            buf[len] = (m as u8) | 0x80;
-            m >>= 7;
-            len += 1;
-        }
-        buf[len] = m as u8;
-        out.splice(at..=at, buf[..=len].iter().copied());
+        let (buf, len) = varint(n);
+        out.splice(at..=at, buf[..len].iter().copied());
     }
     Ok(())
 }
