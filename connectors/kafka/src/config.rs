@@ -378,9 +378,15 @@ mod tests {
     /// the package to install, in `tests/builtin_features.rs`.
     #[test]
     fn the_https_default_follows_librdkafkas_http_feature() {
-        let probe = cfg().client_config().get("https.ca.location").map(str::to_owned);
+        let probe = cfg()
+            .client_config()
+            .get("https.ca.location")
+            .map(str::to_owned);
         assert_eq!(probe.as_deref(), librdkafka_has_http().then_some("probe"));
-        assert!(librdkafka_has_http(), "the build has http (see tests/builtin_features.rs)");
+        assert!(
+            librdkafka_has_http(),
+            "the build has http (see tests/builtin_features.rs)"
+        );
         // The configuration spate builds is accepted by this librdkafka.
         let created: Result<rdkafka::consumer::BaseConsumer, _> = cfg().client_config().create();
         assert!(created.is_ok(), "{:?}", created.err());

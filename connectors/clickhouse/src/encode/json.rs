@@ -476,7 +476,13 @@ mod tests {
         let mut cases: Vec<Vec<u8>> = vec![b"".to_vec(), b"{}".to_vec()];
         for len in [31usize, 32, 33, 64, 65, 100] {
             for at in [0, 15, 16, 31, 32, len.saturating_sub(1)] {
-                for bad in [&b"\xe9"[..], "é".as_bytes(), "😀".as_bytes(), b"\xf0\x9f", b"\xc0\x80"] {
+                for bad in [
+                    &b"\xe9"[..],
+                    "é".as_bytes(),
+                    "😀".as_bytes(),
+                    b"\xf0\x9f",
+                    b"\xc0\x80",
+                ] {
                     let mut v = vec![b'a'; len];
                     let at = at.min(len);
                     v.splice(at..at, bad.iter().copied());

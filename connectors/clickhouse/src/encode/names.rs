@@ -239,28 +239,42 @@ mod tests {
     #[test]
     fn hinted_lookups_agree_with_plain_ones() {
         let names: Vec<Vec<u8>> = [
-            "a", "ab", "abc", "abcd", "abcde", "user_id", "duration_ms", "exactly8",
-            "sixteen_bytes_ok", "seventeen_bytes_x", "a.b", "c99",
+            "a",
+            "ab",
+            "abc",
+            "abcd",
+            "abcde",
+            "user_id",
+            "duration_ms",
+            "exactly8",
+            "sixteen_bytes_ok",
+            "seventeen_bytes_x",
+            "a.b",
+            "c99",
         ]
         .iter()
         .map(|s| s.as_bytes().to_vec())
         .collect();
         let t = NameTable::build(
-            names.iter().enumerate().map(|(i, n)| (n.clone(), PathTarget::Column(i as u32))),
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.clone(), PathTarget::Column(i as u32))),
         );
         let mut hints = Hints::default();
         // The same order twice (hits), then shuffled (misses), then keys
         // that differ from a hinted one only in their last byte or length.
-        let probes: Vec<&[u8]> = vec![
-            b"user_id", b"abcd", b"sixteen_bytes_ok", b"zz", b"a.b",
-        ];
-        let near: Vec<&[u8]> = vec![
-            b"user_ie", b"abc", b"sixteen_bytes_oK", b"zz", b"a.b.",
-        ];
+        let probes: Vec<&[u8]> = vec![b"user_id", b"abcd", b"sixteen_bytes_ok", b"zz", b"a.b"];
+        let near: Vec<&[u8]> = vec![b"user_ie", b"abc", b"sixteen_bytes_oK", b"zz", b"a.b."];
         for round in [&probes, &probes, &near, &probes] {
             hints.restart();
             for p in round.iter() {
-                assert_eq!(t.get_hinted(p, &mut hints), t.get(p), "{:?}", String::from_utf8_lossy(p));
+                assert_eq!(
+                    t.get_hinted(p, &mut hints),
+                    t.get(p),
+                    "{:?}",
+                    String::from_utf8_lossy(p)
+                );
             }
         }
         for a in &names {

@@ -332,8 +332,14 @@ fn long_arrays_and_maps_get_multi_byte_counts() {
         let mut want = Vec::new();
         super::value::put_varint(&mut want, n as u64);
         want.extend((0..n).map(|i| (i % 200) as u8));
-        assert_eq!(ok("Array(UInt8)", &format!("[{}]", items.join(","))), want, "{n}");
-        let members = (0..n).map(|i| format!("\"k{i}\": {}", i % 200)).collect::<Vec<_>>();
+        assert_eq!(
+            ok("Array(UInt8)", &format!("[{}]", items.join(","))),
+            want,
+            "{n}"
+        );
+        let members = (0..n)
+            .map(|i| format!("\"k{i}\": {}", i % 200))
+            .collect::<Vec<_>>();
         let mut want = Vec::new();
         super::value::put_varint(&mut want, n as u64);
         for i in 0..n {
@@ -342,17 +348,28 @@ fn long_arrays_and_maps_get_multi_byte_counts() {
             want.extend_from_slice(key.as_bytes());
             want.push((i % 200) as u8);
         }
-        assert_eq!(ok("Map(String, UInt8)", &format!("{{{}}}", members.join(","))), want, "{n}");
+        assert_eq!(
+            ok("Map(String, UInt8)", &format!("{{{}}}", members.join(","))),
+            want,
+            "{n}"
+        );
     }
     // Inside a row: the columns after a long array stay in place.
     let cols = [col("a", "Array(UInt8)"), col("b", "UInt8")];
     let items = vec!["1"; 200].join(",");
-    let row = enc_opts(&cols, &format!("{{\"a\": [{items}], \"b\": 9}}"), EncoderOptions::default()).unwrap();
+    let row = enc_opts(
+        &cols,
+        &format!("{{\"a\": [{items}], \"b\": 9}}"),
+        EncoderOptions::default(),
+    )
+    .unwrap();
     assert_eq!(row[..2], [0xc8, 0x01]);
     assert_eq!(row.len(), 2 + 200 + 1);
     assert_eq!(row[row.len() - 1], 9);
     // A bad item anywhere fails the value; a bad tail after good items too.
-    assert!(bad("Array(UInt8)", &format!("[{items}, 256]")).reason.contains("out of range"));
+    assert!(bad("Array(UInt8)", &format!("[{items}, 256]"))
+        .reason
+        .contains("out of range"));
     bad("Array(UInt8)", &format!("[{items}, ]"));
 }
 
