@@ -133,6 +133,9 @@ pub(super) fn spawn_all(
         budget.shard_high_water,
         budget.shard_high_water / 2,
     );
+    // Each worker's room for its copies of a chunk (see `Budget`): set
+    // aside whether it inserts or not, so it may keep its buffers in it.
+    let queues = queues.with_worker_room(IN_FLIGHT_COPIES * budget.batch_bytes);
     let mut receivers = receivers.into_iter();
     let mut offset = 0;
     let mut pools = Vec::with_capacity(prepared.len());

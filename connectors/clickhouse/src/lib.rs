@@ -40,7 +40,8 @@ pub use classify::{classify, code_remedy, parse_code, remedy, ErrorClass, Remedy
 pub use client::{ChClient, ChClientOptions, ClientError, InsertError};
 pub use dead_letter::ChDeadLetters;
 pub use encode::{
-    EncoderOptions, NativeLayout, PathTarget, RowEncoder, RowError, SchemaError, TransposeError,
+    EncoderOptions, NativeLayout, NativeScratch, PathTarget, RowEncoder, RowError, SchemaError,
+    TransposeError,
 };
 pub use formats::{
     CsvOptions, FormatEncoder, FormatSpec, ProtobufSource, RegistryConfig, SchemaRegistry,

@@ -31,7 +31,7 @@ mod sizing;
 mod writer;
 
 pub use blocks::{block_shard, BlockPlans};
-pub use queue::{shard_bit, QueueDepths, QueueTicket, ShardQueues, ShardReceiver};
+pub use queue::{shard_bit, QueueDepths, QueueTicket, ShardQueues, ShardReceiver, Spare};
 pub use sizing::{auto_rows, RateSizer, RowSizing, AUTO_MAX_ROWS, AUTO_MIN_ROWS};
 pub use writer::{BatchLimits, ShardWriter};
 

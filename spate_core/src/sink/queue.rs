@@ -4,18 +4,67 @@
 //! receivers live in the sink's insert workers (tokio, `recv().await`).
 //! Dropping every sender clone closes the queues, which is how the
 //! shutdown sequence tells workers that no more chunks will come.
+//!
+//! Spares: an insert worker hands an inserted chunk's buffers back
+//! ([`QueueDepths::recycle`]) and the next seal for the shard takes them
+//! ([`ShardQueues::spare`]), so a batch is written into pages that are
+//! already resident instead of fresh ones (a batch of megabytes is its own
+//! mapping, zeroed page by page on first touch: `make bench` measured those
+//! faults at a fifth of spate's CPU). Spares are memory the queue holds, so
+//! they count against the shard's high-water mark with its depth: one is
+//! kept only while the depth and the spares stay below it, and the check
+//! that pauses lanes drops the spares before their bytes could pause one.
+//! They never add to the budget, and never hold a lane paused.
 
-use super::Chunk;
+use super::{Chunk, RowOrigin};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::mpsc;
+
+/// Most spares a shard keeps: enough for every driver's next seal in the
+/// usual one-insert-at-a-time flow.
+const MAX_SPARES: usize = 4;
+
+/// Smaller buffers are not kept: glibc reuses them from its heap anyway.
+const MIN_SPARE_BYTES: usize = 128 << 10;
 
 #[derive(Debug, Default)]
 struct Depth {
     bytes: AtomicUsize,
     chunks: AtomicUsize,
     rows: AtomicU64,
+    /// Capacity of the spares, in bytes (read without the lock).
+    kept: AtomicUsize,
+    spares: Mutex<Vec<Spare>>,
+}
+
+/// An inserted chunk's buffers, emptied, for the next chunk of its shard.
+#[derive(Debug, Default)]
+pub struct Spare {
+    /// The rows' buffer ([`Chunk::data`]).
+    pub data: Vec<u8>,
+    /// The row index's entries ([`RowIndex::rows`](super::RowIndex::rows)).
+    pub rows: Vec<RowOrigin>,
+}
+
+impl Spare {
+    /// The memory it holds.
+    #[must_use]
+    pub fn bytes(&self) -> usize {
+        self.data.capacity() + self.rows.capacity() * std::mem::size_of::<RowOrigin>()
+    }
+}
+
+impl Depth {
+    /// Drop every spare (outside the lock).
+    fn drop_spares(&self) {
+        let spares =
+            std::mem::take(&mut *self.spares.lock().unwrap_or_else(PoisonError::into_inner));
+        let bytes: usize = spares.iter().map(Spare::bytes).sum();
+        self.kept.fetch_sub(bytes, Ordering::AcqRel);
+        drop(spares);
+    }
 }
 
 /// Sending side of the per-shard chunk queues, with capacity introspection.
@@ -25,6 +74,7 @@ pub struct ShardQueues {
     depth: Arc<[Depth]>,
     high_water: usize,
     low_water: usize,
+    worker_room: usize,
 }
 
 impl fmt::Debug for ShardQueues {
@@ -42,6 +92,8 @@ impl fmt::Debug for ShardQueues {
 #[derive(Clone)]
 pub struct QueueDepths {
     depth: Arc<[Depth]>,
+    high_water: usize,
+    worker_room: usize,
 }
 
 impl QueueDepths {
@@ -67,6 +119,45 @@ impl QueueDepths {
             .iter()
             .map(|d| d.bytes.load(Ordering::Acquire))
             .collect()
+    }
+
+    /// Hand an inserted chunk's buffers back for the next chunk of
+    /// `shard`, once the chunk's own bytes left the depth (its ticket was
+    /// dropped). Kept, emptied, only while the shard's depth and spares
+    /// stay below its high-water mark, at most a few; otherwise freed.
+    pub fn recycle(&self, shard: usize, mut spare: Spare) {
+        let size = spare.bytes();
+        let Some(d) = self.depth.get(shard) else {
+            return;
+        };
+        if size < MIN_SPARE_BYTES {
+            return;
+        }
+        let mut spares = d.spares.lock().unwrap_or_else(PoisonError::into_inner);
+        let kept = d.kept.load(Ordering::Acquire);
+        let depth = d.bytes.load(Ordering::Acquire);
+        if spares.len() >= MAX_SPARES || depth + kept + size >= self.high_water {
+            return; // `spare` is freed after the lock is released
+        }
+        spare.data.clear();
+        spare.rows.clear();
+        d.kept.fetch_add(size, Ordering::AcqRel);
+        spares.push(spare);
+    }
+
+    /// Bytes of `shard`'s spares.
+    #[must_use]
+    pub fn spare_bytes(&self, shard: usize) -> usize {
+        self.depth[shard].kept.load(Ordering::Acquire)
+    }
+
+    /// Bytes an insert worker may keep between inserts for its own copies
+    /// of a chunk (the transposition's columns, the body): the room the
+    /// budget sets aside for them whether an insert runs or not (0 when the
+    /// queues were made without it: nothing is kept).
+    #[must_use]
+    pub fn worker_room(&self) -> usize {
+        self.worker_room
     }
 }
 
@@ -146,9 +237,41 @@ impl ShardQueues {
                 depth: depth.into(),
                 high_water: high_water.max(1),
                 low_water: low_water.min(high_water),
+                worker_room: 0,
             },
             receivers,
         )
+    }
+
+    /// The same queues telling insert workers they may keep `bytes` of
+    /// their own buffers between inserts ([`QueueDepths::worker_room`]).
+    #[must_use]
+    pub fn with_worker_room(mut self, bytes: usize) -> Self {
+        self.worker_room = bytes;
+        self
+    }
+
+    /// An emptied buffer pair for the next chunk of `shard`, if an insert
+    /// handed one back ([`QueueDepths::recycle`]).
+    #[must_use]
+    pub fn spare(&self, shard: usize) -> Option<Spare> {
+        let d = self.depth.get(shard)?;
+        if d.kept.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let spare = d
+            .spares
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop()?;
+        d.kept.fetch_sub(spare.bytes(), Ordering::AcqRel);
+        Some(spare)
+    }
+
+    /// Bytes of `shard`'s spares.
+    #[must_use]
+    pub fn spare_bytes(&self, shard: usize) -> usize {
+        self.depth[shard].kept.load(Ordering::Acquire)
     }
 
     /// Number of shards.
@@ -186,6 +309,8 @@ impl ShardQueues {
     pub fn depth_view(&self) -> QueueDepths {
         QueueDepths {
             depth: self.depth.clone(),
+            high_water: self.high_water,
+            worker_room: self.worker_room,
         }
     }
 
@@ -213,10 +338,18 @@ impl ShardQueues {
         self.depths().iter().sum()
     }
 
-    /// Whether `shard` is at or above its high-water mark.
+    /// Whether `shard` is at or above its high-water mark. Its spares are
+    /// dropped first if they and the depth reach it: they give way to
+    /// chunks, never pause a lane.
     #[must_use]
     pub fn is_over(&self, shard: usize) -> bool {
-        self.depth_bytes(shard) >= self.high_water
+        let d = &self.depth[shard];
+        let depth = d.bytes.load(Ordering::Acquire);
+        let kept = d.kept.load(Ordering::Acquire);
+        if kept > 0 && depth + kept >= self.high_water {
+            d.drop_spares();
+        }
+        depth >= self.high_water
     }
 
     /// Shards at or above their high-water mark, as a [`shard_bit`] mask.
@@ -283,6 +416,69 @@ mod tests {
         drop(rx[1].try_recv().unwrap());
         assert_eq!(q.clear_mask(), u64::MAX);
         assert_eq!(q.depth_chunks(1), 0);
+    }
+
+    fn spare(bytes: usize) -> Spare {
+        Spare {
+            data: vec![7; bytes],
+            rows: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_spare_is_kept_emptied_while_depth_and_spares_stay_below_the_high_water() {
+        let (q, _rx) = ShardQueues::new(2, 1 << 20, 1 << 19);
+        let view = q.depth_view();
+        let given = spare(300 << 10);
+        let ptr = given.data.as_ptr();
+        view.recycle(1, given);
+        assert_eq!(q.spare_bytes(1), 300 << 10);
+        assert!(q.spare(0).is_none(), "spares are per shard");
+        let back = q.spare(1).expect("kept");
+        assert_eq!(
+            (back.data.as_ptr(), back.data.len()),
+            (ptr, 0),
+            "the same pages, emptied"
+        );
+        assert_eq!(q.spare_bytes(1), 0);
+        // Too small to be worth keeping.
+        view.recycle(1, spare(4 << 10));
+        assert!(q.spare(1).is_none());
+        // Not past the high water with the depth: 800 KiB queued + 300 KiB.
+        q.push(chunk(1, 800 << 10)).unwrap();
+        view.recycle(1, spare(300 << 10));
+        assert_eq!(q.spare_bytes(1), 0, "would reach the high water");
+        view.recycle(1, spare(150 << 10));
+        assert_eq!(q.spare_bytes(1), 150 << 10);
+    }
+
+    #[test]
+    fn at_most_a_few_spares_are_kept() {
+        let (q, _rx) = ShardQueues::new(1, 1 << 30, 1 << 29);
+        let view = q.depth_view();
+        for _ in 0..10 {
+            view.recycle(0, spare(200 << 10));
+        }
+        assert_eq!(q.spare_bytes(0), MAX_SPARES * (200 << 10));
+    }
+
+    #[test]
+    fn spares_give_way_to_chunks_and_never_pause_a_lane() {
+        let (q, mut rx) = ShardQueues::new(1, 1 << 20, 1 << 19);
+        let view = q.depth_view();
+        view.recycle(0, spare(600 << 10));
+        q.push(chunk(0, 500 << 10)).unwrap();
+        assert_eq!(q.spare_bytes(0), 600 << 10);
+        // Depth 500 KiB and spares 600 KiB pass the high water together:
+        // the check drops the spares and the shard is not over.
+        assert!(!q.is_over(0));
+        assert_eq!(q.spare_bytes(0), 0);
+        assert!(q.spare(0).is_none());
+        q.push(chunk(0, 600 << 10)).unwrap();
+        assert!(q.is_over(0), "the depth alone still pauses");
+        drop(rx[0].try_recv());
+        drop(rx[0].try_recv());
+        assert_eq!(q.clear_mask(), u64::MAX);
     }
 
     #[test]

@@ -643,12 +643,18 @@ impl ShardWriter {
     fn seal(&mut self, shard: usize) -> Result<(), ChainError> {
         let capacity = self.open[shard].data.capacity();
         let chunk = std::mem::take(&mut self.open[shard]);
-        // Keep the next buffer about the size of the last one, so the
-        // steady state does not re-grow it row by row.
-        self.open[shard].data = Vec::with_capacity(capacity.min(self.limits.bytes + (1 << 16)));
-        // The row index the same way: its capacity, not its length, or
-        // a chunk one row longer than the last regrows it.
-        self.open[shard].index = Vec::with_capacity(chunk.index.capacity());
+        if let Some(spare) = self.queues.spare(shard) {
+            // An inserted chunk's buffers: resident already.
+            self.open[shard].data = spare.data;
+            self.open[shard].index = spare.rows;
+        } else {
+            // Keep the next buffer about the size of the last one, so the
+            // steady state does not re-grow it row by row.
+            self.open[shard].data = Vec::with_capacity(capacity.min(self.limits.bytes + (1 << 16)));
+            // The row index the same way: its capacity, not its length, or
+            // a chunk one row longer than the last regrows it.
+            self.open[shard].index = Vec::with_capacity(chunk.index.capacity());
+        }
         let mut acks = Vec::with_capacity(chunk.pieces.len());
         let mut partitions = Vec::with_capacity(chunk.pieces.len());
         for piece in &chunk.pieces {

@@ -558,3 +558,56 @@ fn auto_row_limit_yields_to_the_bytes_and_age_limits() {
     }
     assert_eq!(w.row_limit(0), crate::sink::AUTO_MIN_ROWS);
 }
+
+#[test]
+fn the_next_chunk_is_written_into_an_inserted_chunks_buffers() {
+    let (q, mut rx) = ShardQueues::new(1, 1 << 30, 1 << 29);
+    let view = q.depth_view();
+    let mut w = ShardWriter::new(q, limits(2), 1);
+    let slot = w.add_lane(LaneId(1), None);
+    let big = |out: &mut Vec<u8>| -> Result<(), ()> {
+        out.extend_from_slice(&[3; 100 << 10]);
+        Ok(())
+    };
+    w.append(slot, 0, Offset(0), big).unwrap().unwrap();
+    w.append(slot, 0, Offset(1), big).unwrap().unwrap();
+    let first = rx[0].try_recv().expect("sealed at 2 rows");
+    let (ptr, rows_ptr) = (first.data.as_ptr(), first.index.rows.as_ptr());
+    // The insert worker's part: out of the depth, then handed back. The
+    // open chunk already has a buffer, so the spare waits for the next
+    // seal.
+    let super::super::Chunk {
+        shard,
+        data,
+        ticket,
+        index,
+        ..
+    } = first;
+    drop(ticket);
+    view.recycle(
+        shard,
+        super::super::Spare {
+            data,
+            rows: index.rows,
+        },
+    );
+    w.append(slot, 0, Offset(2), big).unwrap().unwrap();
+    w.append(slot, 0, Offset(3), big).unwrap().unwrap();
+    let second = rx[0].try_recv().expect("sealed at 2 rows");
+    assert_ne!(second.data.as_ptr(), ptr, "the open chunk kept its own");
+    w.append(slot, 0, Offset(4), big).unwrap().unwrap();
+    w.append(slot, 0, Offset(5), big).unwrap().unwrap();
+    let third = rx[0].try_recv().expect("sealed at 2 rows");
+    assert_eq!(
+        third.data.as_ptr(),
+        ptr,
+        "written into the first chunk's pages"
+    );
+    assert_eq!(third.index.rows.as_ptr(), rows_ptr);
+    assert_eq!(third.data.len(), 200 << 10);
+    assert_eq!(
+        (third.index.rows.len(), third.index.rows[1].end),
+        (2, 200 << 10),
+        "only its own rows"
+    );
+}

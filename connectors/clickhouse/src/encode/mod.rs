@@ -35,7 +35,7 @@ pub(crate) mod value;
 
 pub use encoder::{EncoderOptions, RowEncoder, RowError, SchemaError};
 pub use names::PathTarget;
-pub use native::{NativeLayout, TransposeError};
+pub use native::{NativeLayout, NativeScratch, TransposeError};
 
 #[cfg(test)]
 mod tests;

@@ -72,7 +72,7 @@ pub struct NativeLayout {
 #[error("RowBinary batch does not match the table's columns: {0}")]
 pub struct TransposeError(&'static str);
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum Shape {
     Fixed(usize),
     Str,
@@ -207,27 +207,47 @@ impl NativeLayout {
     /// One Native block holding every row of `rows` (RowBinary, whole rows),
     /// or with default flags one block per set of missing columns.
     pub fn transpose(&self, rows: &[u8]) -> Result<Vec<u8>, TransposeError> {
+        self.transpose_in(rows, &mut NativeScratch::default())
+    }
+
+    /// [`transpose`](Self::transpose) into the buffers `scratch` kept from
+    /// the last one (its column builders, emptied, and its spare body),
+    /// which is left holding the builders for the next.
+    pub fn transpose_in(
+        &self,
+        rows: &[u8],
+        scratch: &mut NativeScratch,
+    ) -> Result<Vec<u8>, TransposeError> {
+        let mut out = std::mem::take(&mut scratch.body);
+        out.clear();
+        out.reserve(rows.len() + rows.len() / 8 + 1024);
         if self.default_flags {
-            return self.transpose_grouped(rows);
+            return self.transpose_grouped(rows, out);
         }
-        let mut cols: Vec<Builder> = self
-            .columns
-            .iter()
-            .map(|(_, _, s)| Builder::new(s, rows.len() / self.columns.len().max(1)))
-            .collect();
+        let same = scratch.shapes.len() == self.columns.len()
+            && (scratch.shapes.iter().zip(&self.columns)).all(|(a, (_, _, b))| a == b);
+        if same {
+            scratch.builders.iter_mut().for_each(Builder::clear);
+        } else {
+            let hint = rows.len() / self.columns.len().max(1);
+            scratch.shapes = self.columns.iter().map(|(_, _, s)| s.clone()).collect();
+            scratch.builders = (self.columns.iter())
+                .map(|(_, _, s)| Builder::new(s, hint))
+                .collect();
+        }
+        let cols = &mut scratch.builders;
         let mut pos = 0;
         let mut n: u64 = 0;
         while pos < rows.len() {
-            for c in &mut cols {
+            for c in cols.iter_mut() {
                 c.read(rows, &mut pos)?;
             }
             n += 1;
         }
-        let mut out = Vec::with_capacity(rows.len() + rows.len() / 8 + 1024);
         let sent = (0..self.columns.len()).filter(|&i| !self.is_dropped(i));
         put_varint(&mut out, sent.count() as u64);
         put_varint(&mut out, n);
-        for (i, ((name, ty, _), c)) in self.columns.iter().zip(&cols).enumerate() {
+        for (i, ((name, ty, _), c)) in self.columns.iter().zip(cols.iter()).enumerate() {
             if self.is_dropped(i) {
                 continue;
             }
@@ -236,6 +256,55 @@ impl NativeLayout {
             c.write(&mut out);
         }
         Ok(out)
+    }
+}
+
+/// What an insert worker keeps from one transposition to the next: the
+/// column builders (emptied, their capacity kept) and a spare body, so a
+/// block is built in pages already resident instead of fresh ones.
+#[derive(Default)]
+pub struct NativeScratch {
+    /// The shapes the builders were made for.
+    shapes: Vec<Shape>,
+    builders: Vec<Builder>,
+    body: Vec<u8>,
+}
+
+impl std::fmt::Debug for NativeScratch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "NativeScratch({} bytes)", self.bytes())
+    }
+}
+
+impl NativeScratch {
+    /// The memory it holds.
+    #[must_use]
+    pub fn bytes(&self) -> usize {
+        self.body.capacity() + self.builders.iter().map(Builder::capacity).sum::<usize>()
+    }
+
+    /// Keep `body` (an insert's, done with) for the next block if it is
+    /// larger than the spare held, while everything held stays within
+    /// `room` bytes.
+    pub fn give_body(&mut self, body: Vec<u8>, room: usize) {
+        if body.capacity() <= self.body.capacity() {
+            return;
+        }
+        let old = std::mem::replace(&mut self.body, body);
+        drop(old);
+        self.fit(room);
+    }
+
+    /// Free what does not fit in `room` bytes: the body first, then the
+    /// builders.
+    pub fn fit(&mut self, room: usize) {
+        if self.bytes() > room {
+            self.body = Vec::new();
+        }
+        if self.bytes() > room {
+            self.builders = Vec::new();
+            self.shapes = Vec::new();
+        }
     }
 }
 
@@ -249,7 +318,7 @@ struct Group {
 impl NativeLayout {
     /// Group `rows` (`RowBinaryWithDefaults`) by which columns they miss;
     /// one block per group, in order of first appearance.
-    fn transpose_grouped(&self, rows: &[u8]) -> Result<Vec<u8>, TransposeError> {
+    fn transpose_grouped(&self, rows: &[u8], mut out: Vec<u8>) -> Result<Vec<u8>, TransposeError> {
         let width = self.columns.len();
         let hint = rows.len() / width.max(1);
         let mut groups: Vec<Group> = Vec::new();
@@ -309,7 +378,6 @@ impl NativeLayout {
             }
             group.rows += 1;
         }
-        let mut out = Vec::with_capacity(rows.len() + rows.len() / 8 + 1024);
         for g in &groups {
             put_varint(&mut out, g.cols.iter().flatten().count() as u64);
             put_varint(&mut out, g.rows);
@@ -581,6 +649,45 @@ impl Builder {
             Shape::LowCard { nullable, key } => {
                 Builder::LowCard(Box::new(LowCardBuilder::new(*nullable, key)))
             }
+        }
+    }
+
+    /// Empty, keeping the capacity (a `LowCardinality` column's
+    /// dictionary starts over).
+    fn clear(&mut self) {
+        match self {
+            Builder::Fixed(_, buf) | Builder::Str(buf) | Builder::Widen(_, _, buf) => buf.clear(),
+            Builder::Nullable { map, inner } => {
+                map.clear();
+                inner.clear();
+            }
+            Builder::Array {
+                offsets,
+                total,
+                inner,
+            } => {
+                offsets.clear();
+                *total = 0;
+                inner.clear();
+            }
+            Builder::Tuple(items) => items.iter_mut().for_each(Builder::clear),
+            Builder::LowCard(lc) => {
+                let key = lc.key.clone();
+                **lc = LowCardBuilder::new(lc.nullable, &key);
+            }
+        }
+    }
+
+    /// Bytes its buffers hold.
+    fn capacity(&self) -> usize {
+        match self {
+            Builder::Fixed(_, buf) | Builder::Str(buf) | Builder::Widen(_, _, buf) => {
+                buf.capacity()
+            }
+            Builder::Nullable { map, inner } => map.capacity() + inner.capacity(),
+            Builder::Array { offsets, inner, .. } => offsets.capacity() + inner.capacity(),
+            Builder::Tuple(items) => items.iter().map(Builder::capacity).sum(),
+            Builder::LowCard(lc) => lc.keys.capacity() + lc.rows.capacity() * 4,
         }
     }
 

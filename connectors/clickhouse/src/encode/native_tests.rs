@@ -259,3 +259,97 @@ fn malformed_batches_are_errors_not_panics() {
     assert!(l.transpose(&[0xff; 11]).is_err(), "endless varint");
     assert!(l.transpose(&[]).unwrap().starts_with(&[2, 0]), "no rows");
 }
+
+/// RowBinary of row `i` of the reuse tests' layout.
+fn reuse_row(i: u64, out: &mut Vec<u8>) {
+    out.extend_from_slice(&(i as u16).to_le_bytes());
+    let s = "x".repeat((i % 7) as usize);
+    put_str(out, s.as_bytes());
+    if i % 3 == 0 {
+        out.push(1);
+    } else {
+        out.push(0);
+        out.extend_from_slice(&(i as i32).to_le_bytes());
+    }
+    put_varint(out, i % 4);
+    for k in 0..i % 4 {
+        if k % 2 == 0 {
+            out.push(1);
+        } else {
+            out.push(0);
+            put_str(out, b"el");
+        }
+    }
+    put_str(out, format!("k{}", i % 5).as_bytes());
+    out.push(i as u8);
+    put_str(out, b"t");
+}
+
+#[test]
+fn a_kept_scratch_gives_the_blocks_a_fresh_one_gives() {
+    let l = layout(&[
+        ("a", "UInt16"),
+        ("s", "String"),
+        ("n", "Nullable(Int32)"),
+        ("arr", "Array(Nullable(String))"),
+        ("lc", "LowCardinality(String)"),
+        ("t", "Tuple(UInt8, String)"),
+    ])
+    .unwrap();
+    let mut scratch = NativeScratch::default();
+    let mut start = 0;
+    for n in [3u64, 2000, 1, 50, 2000] {
+        let mut rows = Vec::new();
+        (start..start + n).for_each(|i| reuse_row(i, &mut rows));
+        start += n;
+        let fresh = l.transpose(&rows).unwrap();
+        let kept = l.transpose_in(&rows, &mut scratch).unwrap();
+        assert_eq!(kept, fresh, "batch of {n} rows");
+        let held = scratch.bytes();
+        assert!(
+            held >= rows.len(),
+            "the builders keep their capacity: {held}"
+        );
+        // The body handed back is reused by the next block.
+        let ptr = kept.as_ptr();
+        scratch.give_body(kept, usize::MAX);
+        let again = l.transpose_in(&rows, &mut scratch).unwrap();
+        assert_eq!((again.as_ptr(), &again), (ptr, &fresh));
+    }
+    // Another layout: builders made anew, still the same bytes.
+    let other = layout(&[("a", "UInt64"), ("s", "String")]).unwrap();
+    let mut rows = Vec::new();
+    for i in 0..10u64 {
+        rows.extend_from_slice(&i.to_le_bytes());
+        put_str(&mut rows, b"abc");
+    }
+    assert_eq!(
+        other.transpose_in(&rows, &mut scratch).unwrap(),
+        other.transpose(&rows).unwrap()
+    );
+}
+
+#[test]
+fn a_scratch_never_holds_more_than_its_room() {
+    let l = layout(&[("a", "UInt64"), ("s", "String")]).unwrap();
+    let mut rows = Vec::new();
+    for i in 0..10_000u64 {
+        rows.extend_from_slice(&i.to_le_bytes());
+        put_str(&mut rows, b"some text");
+    }
+    let mut scratch = NativeScratch::default();
+    let body = l.transpose_in(&rows, &mut scratch).unwrap();
+    let builders = scratch.bytes();
+    assert!(builders > 0);
+    scratch.give_body(body, builders + 10);
+    assert_eq!(
+        scratch.bytes(),
+        builders,
+        "the body did not fit beside the builders"
+    );
+    scratch.fit(builders - 1);
+    assert_eq!(scratch.bytes(), 0);
+    // Emptied, it still transposes (and makes its builders again).
+    let again = l.transpose_in(&rows, &mut scratch).unwrap();
+    assert_eq!(again, l.transpose(&rows).unwrap());
+}

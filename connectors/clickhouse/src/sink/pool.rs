@@ -362,6 +362,7 @@ impl PreparedSink {
                     rejections: self.rejections.clone(),
                     stalls: self.stalls.as_ref().map(|s| s.table.clone()),
                     depths: queues.depth_view(),
+                    scratch: Arc::default(),
                 };
                 workers.push(io.spawn(worker.run()));
             }

@@ -17,6 +17,7 @@
 
 use super::live::Version;
 use super::target::InsertQuery;
+use crate::encode::NativeScratch;
 use crate::schema::Column;
 use crate::types::ChType;
 use std::sync::Arc;
@@ -29,10 +30,18 @@ pub(crate) struct Body {
 
 /// A chunk of version `own` (`data`), for a table whose columns are now
 /// `now`'s.
-pub(crate) fn body_for(own: &Version, now: &Version, data: &[u8]) -> Result<Body, String> {
-    let plain = || -> Result<Vec<u8>, String> {
+/// `scratch` holds the transposition's buffers (see [`NativeScratch`]).
+pub(crate) fn body_for(
+    own: &Version,
+    now: &Version,
+    data: &[u8],
+    scratch: &mut NativeScratch,
+) -> Result<Body, String> {
+    let mut plain = || -> Result<Vec<u8>, String> {
         match &own.native {
-            Some(layout) => layout.transpose(data).map_err(|e| e.to_string()),
+            Some(layout) => layout
+                .transpose_in(data, scratch)
+                .map_err(|e| e.to_string()),
             None => Ok(data.to_vec()),
         }
     };
@@ -63,7 +72,7 @@ pub(crate) fn body_for(own: &Version, now: &Version, data: &[u8]) -> Result<Body
         .map(|((name, _), _)| name.clone())
         .collect();
     Ok(Body {
-        bytes: layout.transpose(data).map_err(|e| e.to_string())?,
+        bytes: (layout.transpose_in(data, scratch)).map_err(|e| e.to_string())?,
         query: Arc::new(InsertQuery {
             columns,
             format: "Native",
@@ -165,7 +174,7 @@ mod tests {
             "18.16.1",
         );
         let data = rows(&old, &[r#"{"i": 1, "a": 4000000000, "gone": "x"}"#]);
-        let b = body_for(&old, &now, &data).unwrap();
+        let b = body_for(&old, &now, &data, &mut NativeScratch::default()).unwrap();
         assert_eq!(b.query.columns, ["i", "a"]);
         assert_eq!(b.query.format, "Native");
         let mut want = vec![2u8, 1, 1, b'i', 5];
@@ -176,7 +185,13 @@ mod tests {
         want.extend_from_slice(&4_000_000_000u64.to_le_bytes());
         assert_eq!(b.bytes, want);
         // The current version's batches go as they are.
-        let cur = body_for(&now, &now, &rows(&now, &[r#"{"i": 2}"#])).unwrap();
+        let cur = body_for(
+            &now,
+            &now,
+            &rows(&now, &[r#"{"i": 2}"#]),
+            &mut NativeScratch::default(),
+        )
+        .unwrap();
         assert_eq!(cur.query.columns, ["i", "a", "new"]);
     }
 
@@ -189,7 +204,7 @@ mod tests {
             "26.9.1",
         );
         let data = rows(&old, &[r#"{"i": -1}"#]);
-        let b = body_for(&old, &added, &data).unwrap();
+        let b = body_for(&old, &added, &data, &mut NativeScratch::default()).unwrap();
         assert_eq!(
             (b.query.columns.as_slice(), b.query.format),
             (&["i".to_owned()][..], "Native")
@@ -199,13 +214,15 @@ mod tests {
             "as its own version sends it"
         );
         let narrowed = version(2, &[("i", "Int16", N)], "26.9.1");
-        let e = body_for(&old, &narrowed, &data).err().unwrap();
+        let e = body_for(&old, &narrowed, &data, &mut NativeScratch::default())
+            .err()
+            .unwrap();
         assert!(
             e.contains("`i`") && e.contains("Int32") && e.contains("Int16"),
             "{e}"
         );
         let signed = version(3, &[("i", "Int64", N)], "26.9.1");
-        let b = body_for(&old, &signed, &data).unwrap();
+        let b = body_for(&old, &signed, &data, &mut NativeScratch::default()).unwrap();
         assert!(b.bytes.ends_with(&(-1i64).to_le_bytes()), "sign-extended");
     }
 }

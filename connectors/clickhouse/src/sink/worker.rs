@@ -44,11 +44,12 @@ use super::shard::{PoolShared, Shard};
 use super::target::{InsertQuery, InsertTarget};
 use crate::classify::ErrorClass;
 use crate::client::InsertError;
+use crate::encode::NativeScratch;
 use bytes::Bytes;
 use spate_core::error::{FatalError, Fault};
 use spate_core::health::TransientStalls;
 use spate_core::policy::{Action, DeadLetter, PolicyError, Rejection, Rejections, Stage};
-use spate_core::sink::{AckEvent, AckSender, Chunk, QueueDepths, ShardReceiver};
+use spate_core::sink::{AckEvent, AckSender, Chunk, QueueDepths, ShardReceiver, Spare};
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -84,6 +85,9 @@ pub(crate) struct Worker<C> {
     pub(crate) stalls: Option<Arc<TransientStalls>>,
     /// Where the body of the chunk in flight is counted (see `insert`).
     pub(crate) depths: QueueDepths,
+    /// The transposition's buffers and the last body, kept for the next
+    /// insert within the worker's room ([`QueueDepths::worker_room`]).
+    pub(crate) scratch: Arc<std::sync::Mutex<NativeScratch>>,
 }
 
 enum Outcome {
@@ -120,6 +124,25 @@ pub(super) struct Prepared {
     pub(super) bytes: Bytes,
     pub(super) query: Arc<InsertQuery>,
     pub(super) for_version: u64,
+    /// Where the body goes back once every attempt is done with it.
+    pub(super) keep: Option<(Arc<std::sync::Mutex<NativeScratch>>, usize)>,
+}
+
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        // The client's slices of the body are gone once the insert ended:
+        // the buffer is the body's alone again, and the next one reuses it.
+        let Some((scratch, room)) = self.keep.take() else {
+            return;
+        };
+        if let Ok(body) = std::mem::take(&mut self.bytes).try_into_mut() {
+            lock(&scratch).give_body(Vec::from(body), room);
+        }
+    }
+}
+
+fn lock(m: &std::sync::Mutex<NativeScratch>) -> std::sync::MutexGuard<'_, NativeScratch> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl<C: InsertTarget> Worker<C> {
@@ -183,7 +206,19 @@ impl<C: InsertTarget> Worker<C> {
         .emit();
         self.shared.inserted_chunks.fetch_add(1, Ordering::AcqRel);
         self.shared.inserted_rows.fetch_add(rows, Ordering::AcqRel);
-        let _ = self.acks.send(AckEvent::Acked(chunk.acks));
+        let Chunk {
+            shard,
+            data,
+            acks,
+            ticket,
+            index,
+            ..
+        } = chunk;
+        let _ = self.acks.send(AckEvent::Acked(acks));
+        // Out of the depth first, then back to the shard's next seal.
+        drop(ticket);
+        let rows = index.rows;
+        self.depths.recycle(shard, Spare { data, rows });
     }
 
     fn abandon_chunk(&self, chunk: Chunk) {
@@ -198,10 +233,16 @@ impl<C: InsertTarget> Worker<C> {
     /// sends and their statement (made once, and again after the table's
     /// columns changed).
     pub(super) fn body(&self, chunk: &Chunk, rows: &[u8]) -> Result<Prepared, FatalError> {
+        let room = self.depths.worker_room();
+        let keep = (room > 0).then(|| (self.scratch.clone(), room));
         if let Some(live) = self.shared.live.get() {
             let now = live.current();
             let own = live.get(chunk.schema).unwrap_or_else(|| now.clone());
-            let body = super::recode::body_for(&own, &now, rows).map_err(|e| {
+            let mut scratch = lock(&self.scratch);
+            let body = super::recode::body_for(&own, &now, rows, &mut scratch);
+            scratch.fit(room);
+            drop(scratch);
+            let body = body.map_err(|e| {
                 super::live::request_replay(&e);
                 FatalError::new(self.context(), e, Fault::User)
             })?;
@@ -209,20 +250,26 @@ impl<C: InsertTarget> Worker<C> {
                 bytes: Bytes::from(body.bytes),
                 query: body.query,
                 for_version: now.id,
+                keep,
             });
         }
         let query = Arc::new(self.shared.query.clone());
         let bytes = match &self.shared.native {
-            Some(layout) => layout
-                .transpose(rows)
-                .map(Bytes::from)
-                .map_err(|e| FatalError::new(self.context(), e.to_string(), Fault::Internal))?,
+            Some(layout) => {
+                let mut scratch = lock(&self.scratch);
+                let body = layout.transpose_in(rows, &mut scratch);
+                scratch.fit(room);
+                drop(scratch);
+                body.map(Bytes::from)
+                    .map_err(|e| FatalError::new(self.context(), e.to_string(), Fault::Internal))?
+            }
             None => Bytes::copy_from_slice(rows),
         };
         Ok(Prepared {
             bytes,
             query,
             for_version: 0,
+            keep,
         })
     }
 

@@ -210,6 +210,7 @@ impl Harness {
             rejections,
             stalls,
             depths: queues.depth_view(),
+            scratch: Arc::default(),
         };
         Harness {
             queues: Some(queues),
@@ -789,4 +790,56 @@ async fn isolated_rows_become_dead_letters_of_their_messages() {
     );
     assert_eq!(l.stage, spate_core::policy::Stage::Insert);
     assert!(l.error.contains("throwIf"), "{l:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_inserted_chunks_buffers_go_back_to_its_shard_after_the_ack() {
+    let mut h = Harness::start(vec![vec![Answer::Ok, Answer::Ok]], no_jitter(100, 400));
+    let view = h.queues.as_ref().unwrap().depth_view();
+    h.push(0, 300 << 10);
+    h.push(1, 3); // too small to keep
+    h.finish().await;
+    assert!(matches!(
+        &h.events()[..],
+        [AckEvent::Acked(_), AckEvent::Acked(_)]
+    ));
+    assert_eq!(
+        view.spare_bytes(0),
+        300 << 10,
+        "the large chunk's buffer is kept"
+    );
+    assert_eq!(view.bytes(), vec![0], "and is not in the depth");
+}
+
+#[test]
+fn a_sent_body_goes_back_to_the_scratch_unless_still_shared() {
+    let scratch = Arc::new(std::sync::Mutex::new(NativeScratch::default()));
+    let query = Arc::new(InsertQuery {
+        db: "db".into(),
+        table: "t".into(),
+        columns: vec!["a".into()],
+        format: "Native",
+        settings: Vec::new(),
+    });
+    let prepared = |body: Vec<u8>, room: usize| Prepared {
+        bytes: Bytes::from(body),
+        query: query.clone(),
+        for_version: 0,
+        keep: Some((scratch.clone(), room)),
+    };
+    let mut body = Vec::with_capacity(1 << 20);
+    body.extend_from_slice(&[1; 1000]);
+    let p = prepared(body, 1 << 30);
+    let slice = p.bytes.slice(0..10);
+    drop(p);
+    assert_eq!(lock(&scratch).bytes(), 0, "a slice of it is still alive");
+    drop(slice);
+    let mut body = Vec::with_capacity(1 << 20);
+    body.extend_from_slice(&[1; 1000]);
+    drop(prepared(body, 1 << 30));
+    assert_eq!(lock(&scratch).bytes(), 1 << 20, "kept whole");
+    let mut body = Vec::with_capacity(2 << 20);
+    body.push(1);
+    drop(prepared(body, 1 << 20));
+    assert_eq!(lock(&scratch).bytes(), 0, "over the room: freed");
 }
