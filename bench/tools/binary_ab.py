@@ -6,7 +6,8 @@
 
 Each round runs both binaries on the same preloaded topic (BENCH_MESSAGES
 events, the small event unless AB_SCHEMA=wide), into fresh tables, in turn;
-the report gives every run and the medians. Extra spate flags: AB_FLAGS.
+the report gives every run and the medians. Extra spate flags: AB_FLAGS;
+environment of the new binary's runs only: AB_ENV_NEW="K=V K2=V2".
 """
 import os, sys, time, statistics
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -15,17 +16,26 @@ import bench
 bins = {"base": os.environ["AB_BASE"], "new": os.environ.get("AB_NEW", bench.SPATE)}
 rounds = int(os.environ.get("AB_ROUNDS", "2"))
 flags = os.environ.get("AB_FLAGS", "").split()
+env_new = dict(kv.split("=", 1) for kv in os.environ.get("AB_ENV_NEW", "").split())
 schema = bench.WIDE if os.environ.get("AB_SCHEMA") == "wide" else bench.SMALL
 topic = f"ab_bin_{int(time.time())}"
 bench.preload(topic, schema=schema)
 keys = ("rows_per_s", "cpu_s_per_million", "sys_cpu_s_per_million", "minor_faults_per_row",
-        "peak_rss_mib", "server_cpu_s_per_million")
+        "peak_rss_mib", "server_cpu_s_per_million", "inserts", "wall_s", "insert_s")
 res = {n: [] for n in bins}
 for r in range(rounds):
     order = list(bins) if r % 2 == 0 else list(reversed(bins))
     for n in order:
         bench.SPATE = bins[n]
+        saved = {k: os.environ.get(k) for k in env_new}
+        if n == "new":
+            os.environ.update(env_new)
         out = bench.run_spate(topic, f"ab-{n}-{r}", flags, schema=schema)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         res[n].append(out)
         print(f"{n} round {r}: " + " ".join(f"{k}={out[k]:.4g}" for k in keys), flush=True)
 print("median (peak_rss: max):")

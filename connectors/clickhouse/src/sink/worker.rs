@@ -141,6 +141,13 @@ impl Drop for Prepared {
     }
 }
 
+/// What an insert of a `len`-byte chunk adds to its shard's depth while it
+/// runs: nothing when its copies fit in the worker's room.
+fn in_flight_charge(depths: &QueueDepths, len: usize) -> Option<usize> {
+    let copies = IN_FLIGHT_COPIES * len;
+    (copies > depths.worker_room()).then_some(copies)
+}
+
 fn lock(m: &std::sync::Mutex<NativeScratch>) -> std::sync::MutexGuard<'_, NativeScratch> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -328,12 +335,14 @@ impl<C: InsertTarget> Worker<C> {
     /// Insert `chunk`, isolating the rows the server rejects.
     async fn insert(&mut self, chunk: &Chunk) -> Outcome {
         // The chunk is counted in its queue's depth until acknowledged;
-        // what the worker makes of it lives as long: count it from before
-        // the transposition (see [`IN_FLIGHT_COPIES`]), or the budget
-        // misses two copies per insert in flight.
-        let _in_flight = self
-            .depths
-            .charge(chunk.shard, IN_FLIGHT_COPIES * chunk.data.len());
+        // what the worker makes of it lives as long. Copies that fit in the
+        // room the budget sets aside for this worker (where it keeps them
+        // between inserts too) are counted there; larger ones, or all of
+        // them when the queues reserve no room, are counted in the depth
+        // from before the transposition (see [`IN_FLIGHT_COPIES`]), or the
+        // budget would miss two copies per insert in flight.
+        let _in_flight = in_flight_charge(&self.depths, chunk.data.len())
+            .map(|bytes| self.depths.charge(chunk.shard, bytes));
         let body = match self.body(chunk, &chunk.data) {
             Ok(body) => body,
             Err(e) => return Outcome::Failed(e),

@@ -843,3 +843,21 @@ fn a_sent_body_goes_back_to_the_scratch_unless_still_shared() {
     drop(prepared(body, 1 << 20));
     assert_eq!(lock(&scratch).bytes(), 0, "over the room: freed");
 }
+
+#[test]
+fn copies_within_the_workers_room_are_not_charged_to_the_depth() {
+    let (queues, _rx) = ShardQueues::new(1, 1 << 20, 1 << 19);
+    let none = queues.depth_view();
+    assert_eq!(
+        in_flight_charge(&none, 50),
+        Some(IN_FLIGHT_COPIES * 50),
+        "no room: all of them"
+    );
+    let room = queues.with_worker_room(IN_FLIGHT_COPIES * 50).depth_view();
+    assert_eq!(in_flight_charge(&room, 50), None, "set aside by the budget");
+    assert_eq!(
+        in_flight_charge(&room, 51),
+        Some(IN_FLIGHT_COPIES * 51),
+        "a chunk larger than the budget's batches"
+    );
+}
