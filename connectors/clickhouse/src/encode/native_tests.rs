@@ -265,7 +265,7 @@ fn reuse_row(i: u64, out: &mut Vec<u8>) {
     out.extend_from_slice(&(i as u16).to_le_bytes());
     let s = "x".repeat((i % 7) as usize);
     put_str(out, s.as_bytes());
-    if i % 3 == 0 {
+    if i.is_multiple_of(3) {
         out.push(1);
     } else {
         out.push(0);
