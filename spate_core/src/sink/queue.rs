@@ -19,7 +19,7 @@
 use super::{Chunk, RowOrigin};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::mpsc;
 
 /// Most spares a shard keeps: enough for every driver's next seal in the
@@ -57,10 +57,13 @@ impl Spare {
 }
 
 impl Depth {
+    fn spares(&self) -> MutexGuard<'_, Vec<Spare>> {
+        self.spares.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Drop every spare (outside the lock).
     fn drop_spares(&self) {
-        let spares =
-            std::mem::take(&mut *self.spares.lock().unwrap_or_else(PoisonError::into_inner));
+        let spares = std::mem::take(&mut *self.spares());
         let bytes: usize = spares.iter().map(Spare::bytes).sum();
         self.kept.fetch_sub(bytes, Ordering::AcqRel);
         drop(spares);
@@ -133,7 +136,7 @@ impl QueueDepths {
         if size < MIN_SPARE_BYTES {
             return;
         }
-        let mut spares = d.spares.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut spares = d.spares();
         let kept = d.kept.load(Ordering::Acquire);
         let depth = d.bytes.load(Ordering::Acquire);
         if spares.len() >= MAX_SPARES || depth + kept + size >= self.high_water {
@@ -259,19 +262,9 @@ impl ShardQueues {
         if d.kept.load(Ordering::Acquire) == 0 {
             return None;
         }
-        let spare = d
-            .spares
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop()?;
+        let spare = d.spares().pop()?;
         d.kept.fetch_sub(spare.bytes(), Ordering::AcqRel);
         Some(spare)
-    }
-
-    /// Bytes of `shard`'s spares.
-    #[must_use]
-    pub fn spare_bytes(&self, shard: usize) -> usize {
-        self.depth[shard].kept.load(Ordering::Acquire)
     }
 
     /// Number of shards.
@@ -432,7 +425,7 @@ mod tests {
         let given = spare(300 << 10);
         let ptr = given.data.as_ptr();
         view.recycle(1, given);
-        assert_eq!(q.spare_bytes(1), 300 << 10);
+        assert_eq!(view.spare_bytes(1), 300 << 10);
         assert!(q.spare(0).is_none(), "spares are per shard");
         let back = q.spare(1).expect("kept");
         assert_eq!(
@@ -440,16 +433,16 @@ mod tests {
             (ptr, 0),
             "the same pages, emptied"
         );
-        assert_eq!(q.spare_bytes(1), 0);
+        assert_eq!(view.spare_bytes(1), 0);
         // Too small to be worth keeping.
         view.recycle(1, spare(4 << 10));
         assert!(q.spare(1).is_none());
         // Not past the high water with the depth: 800 KiB queued + 300 KiB.
         q.push(chunk(1, 800 << 10)).unwrap();
         view.recycle(1, spare(300 << 10));
-        assert_eq!(q.spare_bytes(1), 0, "would reach the high water");
+        assert_eq!(view.spare_bytes(1), 0, "would reach the high water");
         view.recycle(1, spare(150 << 10));
-        assert_eq!(q.spare_bytes(1), 150 << 10);
+        assert_eq!(view.spare_bytes(1), 150 << 10);
     }
 
     #[test]
@@ -459,7 +452,7 @@ mod tests {
         for _ in 0..10 {
             view.recycle(0, spare(200 << 10));
         }
-        assert_eq!(q.spare_bytes(0), MAX_SPARES * (200 << 10));
+        assert_eq!(view.spare_bytes(0), MAX_SPARES * (200 << 10));
     }
 
     #[test]
@@ -468,11 +461,11 @@ mod tests {
         let view = q.depth_view();
         view.recycle(0, spare(600 << 10));
         q.push(chunk(0, 500 << 10)).unwrap();
-        assert_eq!(q.spare_bytes(0), 600 << 10);
+        assert_eq!(view.spare_bytes(0), 600 << 10);
         // Depth 500 KiB and spares 600 KiB pass the high water together:
         // the check drops the spares and the shard is not over.
         assert!(!q.is_over(0));
-        assert_eq!(q.spare_bytes(0), 0);
+        assert_eq!(view.spare_bytes(0), 0);
         assert!(q.spare(0).is_none());
         q.push(chunk(0, 600 << 10)).unwrap();
         assert!(q.is_over(0), "the depth alone still pauses");

@@ -290,8 +290,7 @@ impl NativeScratch {
         if body.capacity() <= self.body.capacity() {
             return;
         }
-        let old = std::mem::replace(&mut self.body, body);
-        drop(old);
+        self.body = body;
         self.fit(room);
     }
 

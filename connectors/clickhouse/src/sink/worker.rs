@@ -245,10 +245,7 @@ impl<C: InsertTarget> Worker<C> {
         if let Some(live) = self.shared.live.get() {
             let now = live.current();
             let own = live.get(chunk.schema).unwrap_or_else(|| now.clone());
-            let mut scratch = lock(&self.scratch);
-            let body = super::recode::body_for(&own, &now, rows, &mut scratch);
-            scratch.fit(room);
-            drop(scratch);
+            let body = self.transposing(room, |s| super::recode::body_for(&own, &now, rows, s));
             let body = body.map_err(|e| {
                 super::live::request_replay(&e);
                 FatalError::new(self.context(), e, Fault::User)
@@ -262,14 +259,10 @@ impl<C: InsertTarget> Worker<C> {
         }
         let query = Arc::new(self.shared.query.clone());
         let bytes = match &self.shared.native {
-            Some(layout) => {
-                let mut scratch = lock(&self.scratch);
-                let body = layout.transpose_in(rows, &mut scratch);
-                scratch.fit(room);
-                drop(scratch);
-                body.map(Bytes::from)
-                    .map_err(|e| FatalError::new(self.context(), e.to_string(), Fault::Internal))?
-            }
+            Some(layout) => self
+                .transposing(room, |s| layout.transpose_in(rows, s))
+                .map(Bytes::from)
+                .map_err(|e| FatalError::new(self.context(), e.to_string(), Fault::Internal))?,
             None => Bytes::copy_from_slice(rows),
         };
         Ok(Prepared {
@@ -278,6 +271,15 @@ impl<C: InsertTarget> Worker<C> {
             for_version: 0,
             keep,
         })
+    }
+
+    /// Run `f` on the worker's scratch, then free what of it does not fit
+    /// in `room` (the worker's share of the budget).
+    fn transposing<T>(&self, room: usize, f: impl FnOnce(&mut NativeScratch) -> T) -> T {
+        let mut scratch = lock(&self.scratch);
+        let out = f(&mut scratch);
+        scratch.fit(room);
+        out
     }
 
     /// After a failure that says the columns changed: the chunk's bytes
