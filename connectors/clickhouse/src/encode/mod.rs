@@ -43,3 +43,24 @@ mod tests;
 mod tests_modern;
 #[cfg(test)]
 mod tests_nested;
+
+/// The JSON scanner as the `json_scan` bench calls it, beside the SIMD
+/// parsers it is weighed against. Not an API.
+#[doc(hidden)]
+pub mod bench_scan {
+    /// Walk the members of the object `b`: `f(raw key, raw value)` per
+    /// member, as the encoder's scan does before it writes any value.
+    pub fn members<'a>(
+        b: &'a [u8],
+        mut f: impl FnMut(&'a [u8], &'a [u8]),
+    ) -> Result<(), &'static str> {
+        super::json::scan_document(b, |k, v| {
+            f(k.raw, v);
+            Ok::<_, ()>(())
+        })
+        .map_err(|e| match e {
+            super::json::Walk::Json(e) => e.reason,
+            super::json::Walk::User(()) => "callback",
+        })
+    }
+}
