@@ -540,8 +540,10 @@ struct LowCardBuilder {
     key: Shape,
     /// The keys' Native column (the RowBinary bytes of each key in turn).
     keys: Vec<u8>,
-    /// Key bytes -> index.
-    index: HashMap<Vec<u8>, u32>,
+    /// Key bytes -> index. foldhash, not the standard SipHash: one lookup
+    /// per row, and SipHash was a quarter of the transposition's time
+    /// (bench/README "One copy less"); seeded per process like SipHash.
+    index: HashMap<Vec<u8>, u32, foldhash::fast::RandomState>,
     rows: Vec<u32>,
 }
 
@@ -551,19 +553,26 @@ impl LowCardBuilder {
             nullable,
             key: key.clone(),
             keys: Vec::new(),
-            index: HashMap::new(),
+            index: HashMap::default(),
             rows: Vec::new(),
         };
-        if nullable {
-            // Key 0 is NULL; its bytes are the type's default value.
-            let null = match key {
-                Shape::Fixed(w) => vec![0; *w],
-                _ => vec![0],
-            };
-            b.keys.extend_from_slice(&null);
-            b.index.insert(Vec::new(), 0); // never matched: no value is empty bytes
-        }
+        b.clear();
         b
+    }
+
+    /// Empty, for the next block: no key but NULL's, capacity kept.
+    fn clear(&mut self) {
+        self.keys.clear();
+        self.index.clear();
+        self.rows.clear();
+        if self.nullable {
+            // Key 0 is NULL; its bytes are the type's default value.
+            match self.key {
+                Shape::Fixed(w) => self.keys.resize(w, 0),
+                _ => self.keys.push(0),
+            }
+            self.index.insert(Vec::new(), 0); // never matched: no value is empty bytes
+        }
     }
 
     fn read(&mut self, b: &[u8], pos: &mut usize) -> Result<(), TransposeError> {
@@ -670,10 +679,7 @@ impl Builder {
                 inner.clear();
             }
             Builder::Tuple(items) => items.iter_mut().for_each(Builder::clear),
-            Builder::LowCard(lc) => {
-                let key = lc.key.clone();
-                **lc = LowCardBuilder::new(lc.nullable, &key);
-            }
+            Builder::LowCard(lc) => lc.clear(),
         }
     }
 
@@ -693,9 +699,9 @@ impl Builder {
     /// Move one RowBinary value at `b[*pos..]` into the column.
     fn read(&mut self, b: &[u8], pos: &mut usize) -> Result<(), TransposeError> {
         match self {
-            Builder::Fixed(w, buf) => buf.extend_from_slice(scalar(&Shape::Fixed(*w), b, pos)?),
+            Builder::Fixed(w, buf) => buf.extend_from_slice(take(b, pos, *w)?),
             Builder::Widen(from, to, buf) => from.convert(*to, take(b, pos, from.width())?, buf),
-            Builder::Str(buf) => buf.extend_from_slice(scalar(&Shape::Str, b, pos)?),
+            Builder::Str(buf) => buf.extend_from_slice(string(b, pos)?),
             Builder::Nullable { map, inner } => {
                 let flag = take(b, pos, 1)?[0];
                 map.push(flag);
@@ -777,15 +783,19 @@ impl Builder {
 /// with its LEB128 length: Native stores it the same way), moving `pos`
 /// past it.
 fn scalar<'a>(shape: &Shape, b: &'a [u8], pos: &mut usize) -> Result<&'a [u8], TransposeError> {
-    let start = *pos;
     match shape {
-        Shape::Fixed(w) => take(b, pos, *w)?,
-        _ => {
-            let len = varint(b, pos)?;
-            let len = usize::try_from(len).map_err(|_| TransposeError("string length"))?;
-            take(b, pos, len)?
-        }
-    };
+        Shape::Fixed(w) => take(b, pos, *w),
+        _ => string(b, pos),
+    }
+}
+
+/// A RowBinary string at `b[*pos..]`, its length prefix included (the
+/// Native column has the same bytes).
+fn string<'a>(b: &'a [u8], pos: &mut usize) -> Result<&'a [u8], TransposeError> {
+    let start = *pos;
+    let len = varint(b, pos)?;
+    let len = usize::try_from(len).map_err(|_| TransposeError("string length"))?;
+    take(b, pos, len)?;
     Ok(&b[start..*pos])
 }
 

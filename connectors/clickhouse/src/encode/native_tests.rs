@@ -283,6 +283,14 @@ fn reuse_row(i: u64, out: &mut Vec<u8>) {
     put_str(out, format!("k{}", i % 5).as_bytes());
     out.push(i as u8);
     put_str(out, b"t");
+    // LowCardinality(Nullable(String)): NULL every fourth row, else one
+    // of three keys.
+    if i.is_multiple_of(4) {
+        out.push(1);
+    } else {
+        out.push(0);
+        put_str(out, format!("n{}", i % 3).as_bytes());
+    }
 }
 
 #[test]
@@ -294,6 +302,7 @@ fn a_kept_scratch_gives_the_blocks_a_fresh_one_gives() {
         ("arr", "Array(Nullable(String))"),
         ("lc", "LowCardinality(String)"),
         ("t", "Tuple(UInt8, String)"),
+        ("lcn", "LowCardinality(Nullable(String))"),
     ])
     .unwrap();
     let mut scratch = NativeScratch::default();
