@@ -348,9 +348,14 @@ struct Budget {
     shard_high_water: usize,
     /// Most bytes of a batch sized from the rate: every worker of a shard
     /// can have one in flight (the chunk and its [`IN_FLIGHT_COPIES`], as
-    /// when the depth counted them all; it now counts the chunks only, so
-    /// this leaves more to spare, and was not re-tuned) with a tenth of the
-    /// high water to spare, so lanes keep feeding the shard during inserts. Larger
+    /// when the depth counted them all) with a tenth of the high water to
+    /// spare, so lanes keep feeding the shard during inserts. The depth
+    /// now counts the chunks only, but sizing for the chunk alone was
+    /// measured and lost: 16 MiB batches instead of 9.6 MiB at the
+    /// default budget gave 0.63 of the rows/s and 1.37 of the server CPU
+    /// per row (5M events, 3 alternated rounds, 2026-12-02, bench/README
+    /// "The levers left, measured"; likely because fewer, bigger chunks
+    /// fit under the high water, so the lanes pause again). Larger
     /// batches fit the memory budget too, but then the inserts in flight
     /// hold the depth at the high water and the lanes stay paused until it
     /// falls below half of it, which alternates consuming and inserting

@@ -542,7 +542,8 @@ struct LowCardBuilder {
     keys: Vec<u8>,
     /// Key bytes -> index. foldhash, not the standard SipHash: one lookup
     /// per row, and SipHash was a quarter of the transposition's time
-    /// (bench/README "One copy less"); seeded per process like SipHash.
+    /// (bench/README "The levers left, measured"); seeded per process
+    /// like SipHash.
     index: HashMap<Vec<u8>, u32, foldhash::fast::RandomState>,
     rows: Vec<u32>,
 }
