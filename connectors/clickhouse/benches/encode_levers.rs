@@ -47,7 +47,8 @@ mod events;
 mod counting_alloc;
 
 use counting_alloc::{allocs, COUNTING};
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 use events::Schema;
 use simd_json::{Buffers, Node, Tape};
 use spate_clickhouse::encode::bench_scan;
@@ -242,13 +243,19 @@ fn interleaved(group: &str, cases: &mut [(&str, &mut dyn FnMut())]) {
     }
 }
 
-fn scans(c: &mut Criterion) {
-    let mut group = c.benchmark_group("json_scan");
+/// A group of this bench: 1024-row batches, throughput in rows.
+fn group<'a>(c: &'a mut Criterion, name: &str) -> BenchmarkGroup<'a, WallTime> {
+    let mut group = c.benchmark_group(name);
     group
         .sample_size(30)
         .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3));
-    group.throughput(Throughput::Elements(ROWS as u64));
+        .measurement_time(Duration::from_secs(3))
+        .throughput(Throughput::Elements(ROWS as u64));
+    group
+}
+
+fn scans(c: &mut Criterion) {
+    let mut group = group(c, "json_scan");
     for schema in [Schema::Small, Schema::Wide] {
         let name = schema.name();
         let events = payloads(schema);
@@ -358,12 +365,7 @@ fn scans(c: &mut Criterion) {
 }
 
 fn transposition(c: &mut Criterion) {
-    let mut group = c.benchmark_group("native");
-    group
-        .sample_size(30)
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3));
-    group.throughput(Throughput::Elements(ROWS as u64));
+    let mut group = group(c, "native");
     for schema in [Schema::Small, Schema::Wide] {
         let name = schema.name();
         let events = payloads(schema);
