@@ -12,7 +12,7 @@ TEST_ARGS ?=
 SERVICES := scripts/services.sh
 ENV_FILE := $(or $(SPATE_BUILD_DIR),build)/services.env
 
-.PHONY: help prereqs build lint services services-down services-status test loom bench bench-scaling demo clean-services
+.PHONY: help prereqs build lint services services-down services-status test loom bench bench-scaling bench-levers demo clean-services
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -58,6 +58,9 @@ bench: prereqs services $(BENCH_VENV)/.ready ## micro + end-to-end benchmarks, c
 	# whose fixed-form summary line stays last.
 	source $(ENV_FILE) && python3 bench/https_ratio.py
 	source $(ENV_FILE) && $(BENCH_VENV)/bin/python bench/bench.py
+
+bench-levers: prereqs ## issue 20's encoder levers: spate's JSON scan against simd-json and sonic-rs, the Native transposition's share (criterion, no services)
+	$(CARGO) bench -p spate_clickhouse --bench encode_levers -- --noplot
 
 bench-scaling: prereqs services ## issue 20's scaling table: partitions x small/wide events x 1/2 shards (BENCH_SCALING_*); bench/results/scaling-<date>.md
 	$(CARGO) build --release
