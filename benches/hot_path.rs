@@ -31,7 +31,7 @@ mod events;
 
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 use events::Schema;
-use spate_clickhouse::{parse_type, ChRowEncoder, Column, DefaultKind, EncoderOptions, RowEncoder};
+use spate_clickhouse::{parse_type, ChRowEncoder, Column, EncoderOptions, RowEncoder};
 use spate_core::metrics::Metrics;
 use spate_core::pipeline::{Chain, ChainCtx, EncodeChain, SinkOptions};
 use spate_core::record::{Message, PartitionId};
@@ -70,12 +70,7 @@ impl Fixture {
         let columns = schema
             .columns()
             .iter()
-            .map(|&(name, ty)| Column {
-                name: name.into(),
-                ty: parse_type(ty).expect("a ClickHouse type"),
-                default_kind: DefaultKind::None,
-                default_expression: String::new(),
-            })
+            .map(|&(name, ty)| Column::plain(name, parse_type(ty).expect("a ClickHouse type")))
             .collect();
         Self {
             schema,

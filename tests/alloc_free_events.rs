@@ -15,7 +15,7 @@
 mod events;
 
 use events::Schema;
-use spate_clickhouse::{parse_type, ChRowEncoder, Column, DefaultKind, EncoderOptions, RowEncoder};
+use spate_clickhouse::{parse_type, ChRowEncoder, Column, EncoderOptions, RowEncoder};
 use spate_core::metrics::Metrics;
 use spate_core::pipeline::{Chain, ChainCtx, EncodeChain, SinkOptions};
 use spate_core::record::{Message, PartitionId};
@@ -48,12 +48,7 @@ fn columns(schema: Schema) -> Vec<Column> {
     schema
         .columns()
         .iter()
-        .map(|&(name, ty)| Column {
-            name: name.into(),
-            ty: parse_type(ty).expect("type"),
-            default_kind: DefaultKind::None,
-            default_expression: String::new(),
-        })
+        .map(|&(name, ty)| Column::plain(name, parse_type(ty).expect("type")))
         .collect()
 }
 

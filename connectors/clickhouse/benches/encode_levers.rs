@@ -53,7 +53,7 @@ use events::Schema;
 use simd_json::{Buffers, Node, Tape};
 use spate_clickhouse::encode::bench_scan;
 use spate_clickhouse::{
-    parse_type, Column, DefaultKind, EncoderOptions, NativeLayout, NativeScratch, RowEncoder,
+    parse_type, Column, EncoderOptions, NativeLayout, NativeScratch, RowEncoder,
 };
 use spate_core::record::Message;
 use std::hint::black_box;
@@ -162,12 +162,7 @@ fn columns(schema: Schema) -> Vec<Column> {
     schema
         .columns()
         .iter()
-        .map(|&(name, ty)| Column {
-            name: name.into(),
-            ty: parse_type(ty).expect("a ClickHouse type"),
-            default_kind: DefaultKind::None,
-            default_expression: String::new(),
-        })
+        .map(|&(name, ty)| Column::plain(name, parse_type(ty).expect("a ClickHouse type")))
         .collect()
 }
 

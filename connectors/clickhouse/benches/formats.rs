@@ -33,8 +33,7 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use events::Schema;
 use spate_clickhouse::formats::{RegisteredSchema, SchemaType};
 use spate_clickhouse::{
-    parse_type, Column, DefaultKind, EncoderOptions, FormatEncoder, FormatSpec, RegistryConfig,
-    SchemaRegistry,
+    parse_type, Column, EncoderOptions, FormatEncoder, FormatSpec, RegistryConfig, SchemaRegistry,
 };
 use spate_core::record::Message;
 use spate_core::sink::RowEncode;
@@ -48,12 +47,7 @@ fn columns(schema: Schema) -> Vec<Column> {
     schema
         .columns()
         .iter()
-        .map(|(n, t)| Column {
-            name: (*n).into(),
-            ty: parse_type(t).expect("type"),
-            default_kind: DefaultKind::None,
-            default_expression: String::new(),
-        })
+        .map(|&(name, ty)| Column::plain(name, parse_type(ty).expect("type")))
         .collect()
 }
 
