@@ -251,6 +251,13 @@ impl<L: Lane> Driver<L> {
         let (mut pause, mut resume) = (Vec::new(), Vec::new());
         for e in &mut self.lanes {
             e.feeds |= self.chain.take_shards_fed(e.slot);
+            if e.ended {
+                // Its partition is done: pausing it now would leave it
+                // paused at the source once the lane is retired (the
+                // controller forgets a retired lane's pause without
+                // resuming it), and nothing of it is polled any more.
+                continue;
+            }
             if e.paused {
                 if e.feeds & !clear == 0 {
                     e.paused = false;
