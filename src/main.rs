@@ -31,9 +31,14 @@ fn init_logging(level: &str, format: LogFormat) {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
+    // Colours only for a person at a terminal: a log file, journald or a
+    // container's log collector would keep the escape codes in every
+    // line. NO_COLOR (no-color.org) turns them off there too.
+    let colour = stats::stderr_is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(secret::RedactingStderr)
+        .with_ansi(colour)
         .with_thread_names(true);
     match format {
         LogFormat::Text => builder.init(),
