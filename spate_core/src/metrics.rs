@@ -50,6 +50,9 @@ pub struct Metrics {
     /// `spate_queue_bytes{shard}` (queued plus in-flight bytes). Shard
     /// labels count from 1, like `shard_num` in `system.clusters`.
     pub queue_bytes: IntGaugeVec,
+    /// `spate_prefetch_bytes`: payload bytes the source holds prefetched
+    /// (librdkafka's fetch queues, from its statistics).
+    pub prefetch_bytes: IntGauge,
     /// `spate_decode_errors_total`.
     pub decode_errors: IntCounter,
     /// `spate_rebalances_total{kind}`.
@@ -102,6 +105,7 @@ pub const METRIC_NAMES: &[&str] = &[
     "spate_lanes_active",
     "spate_lanes_paused",
     "spate_queue_bytes",
+    "spate_prefetch_bytes",
     "spate_decode_errors_total",
     "spate_rebalances_total",
     "spate_commits_total",
@@ -184,6 +188,7 @@ impl Metrics {
             lanes_active: g("spate_lanes_active", "Lanes currently owned by drivers."),
             lanes_paused: g("spate_lanes_paused", "Lanes paused at the source by backpressure."),
             queue_bytes: gv("spate_queue_bytes", "Bytes queued or in flight per shard.", &["shard"]),
+            prefetch_bytes: g("spate_prefetch_bytes", "Payload bytes librdkafka holds prefetched in the partitions' fetch queues."),
             decode_errors: c("spate_decode_errors_total", "Messages that could not be decoded into a row."),
             rebalances: cv("spate_rebalances_total", "Partition assignments and revocations.", &["kind"]),
             commits: cv("spate_commits_total", "Offset commits by result.", &["result"]),

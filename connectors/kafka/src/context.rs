@@ -23,7 +23,7 @@ use spate_core::source::LaneId;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A partition just assigned: its queue split off the consumer queue
 /// before the assignment took effect. The source turns it into a lane.
@@ -92,6 +92,82 @@ pub(crate) struct SpateContext {
     pub(crate) high_watermarks: Mutex<HashMap<PartitionId, i64>>,
     /// Broker connection failures the callbacks saw.
     pub(crate) failures: Mutex<FailureLog>,
+    /// What librdkafka holds prefetched, from the statistics.
+    pub(crate) prefetch: PrefetchWatch,
+}
+
+/// The payload bytes librdkafka holds in the partitions' fetch queues, as
+/// its latest statistics report them, against the budget's prefetch share.
+///
+/// The share bounds them only while record batches are smaller than a
+/// partition's limit: a broker sends a record batch whole even when it is
+/// larger than the fetch limits (KIP-74), and a partition's queue is only
+/// found full after such a batch arrived. With producers' batches of 1 MB
+/// (librdkafka's default `batch.size`) and a 64 KiB limit per partition,
+/// 64 partitions hold up to 64 MB of payload plus their fetch buffers
+/// (measured, `e2e_memory_partitions`: peak RSS 51-140 MiB for a 64 MiB
+/// budget, against 51-57 MiB with 64 KiB batches). spate cannot make
+/// those batches smaller, so it says so: [`observe`](Self::observe)
+/// warns, and the `spate_prefetch_bytes` gauge shows it.
+pub(crate) struct PrefetchWatch {
+    /// Payload bytes the prefetch may hold within the budget (librdkafka's
+    /// limit, summed over the partitions: half of the prefetch quarter).
+    share: u64,
+    /// Partitions the share is split over.
+    partitions: usize,
+    /// Latest sum over the partitions; `u64::MAX` before any statistics.
+    latest: AtomicU64,
+    /// When the last warning was logged.
+    warned: Mutex<Option<Instant>>,
+}
+
+/// Least time between two prefetch warnings.
+const PREFETCH_WARN_EVERY: Duration = Duration::from_secs(600);
+
+impl PrefetchWatch {
+    pub(crate) fn new(share: u64, partitions: usize) -> Self {
+        Self {
+            share,
+            partitions,
+            latest: AtomicU64::new(u64::MAX),
+            warned: Mutex::new(None),
+        }
+    }
+
+    /// The latest sum, if librdkafka reported one.
+    pub(crate) fn latest(&self) -> Option<u64> {
+        Some(self.latest.load(Ordering::Relaxed)).filter(|&b| b != u64::MAX)
+    }
+
+    /// Record one statistics report's sum. Past the share, the prefetch
+    /// is outside the quarter of `--max-buffered-bytes` it was given
+    /// (librdkafka's own structures cost about as much again); returns
+    /// whether that was warned about now (at most every
+    /// [`PREFETCH_WARN_EVERY`]).
+    pub(crate) fn observe(&self, bytes: u64, now: Instant) -> bool {
+        self.latest.store(bytes, Ordering::Relaxed);
+        if bytes <= self.share {
+            return false;
+        }
+        let mut warned = lock(&self.warned);
+        if warned.is_some_and(|at| now.duration_since(at) < PREFETCH_WARN_EVERY) {
+            return false;
+        }
+        *warned = Some(now);
+        let per_partition = self.share / self.partitions.max(1) as u64;
+        tracing::warn!(
+            prefetched_mib = bytes >> 20,
+            share_mib = self.share >> 20,
+            partitions = self.partitions,
+            limit_per_partition_kib = per_partition >> 10,
+            "librdkafka holds more prefetched than --max-buffered-bytes gives it: \
+             brokers send a record batch whole even when it is larger than a \
+             partition's limit, so memory can reach the partition count times \
+             twice the producers' batch size; raise --max-buffered-bytes, or \
+             spread the partitions over more members"
+        );
+        true
+    }
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -99,7 +175,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl SpateContext {
-    pub(crate) fn new(revoke_wait: Duration) -> Self {
+    pub(crate) fn new(revoke_wait: Duration, prefetch: PrefetchWatch) -> Self {
         Self {
             me: OnceLock::new(),
             revoke_tx: Mutex::new(None),
@@ -109,6 +185,7 @@ impl SpateContext {
             next_lane: AtomicU64::new(0),
             high_watermarks: Mutex::new(HashMap::new()),
             failures: Mutex::new(FailureLog::default()),
+            prefetch,
         }
     }
 
@@ -222,11 +299,8 @@ impl ClientContext for SpateContext {
         // What librdkafka holds in the partitions' fetch queues (payload
         // bytes): with many partitions, each may hold a whole record
         // batch past its queued.max.messages.kbytes share (KIP-74).
-        tracing::debug!(
-            target: "spate::prefetch",
-            bytes = prefetched,
-            "librdkafka fetch queues"
-        );
+        drop(hw);
+        self.prefetch.observe(prefetched, Instant::now());
     }
 
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
@@ -278,5 +352,19 @@ mod tests {
         record_commit_answer(&mut shared, &Ok(()), &tpl);
         assert_eq!(shared.committed.get(&p0), Some(&10));
         assert_eq!(shared.refused.len(), 1, "a confirmation queues nothing");
+    }
+
+    #[test]
+    fn the_prefetch_watch_warns_past_its_share_at_most_every_ten_minutes() {
+        let w = PrefetchWatch::new(8 << 20, 64);
+        assert_eq!(w.latest(), None, "nothing before the first statistics");
+        let t0 = Instant::now();
+        assert!(!w.observe(8 << 20, t0), "the share is within budget");
+        assert_eq!(w.latest(), Some(8 << 20));
+        assert!(w.observe((8 << 20) + 1, t0), "past it: warned");
+        assert!(!w.observe(60 << 20, t0 + Duration::from_secs(599)));
+        assert_eq!(w.latest(), Some(60 << 20), "the gauge still follows");
+        assert!(w.observe(60 << 20, t0 + PREFETCH_WARN_EVERY));
+        assert!(!w.observe(1 << 20, t0 + 2 * PREFETCH_WARN_EVERY));
     }
 }

@@ -44,7 +44,9 @@
 
 use crate::config::{ConfigError, KafkaSourceConfig, DEFAULT_PREFETCH_PARTITIONS};
 use crate::connect::{self, ConnectFailure, Probe};
-use crate::context::{commit_list, lock, record_max, RevokeRequest, SpateContext, SplitPartition};
+use crate::context::{
+    commit_list, lock, record_max, PrefetchWatch, RevokeRequest, SpateContext, SplitPartition,
+};
 use crate::fetch_error::{disposition, Disposition};
 use crate::lane::{KafkaLane, LaneEnd};
 use crate::rendezvous::call_serving;
@@ -130,8 +132,13 @@ impl KafkaSource {
     pub fn new(config: &KafkaSourceConfig) -> Result<Self, ConfigError> {
         config.validate()?;
         let (ended_tx, ended_rx) = unbounded();
-        let context = SpateContext::new(config.revoke_timeout + REVOKE_REPLY_GRACE);
         let partitions = subscribed_partitions(config);
+        // Each partition's queue holds its limit plus one fetch response.
+        let share = 2 * config.prefetch_per_partition(partitions) * partitions.max(1);
+        let context = SpateContext::new(
+            config.revoke_timeout + REVOKE_REPLY_GRACE,
+            PrefetchWatch::new(share as u64, partitions),
+        );
         tracing::info!(
             partitions,
             prefetch_per_partition = config.prefetch_per_partition(partitions),
@@ -546,6 +553,10 @@ impl Source for KafkaSource {
 
     fn shutdown_deadline(&mut self, deadline: Instant) {
         self.deadline = Some(deadline);
+    }
+
+    fn prefetched_bytes(&mut self) -> Option<u64> {
+        self.consumer.context().prefetch.latest()
     }
 
     fn high_watermarks(&mut self) -> Vec<(PartitionId, Offset)> {

@@ -213,4 +213,11 @@ pub trait Source: Send + 'static {
     fn high_watermarks(&mut self) -> Vec<(PartitionId, Offset)> {
         Vec::new()
     }
+
+    /// Payload bytes the source holds prefetched beyond what lanes took
+    /// (librdkafka's fetch queues), for the `spate_prefetch_bytes` gauge.
+    /// Default: not known.
+    fn prefetched_bytes(&mut self) -> Option<u64> {
+        None
+    }
 }

@@ -34,6 +34,11 @@ impl<L: Lane> Core<L> {
     /// partitions no longer owned are removed, so a group's members sum up
     /// without counting a partition twice.
     pub(super) fn update_partition_gauges<S: Source<Lane = L>>(&mut self, source: &mut S) {
+        if let Some(bytes) = source.prefetched_bytes() {
+            self.metrics
+                .prefetch_bytes
+                .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        }
         let owned: HashSet<&PartitionId> = self.home.values().map(|(_, p)| p).collect();
         for (p, hw) in source.high_watermarks() {
             if !owned.contains(&p) {
