@@ -212,16 +212,34 @@ pub fn produce_at(
     topic: &str,
     partitions: i32,
     count: usize,
+    make: impl FnMut(usize) -> Msg,
+) -> Produced {
+    produce_with(endpoint, topic, partitions, count, &[], make)
+}
+
+/// [`produce_at`] with these producer settings on top of the defaults
+/// (e.g. `batch.size`, which bounds the record batches a consumer is sent
+/// whole).
+pub fn produce_with(
+    endpoint: &KafkaEndpoint,
+    topic: &str,
+    partitions: i32,
+    count: usize,
+    settings: &[(&str, &str)],
     mut make: impl FnMut(usize) -> Msg,
 ) -> Produced {
     let started = Instant::now();
-    let producer: BaseProducer<Recorder> = endpoint
-        .config()
+    let mut config = endpoint.config();
+    config
         .set("linger.ms", "5")
         .set("batch.num.messages", "10000")
         .set("queue.buffering.max.messages", "1000000")
         .set("queue.buffering.max.kbytes", "1048576")
-        .set("message.timeout.ms", "120000")
+        .set("message.timeout.ms", "120000");
+    for (k, v) in settings {
+        config.set(*k, *v);
+    }
+    let producer: BaseProducer<Recorder> = config
         .create_with_context(Recorder {
             log: Mutex::new(DeliveryLog::default()),
         })
