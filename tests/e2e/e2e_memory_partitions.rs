@@ -211,7 +211,9 @@ fn record_batches_past_the_prefetch_share_are_reported() {
         .find(|l| l.contains(WARNING))
         .unwrap_or_else(|| panic!("no prefetch warning in:\n{}", run.stderr));
     assert!(
-        warning.contains("partitions=64") && warning.contains("share_mib=8"),
-        "the warning names the partitions and the share: {warning}"
+        warning.contains("partitions=64")
+            && warning.contains("share_mib=8")
+            && warning.contains("limit_per_partition_kib=64"),
+        "the warning names the partitions, the share and the limit per partition: {warning}"
     );
 }

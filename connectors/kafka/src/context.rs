@@ -110,10 +110,10 @@ pub(crate) struct SpateContext {
 /// those batches smaller, so it says so: [`observe`](Self::observe)
 /// warns, and the `spate_prefetch_bytes` gauge shows it.
 pub(crate) struct PrefetchWatch {
-    /// Payload bytes the prefetch may hold within the budget (librdkafka's
-    /// limit, summed over the partitions: half of the prefetch quarter).
-    share: u64,
-    /// Partitions the share is split over.
+    /// librdkafka's limit per partition (`queued.max.messages.kbytes`,
+    /// and the most one fetch brings).
+    per_partition: u64,
+    /// Partitions the prefetch is split over.
     partitions: usize,
     /// Latest sum over the partitions; `u64::MAX` before any statistics.
     latest: AtomicU64,
@@ -125,13 +125,20 @@ pub(crate) struct PrefetchWatch {
 const PREFETCH_WARN_EVERY: Duration = Duration::from_secs(600);
 
 impl PrefetchWatch {
-    pub(crate) fn new(share: u64, partitions: usize) -> Self {
+    pub(crate) fn new(per_partition: u64, partitions: usize) -> Self {
         Self {
-            share,
+            per_partition,
             partitions,
             latest: AtomicU64::new(u64::MAX),
             warned: Mutex::new(None),
         }
+    }
+
+    /// Payload bytes the prefetch may hold within the budget: each
+    /// partition's queue holds its limit plus one fetch response (half of
+    /// the prefetch quarter in all).
+    fn share(&self) -> u64 {
+        2 * self.per_partition * self.partitions.max(1) as u64
     }
 
     /// The latest sum, if librdkafka reported one.
@@ -146,7 +153,8 @@ impl PrefetchWatch {
     /// [`PREFETCH_WARN_EVERY`]).
     pub(crate) fn observe(&self, bytes: u64, now: Instant) -> bool {
         self.latest.store(bytes, Ordering::Relaxed);
-        if bytes <= self.share {
+        let share = self.share();
+        if bytes <= share {
             return false;
         }
         let mut warned = lock(&self.warned);
@@ -154,12 +162,11 @@ impl PrefetchWatch {
             return false;
         }
         *warned = Some(now);
-        let per_partition = self.share / self.partitions.max(1) as u64;
         tracing::warn!(
             prefetched_mib = bytes >> 20,
-            share_mib = self.share >> 20,
+            share_mib = share >> 20,
             partitions = self.partitions,
-            limit_per_partition_kib = per_partition >> 10,
+            limit_per_partition_kib = self.per_partition >> 10,
             "librdkafka holds more prefetched than --max-buffered-bytes gives it: \
              brokers send a record batch whole even when it is larger than a \
              partition's limit, so memory can reach the partition count times \
@@ -356,7 +363,8 @@ mod tests {
 
     #[test]
     fn the_prefetch_watch_warns_past_its_share_at_most_every_ten_minutes() {
-        let w = PrefetchWatch::new(8 << 20, 64);
+        // 64 partitions of 64 KiB: an 8 MiB share.
+        let w = PrefetchWatch::new(64 << 10, 64);
         assert_eq!(w.latest(), None, "nothing before the first statistics");
         let t0 = Instant::now();
         assert!(!w.observe(8 << 20, t0), "the share is within budget");

@@ -133,15 +133,14 @@ impl KafkaSource {
         config.validate()?;
         let (ended_tx, ended_rx) = unbounded();
         let partitions = subscribed_partitions(config);
-        // Each partition's queue holds its limit plus one fetch response.
-        let share = 2 * config.prefetch_per_partition(partitions) * partitions.max(1);
+        let per_partition = config.prefetch_per_partition(partitions);
         let context = SpateContext::new(
             config.revoke_timeout + REVOKE_REPLY_GRACE,
-            PrefetchWatch::new(share as u64, partitions),
+            PrefetchWatch::new(per_partition as u64, partitions),
         );
         tracing::info!(
             partitions,
-            prefetch_per_partition = config.prefetch_per_partition(partitions),
+            prefetch_per_partition = per_partition,
             "prefetch budget split over the subscribed topics' partitions"
         );
         let consumer: BaseConsumer<SpateContext> = config
