@@ -78,47 +78,43 @@ fn status_kib(pid: u32, field: &str) -> Option<u64> {
 /// adjacent ones), and the smaller anonymous ones (thread stacks, small
 /// buffers). For a failure message.
 pub fn rss_breakdown(pid: u32) -> String {
+    const FILES: usize = 0;
+    const HEAP: usize = 1;
+    const BIG: usize = 2;
+    const SMALL: usize = 3;
     let Ok(smaps) = std::fs::read_to_string(format!("/proc/{pid}/smaps")) else {
         return "no /proc smaps".into();
     };
-    let (mut file, mut heap, mut big, mut small) = (0u64, 0u64, 0u64, 0u64);
-    let (mut big_n, mut small_n) = (0, 0);
-    let mut kind = 0;
+    // Resident KiB and mapping count per kind; `kind` is the mapping whose
+    // fields follow its header line.
+    let (mut rss, mut count, mut kind) = ([0u64; 4], [0usize; 4], FILES);
     for line in smaps.lines() {
         let mut f = line.split_whitespace();
         let Some(first) = f.next() else { continue };
-        if first.contains('-') && first.chars().next().is_some_and(|c| c.is_ascii_hexdigit()) {
-            let (lo, hi) = first.split_once('-').unwrap_or(("0", "0"));
-            let size =
-                u64::from_str_radix(hi, 16).unwrap_or(0) - u64::from_str_radix(lo, 16).unwrap_or(0);
-            let path = f.nth(4).unwrap_or("");
-            kind = match path {
-                "[heap]" => 1,
-                "" if size >= 1 << 20 => {
-                    big_n += 1;
-                    2
-                }
-                "" | "[stack]" => {
-                    small_n += 1;
-                    3
-                }
-                _ => 0,
+        if let Some((lo, hi)) = first.split_once('-') {
+            let (Ok(lo), Ok(hi)) = (u64::from_str_radix(lo, 16), u64::from_str_radix(hi, 16))
+            else {
+                continue;
             };
+            // perms, offset, device, inode, then the path (none if anonymous)
+            kind = match f.nth(4).unwrap_or("") {
+                "[heap]" => HEAP,
+                "" if hi - lo >= 1 << 20 => BIG,
+                "" | "[stack]" => SMALL,
+                _ => FILES,
+            };
+            count[kind] += 1;
         } else if first == "Rss:" {
-            let kib: u64 = f.next().and_then(|v| v.parse().ok()).unwrap_or(0);
-            match kind {
-                1 => heap += kib,
-                2 => big += kib,
-                3 => small += kib,
-                _ => file += kib,
-            }
+            rss[kind] += f.next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
         }
     }
     format!(
-        "files {} MiB, main heap {} MiB, {big_n} anonymous mappings >= 1 MiB {} MiB, {small_n} smaller {} MiB",
-        file / 1024,
-        heap / 1024,
-        big / 1024,
-        small / 1024
+        "files {} MiB, main heap {} MiB, {} anonymous mappings >= 1 MiB {} MiB, {} smaller {} MiB",
+        rss[FILES] >> 10,
+        rss[HEAP] >> 10,
+        count[BIG],
+        rss[BIG] >> 10,
+        count[SMALL],
+        rss[SMALL] >> 10
     )
 }
