@@ -167,6 +167,7 @@ pub(crate) fn sink_spec(a: &RunArgs, v: &Validated) -> SinkSpec {
         native: a.insert_format == InsertFormat::Native,
         format: v.format.clone(),
         exactly_once: a.delivery == crate::cli::Delivery::ExactlyOnce,
+        topics: a.topics.len(),
     }
 }
 

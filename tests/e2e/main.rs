@@ -21,6 +21,7 @@ mod cli;
 mod cli_check;
 mod cli_check_formats;
 mod e2e_bad_message;
+mod e2e_block_hash;
 mod e2e_broker_restart;
 mod e2e_clickhouse_outage;
 mod e2e_codecs;

@@ -421,6 +421,8 @@ pub(crate) struct TableFacts {
     /// before the setting existed).
     pub(crate) default_window: Option<u64>,
     pub(crate) has_views: bool,
+    /// The session's `insert_deduplicate` (a profile may turn it off).
+    pub(crate) insert_deduplicate: bool,
 }
 
 /// What exactly-once adds to every insert, once the table passed.
@@ -492,6 +494,13 @@ pub(crate) fn check(
             ));
         }
     }
+    if !features.insert_deduplication_token && !facts.insert_deduplicate {
+        return Err(format!(
+            "--delivery exactly-once on ClickHouse {major}.{minor} relies on the block hash of {table}, \
+             and this user's profile sets insert_deduplicate = 0; set it to 1 in the profile \
+             (spate sends no token to turn it on per insert on this version)"
+        ));
+    }
     let mut passed = Passed::default();
     if facts.has_views {
         if !features.insert_deduplication_token {
@@ -508,12 +517,54 @@ pub(crate) fn check(
     Ok(passed)
 }
 
+/// Exactly-once on a server without `insert_deduplication_token`: the
+/// server drops a replayed block by its block hash, and so also any other
+/// block whose bytes are the same. Two blocks are different offset ranges,
+/// so their bytes differ whenever every row carries its Kafka coordinates:
+/// the table must have (insertable) `_partition` and `_offset` columns, and
+/// `_topic` when more than `topics` = 1 topic feeds it. Without them a
+/// block of identical messages is dropped as a repeat of an earlier one,
+/// and its offsets committed: the refusal names the columns to add.
+pub(crate) fn unique_blocks(
+    table: &str,
+    features: ServerFeatures,
+    columns: &[crate::schema::Column],
+    topics: usize,
+) -> Result<(), String> {
+    if features.insert_deduplication_token {
+        return Ok(());
+    }
+    let has = |name: &str| {
+        (columns.iter()).any(|c| c.name == name && c.default_kind.is_insertable())
+    };
+    let mut need = vec![("_partition", "Int32"), ("_offset", "UInt64")];
+    if topics != 1 {
+        need.insert(0, ("_topic", "LowCardinality(String)"));
+    }
+    let missing: Vec<_> = need.into_iter().filter(|(n, _)| !has(n)).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let (major, minor) = features.version;
+    let add: Vec<String> = (missing.iter())
+        .map(|(n, t)| format!("ADD COLUMN {n} {t}"))
+        .collect();
+    Err(format!(
+        "--delivery exactly-once on ClickHouse {major}.{minor} (no insert_deduplication_token, 22.2+) \
+         deduplicates by block hash, which also drops a different block whose rows look the same \
+         (identical messages at other offsets); {table} needs the columns spate fills with each \
+         row's Kafka coordinates, so that every block is unique: ALTER TABLE {table} {}",
+        add.join(", ")
+    ))
+}
+
 /// Exactly-once at start: check the target table deduplicates on every
 /// shard (adding what the inserts need to `settings`), and open the intent
 /// log on `seed` (one log for all shards: a block's parts are recorded
 /// per shard there).
 pub(crate) async fn prepare(
     spec: &super::spec::SinkSpec,
+    columns: &[crate::schema::Column],
     seed: &ChClient,
     shards: &[std::sync::Arc<super::shard::Shard<ChClient>>],
     settings: &mut Vec<(String, String)>,
@@ -534,9 +585,14 @@ pub(crate) async fn prepare(
                     shard.label, replica.url
                 ))
             })?;
-        let here = check(&table, replica.client.features(), &facts).map_err(|e| {
-            SinkError::Config(format!("{e} (shard {}, {})", shard.label, replica.url))
-        })?;
+        let here = check(&table, replica.client.features(), &facts)
+            .and_then(|p| {
+                unique_blocks(&table, replica.client.features(), columns, spec.topics)?;
+                Ok(p)
+            })
+            .map_err(|e| {
+                SinkError::Config(format!("{e} (shard {}, {})", shard.label, replica.url))
+            })?;
         engine = facts.engine;
         checked += 1;
         // Every shard's needs (a view on one shard is enough to need the
@@ -595,11 +651,20 @@ pub(crate) async fn facts(client: &ChClient, db: &str, table: &str) -> Result<Ta
         )
         .await
         .map_err(|e| e.to_string())?;
+    let dedup = client
+        .fetch_text(
+            "SELECT value FROM system.settings WHERE name = 'insert_deduplicate'",
+            "TabSeparated",
+        )
+        .await
+        .map_err(|e| e.to_string())?;
     Ok(TableFacts {
         engine: engine.unwrap_or_default().to_owned(),
         engine_full: engine_full.unwrap_or_default().to_owned(),
         default_window: window.trim().parse().ok(),
         has_views: views == Some("1"),
+        // Absent (a server without the setting) is not "off".
+        insert_deduplicate: dedup.trim() != "0",
     })
 }
 
@@ -675,6 +740,7 @@ mod tests {
             engine_full: full.into(),
             default_window,
             has_views: views,
+            insert_deduplicate: true,
         }
     }
 
@@ -710,6 +776,47 @@ mod tests {
                 _ => panic!("{version} {f:?}: {got:?}, want {want:?}"),
             }
         }
+    }
+
+    #[test]
+    fn preflight_refuses_a_profile_without_block_hashes_on_old_servers() {
+        let rmt = "ReplicatedMergeTree('/t', 'r') ORDER BY n";
+        let off = TableFacts {
+            insert_deduplicate: false,
+            ..facts("ReplicatedMergeTree", rmt, None, false)
+        };
+        let err = check("db.t", v("18.16.1"), &off).unwrap_err();
+        assert!(err.contains("insert_deduplicate = 0"), "{err}");
+        // With a token spate sends insert_deduplicate=1 itself.
+        let mtw = "MergeTree ORDER BY n SETTINGS non_replicated_deduplication_window = 1000";
+        let off = TableFacts {
+            insert_deduplicate: false,
+            ..facts("MergeTree", mtw, Some(0), false)
+        };
+        assert!(check("db.t", v("26.9.1"), &off).is_ok());
+    }
+
+    #[test]
+    fn blocks_must_be_unique_where_the_server_has_no_token() {
+        use crate::schema::{Column, DefaultKind};
+        let col = |n: &str| Column::plain(n, crate::types::parse_type("UInt64").unwrap());
+        let data = vec![col("n"), col("s")];
+        let err = unique_blocks("db.t", v("18.16.1"), &data, 1).unwrap_err();
+        assert!(
+            err.contains("ALTER TABLE db.t ADD COLUMN _partition Int32, ADD COLUMN _offset UInt64"),
+            "{err}"
+        );
+        assert!(!err.contains("_topic"), "one topic needs no _topic: {err}");
+        let coords = vec![col("n"), col("_partition"), col("_offset")];
+        assert_eq!(unique_blocks("db.t", v("18.16.1"), &coords, 1), Ok(()));
+        let err = unique_blocks("db.t", v("18.16.1"), &coords, 2).unwrap_err();
+        assert!(err.contains("ADD COLUMN _topic"), "{err}");
+        // A MATERIALIZED _offset is not spate's to fill.
+        let mut materialized = coords.clone();
+        materialized[2].default_kind = DefaultKind::Materialized;
+        assert!(unique_blocks("db.t", v("18.16.1"), &materialized, 1).is_err());
+        // The token tells blocks apart by their offsets on 22.2+.
+        assert_eq!(unique_blocks("db.t", v("22.2.2.1"), &data, 3), Ok(()));
     }
 
     #[test]

@@ -83,5 +83,5 @@ pub use worker::IN_FLIGHT_COPIES;
 pub(crate) fn dead_letter_insert_settings(
     client: &crate::client::ChClient,
 ) -> Vec<(String, String)> {
-    settings::insert_settings(client.features())
+    settings::insert_settings(client.features(), settings::Delivery::AtLeastOnce)
 }

@@ -14,7 +14,7 @@ use super::intent::IntentLog;
 use super::live::{build_version, spawn_watch, LiveSchema};
 use super::probe::probe_shards;
 use super::retry::RetryPolicy;
-use super::settings::insert_settings;
+use super::settings::{insert_settings, Delivery};
 use super::shard::{PoolShared, Replica, Shard};
 use super::spec::SinkSpec;
 use super::target::InsertQuery;
@@ -94,13 +94,20 @@ impl SinkPool {
             table: spec.table.table.clone(),
             columns: Vec::new(),
             format: "",
-            settings: insert_settings(seed.features()),
+            settings: insert_settings(
+                seed.features(),
+                if spec.exactly_once {
+                    Delivery::ExactlyOnce
+                } else {
+                    Delivery::AtLeastOnce
+                },
+            ),
         };
         let shards = connect_shards(&discovery.topology, seed);
         // Exactly-once settings go into the template, so every schema
         // version the table goes through inserts with them.
         let intents = if spec.exactly_once {
-            Some(super::intent::prepare(spec, seed, &shards, &mut template.settings).await?)
+            Some(super::intent::prepare(spec, &reference.columns, seed, &shards, &mut template.settings).await?)
         } else {
             None
         };

@@ -13,6 +13,16 @@
 //!   an exception at the end of the insert.
 //! - `insert_deduplicate=1` (>= 22.2, with the token): the deduplication
 //!   the token relies on, whatever the profile says.
+//! - `insert_deduplicate=0` (before 22.2, at-least-once): without a token a
+//!   `Replicated*MergeTree` drops any block whose bytes equal a recent
+//!   block's (its block hash) and answers 200, so a batch of identical
+//!   rows from other offsets (the same event sent twice, a heartbeat
+//!   topic, a table without `_offset`) was lost while its offsets were
+//!   committed. The cost: an attempt that timed out but landed is a
+//!   duplicate once its retry lands too (at-least-once allows it).
+//!   Exactly-once on these servers keeps the block hash (it drops the
+//!   replayed block) and instead needs every block's bytes to be unique,
+//!   which its preflight checks (`intent::check`).
 //!
 //! Deduplication token (>= 22.2, [`ServerFeatures::insert_deduplication_token`]):
 //! each insert sends `insert_deduplication_token` = [`dedup_token`] of its
@@ -24,9 +34,10 @@
 //! plain `MergeTree` only with `non_replicated_deduplication_window > 0`
 //! (`ALTER TABLE t MODIFY SETTING non_replicated_deduplication_window =
 //! 1000`); elsewhere the token is ignored and a retry after a timeout can
-//! still add the batch twice. Older servers (18.16) have no token; there a
-//! `Replicated*MergeTree` deduplicates a retry by its block hash, since
-//! every attempt sends the same bytes.
+//! still add the batch twice. Older servers (18.16) have no token: there
+//! at-least-once sends `insert_deduplicate=0` (above), and exactly-once
+//! lets a `Replicated*MergeTree` drop a replayed block by its block hash,
+//! since every attempt and every replay of a block sends the same bytes.
 
 use crate::schema::ServerFeatures;
 use spate_core::sink::ChunkSpan;
@@ -34,9 +45,18 @@ use spate_core::sink::ChunkSpan;
 /// The setting that carries a chunk's deduplication token.
 pub(crate) const DEDUP_TOKEN: &str = "insert_deduplication_token";
 
+/// How the sink's inserts are delivered, as far as the settings go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Delivery {
+    /// At-least-once (and the dead-letter table's inserts).
+    AtLeastOnce,
+    /// Exactly-once: a replayed block must be dropped by the server.
+    ExactlyOnce,
+}
+
 /// The settings to send with every insert to a server with `features`.
 #[must_use]
-pub(crate) fn insert_settings(features: ServerFeatures) -> Vec<(String, String)> {
+pub(crate) fn insert_settings(features: ServerFeatures, delivery: Delivery) -> Vec<(String, String)> {
     let mut s = Vec::new();
     if features.async_insert {
         s.push(("async_insert".to_string(), "0".to_string()));
@@ -44,15 +64,22 @@ pub(crate) fn insert_settings(features: ServerFeatures) -> Vec<(String, String)>
     s.push(("wait_end_of_query".to_string(), "1".to_string()));
     if features.insert_deduplication_token {
         s.push(("insert_deduplicate".to_string(), "1".to_string()));
+    } else if delivery == Delivery::AtLeastOnce {
+        // No token: the block hash would drop distinct batches whose bytes
+        // happen to be equal (see the module header).
+        s.push(("insert_deduplicate".to_string(), "0".to_string()));
     }
     s
 }
 
 /// Whether inserts with `settings` (from [`insert_settings`]) carry a
-/// deduplication token: the server takes one.
+/// deduplication token: the server takes one (only token servers are
+/// sent `insert_deduplicate=1`).
 #[must_use]
 pub(crate) fn takes_dedup_token(settings: &[(String, String)]) -> bool {
-    settings.iter().any(|(k, _)| k == "insert_deduplicate")
+    settings
+        .iter()
+        .any(|(k, v)| k == "insert_deduplicate" && v == "1")
 }
 
 /// The deduplication token of a chunk for `shard` holding `spans`, or
@@ -111,7 +138,11 @@ mod tests {
     use super::*;
 
     fn settings(version: &str) -> Vec<(String, String)> {
-        insert_settings(ServerFeatures::from_version(version).unwrap())
+        insert_settings(ServerFeatures::from_version(version).unwrap(), Delivery::AtLeastOnce)
+    }
+
+    fn exactly_once(version: &str) -> Vec<(String, String)> {
+        insert_settings(ServerFeatures::from_version(version).unwrap(), Delivery::ExactlyOnce)
     }
 
     fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -122,8 +153,14 @@ mod tests {
 
     #[test]
     fn per_version() {
-        let old = pairs(&[("wait_end_of_query", "1")]);
-        let new = pairs(&[("async_insert", "0"), ("wait_end_of_query", "1")]);
+        // Before 22.2 at-least-once turns the block hash off: it would drop
+        // a batch whose bytes equal an earlier one's.
+        let old = pairs(&[("wait_end_of_query", "1"), ("insert_deduplicate", "0")]);
+        let new = pairs(&[
+            ("async_insert", "0"),
+            ("wait_end_of_query", "1"),
+            ("insert_deduplicate", "0"),
+        ]);
         let token = pairs(&[
             ("async_insert", "0"),
             ("wait_end_of_query", "1"),
@@ -136,8 +173,15 @@ mod tests {
         assert_eq!(settings("22.2.2.1"), token);
         assert_eq!(settings("24.3.1.2672"), token);
         assert_eq!(settings("25.8.1.1"), token);
+        assert!(!takes_dedup_token(&settings("18.16.1")));
         assert!(!takes_dedup_token(&settings("21.11.1.8636")));
         assert!(takes_dedup_token(&settings("26.9.1.1")));
+        // Exactly-once keeps the block hash where there is no token (it
+        // drops the replayed block; the preflight makes blocks unique).
+        assert_eq!(exactly_once("18.16.1"), pairs(&[("wait_end_of_query", "1")]));
+        assert!(!takes_dedup_token(&exactly_once("18.16.1")));
+        assert_eq!(exactly_once("26.9.1.1"), token);
+        assert!(takes_dedup_token(&exactly_once("26.9.1.1")));
     }
 
     fn span(topic: &str, p: i32, first: i64, last: i64, rows: u64) -> ChunkSpan {

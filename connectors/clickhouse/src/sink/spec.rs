@@ -75,6 +75,9 @@ pub struct SinkSpec {
     /// `--delivery exactly-once`: check the table deduplicates, record an
     /// intent before each block (see `sink::intent`).
     pub exactly_once: bool,
+    /// How many topics feed the table: exactly-once on a server without
+    /// insert deduplication tokens needs `_topic` when more than one.
+    pub topics: usize,
     /// The format of the message values (JSON unless said).
     pub format: crate::formats::FormatSpec,
 }

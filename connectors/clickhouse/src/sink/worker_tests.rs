@@ -531,6 +531,7 @@ async fn timed_out_attempts_grow_their_timeout_and_keep_the_token() {
     };
     let settings = crate::sink::settings::insert_settings(
         crate::schema::ServerFeatures::from_version("26.9.1.1").unwrap(),
+        crate::sink::settings::Delivery::AtLeastOnce,
     );
     let script = vec![
         Answer::Hang,
@@ -579,9 +580,11 @@ async fn timed_out_attempts_grow_their_timeout_and_keep_the_token() {
 async fn no_token_without_server_support_or_spans() {
     let old = crate::sink::settings::insert_settings(
         crate::schema::ServerFeatures::from_version("21.11.1.1").unwrap(),
+        crate::sink::settings::Delivery::AtLeastOnce,
     );
     let new = crate::sink::settings::insert_settings(
         crate::schema::ServerFeatures::from_version("26.9.1.1").unwrap(),
+        crate::sink::settings::Delivery::AtLeastOnce,
     );
     let spans = vec![ChunkSpan {
         partition: spate_core::record::PartitionId::new("t", 0),
