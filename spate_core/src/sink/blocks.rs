@@ -30,18 +30,34 @@ use std::time::Instant;
 /// Where the writer learns the blocks earlier owners cut (the sink's
 /// intent records).
 pub trait BlockPlans: Send + Sync + std::fmt::Debug {
-    /// The recorded blocks `(first, last)` of `partition` whose last offset
-    /// is at or past `from`, in any order. `epoch` orders this assignment
-    /// of the partition among its owners (the consumer group generation it
-    /// was assigned in; `None` when the source has no such order): the
-    /// sink fences the partition at `epoch` before it reads, so an older
-    /// owner's later blocks are refused (see [`ChunkSpan::epoch`](super::ChunkSpan::epoch)).
+    /// The recorded blocks of `partition` whose last offset is at or past
+    /// `from`, and the epoch this owner's blocks carry.
+    ///
+    /// `generation` orders this assignment of the partition among its
+    /// owners (the consumer group generation it was assigned in; `None`
+    /// when the source has no such order). It is not unique to one owner:
+    /// a static group member (`group.instance.id`) restarted within its
+    /// session timeout rejoins with the generation it had. So the sink
+    /// derives the owner's *epoch* from it, unique to this assignment in
+    /// this process and above every earlier owner's, fences the partition
+    /// at that epoch before it reads, and returns it: the writer stamps it
+    /// on every block of the lane ([`ChunkSpan::epoch`](super::ChunkSpan::epoch)),
+    /// so an older owner's (or incarnation's) later blocks are refused.
     fn replayed(
         &self,
         partition: &PartitionId,
         from: Offset,
-        epoch: Option<u64>,
-    ) -> Result<Vec<(Offset, Offset)>, String>;
+        generation: Option<u64>,
+    ) -> Result<Replay, String>;
+}
+
+/// What [`BlockPlans::replayed`] tells a new owner of a partition.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Replay {
+    /// The recorded blocks `(first, last)`, in any order.
+    pub blocks: Vec<(Offset, Offset)>,
+    /// The epoch of this owner's blocks (`None`: not fenced).
+    pub epoch: Option<u64>,
 }
 
 /// One shard's part of an open block: its rows, in offset order.

@@ -30,7 +30,7 @@ mod queue;
 mod sizing;
 mod writer;
 
-pub use blocks::{block_shard, BlockPlans};
+pub use blocks::{block_shard, BlockPlans, Replay};
 pub use queue::{shard_bit, QueueDepths, QueueTicket, ShardQueues, ShardReceiver, Spare};
 pub use sizing::{auto_rows, RateSizer, RowSizing, AUTO_MAX_ROWS, AUTO_MIN_ROWS};
 pub use writer::{BatchLimits, ShardWriter};

@@ -246,8 +246,8 @@ impl ShardWriter {
     }
 
     /// Exactly-once: the lane in `slot` holds its partition since the
-    /// assignment of `epoch` (see [`BlockPlans::replayed`]); set before its
-    /// first row.
+    /// assignment of generation `epoch`; set before its first row, which
+    /// asks [`BlockPlans::replayed`] for the epoch its blocks carry.
     pub fn set_epoch(&mut self, slot: usize, epoch: u64) {
         if let Some(Some(l)) = self.lanes.get_mut(slot) {
             l.epoch = Some(epoch);
@@ -550,12 +550,16 @@ impl ShardWriter {
                 reason: "the lane was registered without its partition".into(),
             });
         };
-        let blocks = plans
+        let replay = plans
             .replayed(&partition, from, lane.epoch)
             .map_err(|reason| ChainError::BlockPlan {
                 partition: partition.to_string(),
                 reason,
             })?;
+        // The generation becomes this owner's own epoch (see
+        // `BlockPlans::replayed`): every block of the lane carries it.
+        lane.epoch = replay.epoch;
+        let blocks = replay.blocks;
         let block = lane.block.as_mut().expect("exactly-once lane");
         let recorded = blocks.len();
         let skipped = block.set_plan(from, blocks);

@@ -155,16 +155,38 @@ impl BlockPlans for Recorded {
         &self,
         p: &PartitionId,
         from: Offset,
-        _: Option<u64>,
-    ) -> Result<Vec<(Offset, Offset)>, String> {
+        generation: Option<u64>,
+    ) -> Result<crate::sink::Replay, String> {
         let mine = p.partition == self.0;
-        Ok(self
-            .1
-            .iter()
-            .copied()
-            .filter(|b| mine && b.1 >= from)
-            .collect())
+        Ok(crate::sink::Replay {
+            blocks: (self.1.iter())
+                .copied()
+                .filter(|b| mine && b.1 >= from)
+                .collect(),
+            // An epoch of its own, derived from the generation.
+            epoch: generation.map(|g| (g << 32) | 7),
+        })
     }
+}
+
+/// Exactly-once: the blocks of a lane carry the epoch the sink derived
+/// from the assignment's generation, not the generation itself (a static
+/// member restarted in the same generation must be told apart).
+#[test]
+fn exactly_once_blocks_carry_the_epoch_the_sink_returned() {
+    let (q, mut rx) = ShardQueues::new(1, 1 << 20, 1 << 19);
+    let plans = Arc::new(Recorded(0, Vec::new()));
+    let mut w = ShardWriter::new(q, limits(2), 1).exactly_once(plans);
+    let a = w.add_partition_lane(LaneId(1), PartitionId::new("t", 0), None);
+    w.set_epoch(a, 3);
+    for off in 0..4 {
+        w.append(a, 0, Offset(off), row).unwrap().unwrap();
+    }
+    let mut epochs = Vec::new();
+    while let Some(c) = rx[0].try_recv() {
+        epochs.extend(c.spans.iter().map(|s| s.epoch));
+    }
+    assert_eq!(epochs, vec![Some((3 << 32) | 7); 2]);
 }
 
 /// Exactly-once: each chunk holds one lane's rows, replayed blocks are

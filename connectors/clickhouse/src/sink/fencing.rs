@@ -13,8 +13,24 @@
 //!   the read, in one insert with the blocks it will replay re-recorded
 //!   under its own epoch (it *adopts* them).
 //!
-//! The protocol, with epochs ordered as the consumer group generations
-//! are (a later owner has a higher epoch):
+//! Epochs ([`owner_epoch`]): the consumer group generation of the
+//! assignment in the high 32 bits, an incarnation number in the low 32.
+//! The generation alone is not unique to an owner: a static member
+//! (`group.instance.id`) restarted within `session.timeout.ms` rejoins
+//! with no rebalance and the *same* generation (KIP-345), so its new
+//! process would skip the old one's seal (`k < e`) and never fence it.
+//! A new owner therefore reads the partition's highest fence first and,
+//! when that fence is of its own generation (an earlier incarnation of
+//! the same static member), takes the next incarnation number above it;
+//! the low 16 bits are a random number of the process, so two processes
+//! that read the same fence at once still differ (the lower of the two
+//! is fenced off, never both sent). Every later owner of another
+//! generation is above every epoch of an earlier generation, whatever the
+//! incarnation. Epochs of a spate before this (the generation alone, in
+//! the low bits) are below every new one.
+//!
+//! The protocol, with epochs ordered so that a later owner has a higher
+//! epoch:
 //! 1. A new owner `e` writes its fence, reads the partition's rows, and
 //!    replays the intents of the highest sealed epoch `k < e` (or of epoch
 //!    0, rows of unfenced owners, if none is sealed): [`plan`]. It then
@@ -101,6 +117,28 @@ impl Plan {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Stale {
     pub(crate) fence: u64,
+}
+
+/// The generation of an epoch (see the module header).
+#[must_use]
+pub(crate) fn generation_of(epoch: u64) -> u64 {
+    epoch >> 32
+}
+
+/// The epoch of a new owner of assignment `generation` in a process whose
+/// random number is `nonce`, given the partition's highest fence read
+/// before its own is written: above every fence of its own generation (an
+/// earlier incarnation of a static member), else the generation's first.
+/// A fence of a later generation is left above it: [`plan`] then finds
+/// this owner stale. `None`: 65,535 incarnations of one generation.
+#[must_use]
+pub(crate) fn owner_epoch(generation: u64, highest_fence: u64, nonce: u16) -> Option<u64> {
+    let incarnation = if generation_of(highest_fence) == generation {
+        ((highest_fence >> 16) & 0xFFFF) + 1
+    } else {
+        0
+    };
+    (incarnation <= 0xFFFF).then_some((generation << 32) | (incarnation << 16) | u64::from(nonce))
 }
 
 /// The highest fence among `rows` (0 if none).

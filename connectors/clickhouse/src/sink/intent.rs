@@ -25,7 +25,7 @@
 use crate::client::{insert_sql, ChClient, InsertError};
 use crate::schema::ServerFeatures;
 use spate_core::record::{Offset, PartitionId};
-use spate_core::sink::{BlockPlans, ChunkSpan};
+use spate_core::sink::{BlockPlans, ChunkSpan, Replay};
 use std::time::{Duration, Instant};
 
 use super::fencing::{self, Row};
@@ -52,6 +52,9 @@ pub struct IntentLog {
     timeout: Duration,
     /// Backoff and per-attempt timeouts of the plan read.
     retry: RetryPolicy,
+    /// This process's random number, the low bits of its epochs
+    /// ([`fencing::owner_epoch`]).
+    nonce: u16,
 }
 
 impl std::fmt::Debug for IntentLog {
@@ -115,6 +118,7 @@ impl IntentLog {
             io: tokio::runtime::Handle::current(),
             timeout: retry.insert_timeout,
             retry,
+            nonce: rand::random(),
         })
     }
 
@@ -142,28 +146,37 @@ impl IntentLog {
         partition: &PartitionId,
         epoch: u64,
     ) -> Result<Result<(), u64>, ClientError> {
-        let sql = format!(
-            "SELECT max(epoch) FROM {} WHERE {} AND first = {}",
-            self.state(),
-            self.of(partition),
-            fencing::FENCE
-        );
         let text = (self.client)
-            .fetch_text_within(&sql, "TabSeparated", self.timeout)
+            .fetch_text_within(&self.fence_sql(partition), "TabSeparated", self.timeout)
             .await?;
-        let fence = text
-            .trim()
-            .parse::<u64>()
-            .map_err(|e| ClientError::Request {
-                what: "reading the partition's fence",
-                class: ErrorClass::Fatal,
-                code: None,
-                message: format!("{partition}: unexpected answer {text:?}: {e}"),
-            })?;
+        let fence = parse_fence(partition, &text)?;
         Ok(if fencing::may_send(fence, epoch) {
             Ok(())
         } else {
             Err(fence)
+        })
+    }
+
+    /// The query of `partition`'s highest fence.
+    fn fence_sql(&self, partition: &PartitionId) -> String {
+        format!(
+            "SELECT max(epoch) FROM {} WHERE {} AND first = {}",
+            self.state(),
+            self.of(partition),
+            fencing::FENCE
+        )
+    }
+
+    /// This owner's epoch for an assignment of `generation`: read the
+    /// partition's highest fence, then [`fencing::owner_epoch`].
+    fn owner_epoch(&self, partition: &PartitionId, generation: u64) -> Result<u64, String> {
+        let text = self.select_blocking(&self.fence_sql(partition))?;
+        let fence = parse_fence(partition, &text).map_err(|e| e.to_string())?;
+        fencing::owner_epoch(generation, fence, self.nonce).ok_or_else(|| {
+            format!(
+                "{partition}: 65,535 owners of generation {generation} fenced it already \
+                 (a static member restarted that often without a rebalance)"
+            )
         })
     }
 
@@ -291,19 +304,27 @@ impl BlockPlans for IntentLog {
         &self,
         partition: &PartitionId,
         from: Offset,
-        epoch: Option<u64>,
-    ) -> Result<Vec<(Offset, Offset)>, String> {
+        generation: Option<u64>,
+    ) -> Result<Replay, String> {
         let unreachable = |e: String| {
             format!("{e}; is ClickHouse up? the partition's replay cannot start until it answers")
+        };
+        let epoch = match generation {
+            Some(g) => Some(self.owner_epoch(partition, g).map_err(unreachable)?),
+            None => None,
         };
         if let Some(e) = epoch {
             self.insert_blocking(partition, &[Row::fence(e)], "fencing the partition")
                 .map_err(unreachable)?;
+            tracing::debug!(%partition, generation = fencing::generation_of(e), epoch = e, "exactly-once: fenced the partition");
         }
         let rows = self.read_rows(partition, from).map_err(unreachable)?;
         let plan = match fencing::plan(&rows, epoch) {
             Ok(plan) => plan,
-            Err(stale) => return self.stale(partition, epoch.unwrap_or(0), stale.fence),
+            Err(stale) => {
+                let blocks = self.stale(partition, epoch.unwrap_or(0), stale.fence)?;
+                return Ok(Replay { blocks, epoch });
+            }
         };
         if let Some(e) = epoch {
             self.insert_blocking(
@@ -314,10 +335,23 @@ impl BlockPlans for IntentLog {
             .map_err(unreachable)?;
             self.prune(partition, e, from);
         }
-        Ok((plan.blocks().into_iter())
+        let blocks = (plan.blocks().into_iter())
             .map(|(a, b)| (Offset(a), Offset(b)))
-            .collect())
+            .collect();
+        Ok(Replay { blocks, epoch })
     }
+}
+
+/// The highest fence in a `max(epoch)` answer.
+fn parse_fence(partition: &PartitionId, text: &str) -> Result<u64, ClientError> {
+    text.trim()
+        .parse::<u64>()
+        .map_err(|e| ClientError::Request {
+            what: "reading the partition's fence",
+            class: ErrorClass::Fatal,
+            code: None,
+            message: format!("{partition}: unexpected answer {text:?}: {e}"),
+        })
 }
 
 impl IntentLog {
@@ -344,13 +378,14 @@ impl IntentLog {
             .trim()
             .parse()
             .map_err(|e| format!("the age of the fence of {partition}: {text:?}: {e}"))?;
+        let (gen_fence, gen_mine) = (fencing::generation_of(fence), fencing::generation_of(mine));
         if !fencing::generations_restarted(age) {
-            tracing::warn!(%partition, generation = mine, fence, age_s = age, "exactly-once: a later owner fenced the partition before this assignment read it; this member lost it, none of its blocks is sent");
+            tracing::warn!(%partition, generation = gen_mine, epoch = mine, fence, fence_generation = gen_fence, age_s = age, "exactly-once: a later owner fenced the partition before this assignment read it; this member lost it, none of its blocks is sent");
             return Ok(Vec::new());
         }
         Err(format!(
-            "a later owner fenced the partition {age} s ago (generation {fence} > this assignment's \
-             {mine}): the consumer group was re-created and its generations restarted; with no \
+            "a later owner fenced the partition {age} s ago (generation {gen_fence} > this assignment's \
+             {gen_mine}): the consumer group was re-created and its generations restarted; with no \
              pipeline running, ALTER TABLE {} DELETE WHERE {} AND first < 0",
             self.state(),
             self.of(partition)
