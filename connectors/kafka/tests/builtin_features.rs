@@ -79,7 +79,7 @@ fn gssapi_is_not_built_in() {
         .set("builtin.features", "sasl_gssapi")
         .create_native_config()
     else {
-        panic!("sasl_gssapi is built in: add it to REQUIRED and the README");
+        panic!("sasl_gssapi is built in: add it to REQUIRED and docs/security.md");
     };
     assert!(
         err.to_string().contains("builtin.features"),
