@@ -68,7 +68,7 @@ pub enum InsertFormat {
     Rowbinary,
 }
 
-/// Delivery guarantee of a pipeline (issue 19; README "Delivery guarantees").
+/// Delivery guarantee of a pipeline (issue 19; docs/delivery.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Delivery {
     /// Every message at least once; a failure replays what was in flight.
@@ -105,8 +105,8 @@ pub enum LogFormat {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// TOML file with the settings of one or more pipelines (see the
-    /// README); flags and SPATE_* variables override it.
+    /// TOML file with the settings of one or more pipelines (see
+    /// docs/operations.md); flags and SPATE_* variables override it.
     #[arg(long, env = "SPATE_CONFIG", value_name = "FILE")]
     pub config: Option<String>,
     /// Print the effective configuration of every pipeline (secrets
@@ -317,7 +317,7 @@ pub struct RunArgs {
     pub insert_format: InsertFormat,
     /// Delivery guarantee: at-least-once, or exactly-once (one partition
     /// per block, an intent record in <db>.spate_intents before each
-    /// insert; the table must deduplicate, see the README).
+    /// insert; the table must deduplicate, see docs/delivery.md).
     #[arg(long, env = "SPATE_DELIVERY", value_enum, default_value_t = Delivery::AtLeastOnce)]
     pub delivery: Delivery,
     /// Compression of insert bodies.
@@ -349,7 +349,7 @@ pub struct RunArgs {
     /// (repeatable; in SPATE_PROPERTY separate them with `;`).
     #[arg(short = 'X', long = "property", env = "SPATE_PROPERTY", value_name = "KEY=VALUE", value_parser = parse_property, value_delimiter = ';')]
     pub properties: Vec<(String, String)>,
-    // --- Bad messages (the error policy; README "Bad messages") ---
+    // --- Bad messages (the error policy; docs/bad-messages.md) ---
     /// What to do with a message that cannot become a row (decode error or
     /// a row the server rejects): fail (exit 1 naming it), skip (count,
     /// log, go on) or dead-letter.

@@ -44,8 +44,8 @@ pub fn run(pipelines: Vec<(String, RunArgs)>) -> Result<(), Exit> {
         let Err(exit) = result else { return result };
         // A table change spate could not convert encoded batches for: the
         // run failed without committing them; start again, so their
-        // messages are read and encoded for the new columns (README
-        // "Rows"). Bounded, in case the change keeps failing batches.
+        // messages are read and encoded for the new columns
+        // (docs/rows.md). Bounded, in case the change keeps failing batches.
         let Some(why) = spate_clickhouse::take_replay_request() else {
             return Err(exit);
         };

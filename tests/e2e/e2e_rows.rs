@@ -1,4 +1,4 @@
-//! End to end: rows the way ClickHouse would write them (README "Rows"),
+//! End to end: rows the way ClickHouse would write them (docs/rows.md),
 //! on both servers.
 //!
 //! 1. `defaults_are_the_servers`: a table with `ts DateTime DEFAULT now()`,

@@ -1,4 +1,4 @@
-//! End to end: the table changes while spate runs (README "Rows"), on
+//! End to end: the table changes while spate runs (docs/rows.md), on
 //! both servers.
 //!
 //! `schema_changes_during_a_million_messages`: table `(i UInt64, a UInt32,

@@ -1,6 +1,6 @@
 //! End to end: `ALTER TABLE … MODIFY COLUMN` of a column spate writes,
-//! committed while a batch encoded for the old type is on its way (README
-//! "Rows", issue 17; `sink::guard`).
+//! committed while a batch encoded for the old type is on its way
+//! (docs/rows.md, issue 17; `sink::guard`).
 //!
 //! Table `(n UInt64, a UInt32, _partition UInt32, _offset UInt64)`, 20 000
 //! messages over 2 partitions with `a = n + 100`, batches of 1 001 rows

@@ -24,7 +24,7 @@
 //!   time.
 //!
 //! What a conforming broker guarantees, and what is asserted here (the
-//! local broker, nisshi, does it; tansu 0.6 did not, see the README):
+//! local broker, nisshi, does it; tansu 0.6 did not; see docs/development.md):
 //! - A member killed with `kill -9` is expired after `session.timeout.ms`,
 //!   and the survivors own all its partitions within `session.timeout.ms`
 //!   plus [`TAKEOVER_MARGIN`] of the kill (asserted). Only then does the

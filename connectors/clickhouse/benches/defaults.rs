@@ -1,5 +1,5 @@
 //! Micro benchmark of what server-side DEFAULTs cost on servers without
-//! `RowBinaryWithDefaults` (18.16; README "Rows", issue 17): a batch of
+//! `RowBinaryWithDefaults` (18.16; docs/rows.md, issue 17): a batch of
 //! 1024 JSON messages encoded into rows and transposed into the Native
 //! bytes an insert sends, for the same 12-column table
 //! `(id UInt64, user_id UInt64, ..., s String DEFAULT 'dflt', ts DateTime DEFAULT now())`:

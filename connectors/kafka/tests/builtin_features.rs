@@ -14,7 +14,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::BaseConsumer;
 use rdkafka::producer::BaseProducer;
 
-/// Features spate's users rely on (README, "Security and codecs").
+/// Features spate's users rely on (docs/security.md, "Security and codecs").
 const REQUIRED: [&str; 8] = [
     "ssl",
     "sasl_plain",
@@ -71,15 +71,15 @@ fn requiring_the_features_is_accepted() {
 }
 
 /// GSSAPI (Kerberos) needs cyrus-sasl and krb5, which spate does not link
-/// (see the README). If this starts failing, GSSAPI was built in: add it to
-/// [`REQUIRED`] and the README.
+/// (see docs/security.md). If this starts failing, GSSAPI was built in: add
+/// it to [`REQUIRED`] and docs/security.md.
 #[test]
 fn gssapi_is_not_built_in() {
     let Err(err) = ClientConfig::new()
         .set("builtin.features", "sasl_gssapi")
         .create_native_config()
     else {
-        panic!("sasl_gssapi is built in: add it to REQUIRED and the README");
+        panic!("sasl_gssapi is built in: add it to REQUIRED and docs/security.md");
     };
     assert!(
         err.to_string().contains("builtin.features"),

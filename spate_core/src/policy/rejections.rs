@@ -381,7 +381,8 @@ mod tests {
         assert_eq!(w.suppressed, 0);
     }
 
-    /// The encoders' own reason texts map to the labels the README lists.
+    /// The encoders' own reason texts map to the labels that
+    /// docs/bad-messages.md lists.
     #[test]
     fn decode_reasons_from_the_encoder_texts() {
         let cases = [

@@ -297,7 +297,7 @@ impl ShardWriter {
     ) -> Result<Result<(), E>, ChainError> {
         if self.plans.is_some() {
             // Exactly-once blocks keep no originals: a row the server
-            // rejects fails the pipeline (see README, exactly-once).
+            // rejects fails the pipeline (see docs/delivery.md, exactly-once).
             return self.append_block(slot, shard, offset, encode);
         }
         let chunk = &mut self.open[shard];

@@ -301,7 +301,7 @@ impl RowEncoder {
     }
 
     /// The insert column a key path (keys joined by `.`, e.g. `user.id`)
-    /// fills, under the same rules as JSON (README "Rows"): for decoders
+    /// fills, under the same rules as JSON (docs/rows.md): for decoders
     /// of other formats that walk their records' fields.
     #[must_use]
     pub fn resolve_path(&self, path: &[u8]) -> Option<PathTarget> {

@@ -75,7 +75,7 @@ pub(crate) struct WirePlan {
 }
 
 impl WirePlan {
-    /// The rules (README "Rows"):
+    /// The rules (docs/rows.md, "DEFAULTs"):
     /// - no column with a DEFAULT (or only shard key columns): RowBinary, or
     ///   Native when `native` is asked for and the types allow it;
     /// - DEFAULT columns on a server with `RowBinaryWithDefaults` (>= 23.7):

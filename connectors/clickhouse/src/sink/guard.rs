@@ -1,6 +1,6 @@
-//! The insert's type guard (README "Rows", "Tables that change while
-//! spate runs"). A server that does not convert a batch's values to the
-//! table's types refuses a batch encoded for a column's old type after
+//! The insert's type guard (docs/rows.md, "The insert's type check"). A
+//! server that does not convert a batch's values to the table's types
+//! refuses a batch encoded for a column's old type after
 //! `ALTER … MODIFY COLUMN` (Native before 23.3, see
 //! [`ServerFeatures::native_converts_types`]: a bad cast) or stores it
 //! misread with no error (every RowBinary format: the rows are read

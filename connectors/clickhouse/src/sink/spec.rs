@@ -61,7 +61,7 @@ pub struct SinkSpec {
     /// Route rows by `cityHash64` of these columns; empty: spread batches.
     pub shard_key: Vec<String>,
     /// `(column, JSON pointer)`: the column takes its value from the
-    /// pointer instead of its own name (README "Rows").
+    /// pointer instead of its own name (docs/rows.md).
     pub renames: Vec<(String, String)>,
     /// Client timeouts.
     pub client: ChClientOptions,
