@@ -114,8 +114,18 @@ fn run_once(pipelines: &[(String, RunArgs)], validated: &[Validated]) -> Result<
     }
     let started = Instant::now();
     let report = runtime.run(signals());
-    conclude(report, started.elapsed())
+    let exit = conclude(report, started.elapsed());
+    // Dropping the runtime would wait for every blocking task, and one can
+    // be waiting on a destination that never answers (a dead letter's
+    // store after the drain gave up on it): the process must exit within
+    // the shutdown deadline whatever is down, so wait a moment only.
+    io.shutdown_timeout(IO_SHUTDOWN_GRACE);
+    exit
 }
+
+/// How long the I/O runtime's blocking tasks may still run once the
+/// pipeline ended (their work was abandoned; nothing of theirs commits).
+const IO_SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 
 /// The one Kafka source of the process: the first pipeline's settings
 /// (process-wide), over every pipeline's topics.

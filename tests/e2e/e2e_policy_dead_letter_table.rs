@@ -172,3 +172,157 @@ fn dead_letter_table_server_frozen_mid_run() {
     ch.exec(&format!("DROP DATABASE {db}"));
     letters_ch.exec(&format!("DROP DATABASE {letters_db}"));
 }
+
+/// Issue 29 point 6: a row the server rejects waits for its dead letter,
+/// the dead-letter table's server stops answering (SIGSTOP), and spate is
+/// sent SIGTERM. Before, the pipeline reported "pipeline finished" but the
+/// process kept retrying the letter on a blocking task that the runtime's
+/// drop waited for: it never exited, whatever the signals. Now it exits
+/// within `--shutdown-timeout` plus a small margin, nothing at or past the
+/// unstored letter is committed, and a later run stores the letters and
+/// loads every good row.
+#[test]
+fn sigterm_with_the_dead_letter_table_frozen_exits_within_the_deadline() {
+    let Some(svc) = services_on(Server::V18) else {
+        return;
+    };
+    let Some(modern_pid) = svc.on(Server::V26).clickhouse_pid_file else {
+        eprintln!("[e2e_policy_dlt_sigterm] no PID file for the 26.9 server; skipped");
+        return;
+    };
+    let _timer = Timer::start("e2e_policy_dead_letter_sigterm");
+    let _lock = ch_exclusive_lock();
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let letters_ch = Ch::connect(&svc.clickhouse_modern_url);
+    let topic = unique("t_policy_dlt_term");
+    let group = unique("g_policy_dlt_term");
+    let db = ch.fresh_db("e2e_policy_dlt_term");
+    let letters_db = letters_ch.fresh_db("e2e_policy_dlt_term_letters");
+    let table = format!("{db}.t");
+    let letters = format!("{letters_db}.letters");
+    ch.exec(&format!(
+        "CREATE TABLE {table} (a UInt32, small UInt8, _partition UInt32, _offset UInt64, \
+         chk UInt8 MATERIALIZED throwIf(a = 13)) ENGINE = MergeTree() ORDER BY (_partition, _offset)"
+    ));
+    create_topic(&svc.brokers, &topic, PARTITIONS);
+    // Only rows the server rejects (the insert stage's letters, stored
+    // from the sink's blocking tasks).
+    let bad_at = |i: usize| i % 50 == 32;
+    let produced = produce(&svc.brokers, &topic, PARTITIONS, N, |i| Msg {
+        partition: ((i / 3) % PARTITIONS as usize) as i32,
+        key: None,
+        payload: if bad_at(i) {
+            r#"{"a": 13, "small": 1}"#.to_owned()
+        } else {
+            format!(r#"{{"a": {}, "small": 1}}"#, i + 100)
+        },
+        timestamp_ms: None,
+    });
+    let bad: Vec<usize> = (0..N).filter(|&i| bad_at(i)).collect();
+    let port = free_port();
+    let admin = format!("127.0.0.1:{port}");
+    let mut args = run_args(&svc, &topic, &group, &table);
+    args.extend(
+        [
+            "--on-error",
+            "dead-letter",
+            "--dead-letter-table",
+            &letters,
+            "--dead-letter-clickhouse-url",
+            &svc.clickhouse_modern_url,
+            "--batch-rows",
+            "200",
+            "--insert-timeout",
+            "2s",
+        ]
+        .map(String::from),
+    );
+    let mut resume = Undo::new(|| kill_pid_file(&modern_pid, libc::SIGCONT));
+    let mut first = args.clone();
+    first.extend(
+        [
+            "--admin-addr",
+            &admin,
+            "--stall-timeout",
+            "1s",
+            "--shutdown-timeout",
+            "5s",
+        ]
+        .map(String::from),
+    );
+    let spate = spawn("policy-dlt-sigterm", &first);
+    wait_for(
+        "the dead-letter table created",
+        Duration::from_secs(30),
+        Duration::from_millis(20),
+        || match letters_ch.try_u64(&format!("EXISTS TABLE {letters}")) {
+            Ok(1) => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    kill_pid_file(&modern_pid, libc::SIGSTOP);
+    // A letter is waiting: /readyz names its table.
+    wait_for(
+        "/readyz 503 naming the frozen dead-letter table",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || match http_get(port, "/readyz") {
+            Some(r)
+                if r.starts_with("HTTP/1.1 503")
+                    && r.contains(&format!("dead-letter table {letters}")) =>
+            {
+                Ok(r)
+            }
+            other => Err(format!("{other:?}")),
+        },
+    );
+    spate.sigterm();
+    let signalled = Instant::now();
+    // 5 s of shutdown deadline, plus the drain's grace and the runtime's.
+    let fin = spate.wait(Duration::from_secs(20));
+    let took = signalled.elapsed();
+    eprintln!(
+        "[e2e_policy_dlt_sigterm] exited {:?} {took:.1?} after SIGTERM",
+        fin.status
+    );
+    assert!(
+        took < Duration::from_secs(12),
+        "exit took {took:?} after SIGTERM with --shutdown-timeout 5s"
+    );
+    // Nothing at or past an unstored letter is committed, and every row
+    // below the commit is in.
+    let c = committed(&svc.brokers, &group, &topic, PARTITIONS);
+    for (p, c) in c.iter().enumerate() {
+        let c = c.unwrap_or(0);
+        let first_bad = (bad.iter())
+            .map(|&i| produced.placement[i])
+            .filter(|&(bp, _)| bp == p as i32)
+            .map(|(_, o)| o)
+            .min()
+            .expect("a bad message in every partition");
+        assert!(
+            c <= first_bad,
+            "partition {p} committed {c}, past its unstored letter at {first_bad}"
+        );
+        let present = ch.u64(&format!(
+            "SELECT uniqExact(_offset) FROM {table} WHERE _partition = {p} AND _offset < {c}"
+        ));
+        assert_eq!(present, c as u64, "partition {p}: rows below the commit");
+    }
+    kill_pid_file(&modern_pid, libc::SIGCONT);
+    resume.disarm();
+    let mut rest = args.clone();
+    rest.push("--until-end".into());
+    let fin = run("policy-dlt-sigterm-rerun", &rest, Duration::from_secs(120));
+    fin.assert_code(0);
+    let ends: Vec<Option<i64>> = produced.counts.iter().map(|&n| Some(n)).collect();
+    assert_eq!(committed(&svc.brokers, &group, &topic, PARTITIONS), ends);
+    let good = ch.u64(&format!("SELECT uniqExact(a) FROM {table}"));
+    assert_eq!(good, (N - bad.len()) as u64, "every good row in");
+    let stored = letters_ch.u64(&format!(
+        "SELECT uniqExact(partition, offset) FROM {letters} FINAL"
+    ));
+    assert_eq!(stored, bad.len() as u64, "every letter stored");
+    ch.exec(&format!("DROP DATABASE {db}"));
+    letters_ch.exec(&format!("DROP DATABASE {letters_db}"));
+}

@@ -15,15 +15,17 @@
 //! blocking tasks of the sink's runtime; it runs the insert on that
 //! runtime (`Handle::block_on`) and returns once ClickHouse confirmed it.
 //! A retriable failure (the server is down, frozen, overloaded) is retried
-//! with the sink's backoff, forever: the caller waits (backpressure) and
-//! no letter is dropped. Only an error retrying cannot fix is returned.
+//! with the sink's backoff, until it is stored or the shutdown deadline
+//! abandons the wait (`abandon`): the caller waits (backpressure) and no
+//! letter is dropped. Only an error retrying cannot fix is returned, or the
+//! abandonment, whose message then replays.
 
 use crate::classify::ErrorClass;
 use crate::client::{ChClient, ClientError};
 use crate::sink::{RetryPolicy, TableRef};
 use bytes::Bytes;
 use spate_core::health::TransientStalls;
-use spate_core::policy::{DeadLetter, DeadLetterSink};
+use spate_core::policy::{Abandoned, DeadLetter, DeadLetterSink};
 use std::sync::Arc;
 
 /// The columns spate writes (in order), as `name type`.
@@ -54,6 +56,8 @@ pub struct ChDeadLetters {
     dedup: bool,
     /// Where a letter waiting out an outage is reported (`/readyz`).
     stalls: Option<Arc<TransientStalls>>,
+    /// Set at the shutdown deadline: stop waiting.
+    abandoned: Abandoned,
 }
 
 impl ChDeadLetters {
@@ -98,6 +102,7 @@ impl ChDeadLetters {
             dedup,
             client,
             stalls: None,
+            abandoned: Abandoned::default(),
         })
     }
 
@@ -189,6 +194,9 @@ impl DeadLetterSink for ChDeadLetters {
         let who = format!("dead-letter {}", self.describe());
         let mut attempt = 0u32;
         let done = loop {
+            if self.abandoned.is_set() {
+                break Err(Abandoned::ERROR.to_owned());
+            }
             attempt += 1;
             let insert = self.client.insert(
                 &self.table.db,
@@ -207,7 +215,9 @@ impl DeadLetterSink for ChDeadLetters {
                     if let Some(s) = &self.stalls {
                         s.failing(&who, &e.to_string());
                     }
-                    std::thread::sleep(delay);
+                    if !self.abandoned.pause(delay) {
+                        break Err(Abandoned::ERROR.to_owned());
+                    }
                 }
             }
         };
@@ -219,6 +229,10 @@ impl DeadLetterSink for ChDeadLetters {
 
     fn describe(&self) -> String {
         format!("table {}", self.table)
+    }
+
+    fn abandon(&self) {
+        self.abandoned.set();
     }
 }
 

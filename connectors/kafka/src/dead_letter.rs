@@ -18,7 +18,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
 use rdkafka::ClientContext;
 use spate_core::health::TransientStalls;
-use spate_core::policy::{DeadLetter, DeadLetterSink};
+use spate_core::policy::{Abandoned, DeadLetter, DeadLetterSink};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,6 +45,8 @@ pub struct KafkaDeadLetters {
     topic: String,
     /// Where a letter waiting out an outage is reported (`/readyz`).
     stalls: Option<Arc<TransientStalls>>,
+    /// Set at the shutdown deadline: stop waiting.
+    abandoned: Abandoned,
 }
 
 impl KafkaDeadLetters {
@@ -78,6 +80,7 @@ impl KafkaDeadLetters {
             producer,
             topic: topic.to_owned(),
             stalls: None,
+            abandoned: Abandoned::default(),
         })
     }
 
@@ -142,6 +145,9 @@ impl DeadLetterSink for KafkaDeadLetters {
         let who = format!("dead-letter {}", self.describe());
         let mut attempt = 0u32;
         let done = loop {
+            if self.abandoned.is_set() {
+                break Err(Abandoned::ERROR.to_owned());
+            }
             attempt += 1;
             match self.send_once(letter) {
                 Ok(()) => break Ok(()),
@@ -151,7 +157,9 @@ impl DeadLetterSink for KafkaDeadLetters {
                     if let Some(s) = &self.stalls {
                         s.failing(&who, &e.to_string());
                     }
-                    std::thread::sleep(RETRY_PAUSE);
+                    if !self.abandoned.pause(RETRY_PAUSE) {
+                        break Err(Abandoned::ERROR.to_owned());
+                    }
                 }
             }
         };
@@ -163,6 +171,10 @@ impl DeadLetterSink for KafkaDeadLetters {
 
     fn describe(&self) -> String {
         format!("topic {}", self.topic)
+    }
+
+    fn abandon(&self) {
+        self.abandoned.set();
     }
 }
 

@@ -86,6 +86,52 @@ pub trait DeadLetterSink: Send + Sync {
 
     /// What the destination is, for logs and errors (`topic dlq`).
     fn describe(&self) -> String;
+
+    /// Stop waiting (the shutdown deadline passed): a [`store`](Self::store)
+    /// waiting out an outage returns an error after its current attempt,
+    /// and later ones fail at once. The letter is then not stored, so its
+    /// message is not acknowledged and replays after the restart. Without
+    /// it a store retrying against a destination that never answers would
+    /// keep its thread, and the process, alive past every deadline.
+    fn abandon(&self) {}
+}
+
+/// The flag behind [`DeadLetterSink::abandon`], for destinations that wait
+/// between attempts.
+#[derive(Debug, Default)]
+pub struct Abandoned(std::sync::atomic::AtomicBool);
+
+impl Abandoned {
+    /// The error a store returns once abandoned.
+    pub const ERROR: &'static str =
+        "abandoned at the shutdown deadline before the destination stored it; the message replays";
+
+    /// Abandon every wait, now and later.
+    pub fn set(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether [`set`](Self::set) was called.
+    #[must_use]
+    pub fn is_set(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Sleep `pause` in short slices; `false` (at once) when abandoned.
+    #[must_use]
+    pub fn pause(&self, pause: std::time::Duration) -> bool {
+        let until = std::time::Instant::now() + pause;
+        loop {
+            if self.is_set() {
+                return false;
+            }
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return true;
+            }
+            std::thread::sleep(left.min(std::time::Duration::from_millis(50)));
+        }
+    }
 }
 
 /// Several destinations (`--dead-letter-topic` and `--dead-letter-table`):
@@ -103,6 +149,10 @@ impl DeadLetterSink for AllOf {
     fn describe(&self) -> String {
         let all: Vec<String> = self.0.iter().map(|d| d.describe()).collect();
         all.join(" and ")
+    }
+
+    fn abandon(&self) {
+        self.0.iter().for_each(|d| d.abandon());
     }
 }
 

@@ -163,7 +163,10 @@ fn owner_epochs_order_generations_then_incarnations() {
     // A fence of a later generation stays above: the owner is stale.
     let later = owner_epoch(7, 0, 0).unwrap();
     let mine = owner_epoch(6, later, 0).unwrap();
-    assert_eq!(plan(&[Row::fence(later)], Some(mine)), Err(Stale { fence: later }));
+    assert_eq!(
+        plan(&[Row::fence(later)], Some(mine)),
+        Err(Stale { fence: later })
+    );
     // Two processes that read the same fence at once differ by nonce.
     assert_ne!(owner_epoch(5, g5, 1), owner_epoch(5, g5, 2));
     assert_eq!(owner_epoch(5, (5 << 32) | (0xFFFF << 16), 0), None);
@@ -184,7 +187,10 @@ fn a_restarted_static_member_is_a_new_owner_in_every_interleaving() {
             assert_eq!(clashes(&run.landed), vec![], "{order:?} crash {crash}");
             let cut = third_owner_at(&run.rows, c);
             for l in &run.landed {
-                assert!(cut.contains(l), "{order:?} crash {crash}: C cut {cut:?}, {l:?} landed");
+                assert!(
+                    cut.contains(l),
+                    "{order:?} crash {crash}: C cut {cut:?}, {l:?} landed"
+                );
             }
         }
     }

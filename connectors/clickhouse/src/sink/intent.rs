@@ -569,9 +569,8 @@ pub(crate) fn unique_blocks(
     if features.insert_deduplication_token {
         return Ok(());
     }
-    let has = |name: &str| {
-        (columns.iter()).any(|c| c.name == name && c.default_kind.is_insertable())
-    };
+    let has =
+        |name: &str| (columns.iter()).any(|c| c.name == name && c.default_kind.is_insertable());
     let mut need = vec![("_partition", "Int32"), ("_offset", "UInt64")];
     if topics != 1 {
         need.insert(0, ("_topic", "LowCardinality(String)"));

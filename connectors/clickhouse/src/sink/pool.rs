@@ -107,7 +107,16 @@ impl SinkPool {
         // Exactly-once settings go into the template, so every schema
         // version the table goes through inserts with them.
         let intents = if spec.exactly_once {
-            Some(super::intent::prepare(spec, &reference.columns, seed, &shards, &mut template.settings).await?)
+            Some(
+                super::intent::prepare(
+                    spec,
+                    &reference.columns,
+                    seed,
+                    &shards,
+                    &mut template.settings,
+                )
+                .await?,
+            )
         } else {
             None
         };

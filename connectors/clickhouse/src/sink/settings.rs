@@ -56,7 +56,10 @@ pub(crate) enum Delivery {
 
 /// The settings to send with every insert to a server with `features`.
 #[must_use]
-pub(crate) fn insert_settings(features: ServerFeatures, delivery: Delivery) -> Vec<(String, String)> {
+pub(crate) fn insert_settings(
+    features: ServerFeatures,
+    delivery: Delivery,
+) -> Vec<(String, String)> {
     let mut s = Vec::new();
     if features.async_insert {
         s.push(("async_insert".to_string(), "0".to_string()));
@@ -138,11 +141,17 @@ mod tests {
     use super::*;
 
     fn settings(version: &str) -> Vec<(String, String)> {
-        insert_settings(ServerFeatures::from_version(version).unwrap(), Delivery::AtLeastOnce)
+        insert_settings(
+            ServerFeatures::from_version(version).unwrap(),
+            Delivery::AtLeastOnce,
+        )
     }
 
     fn exactly_once(version: &str) -> Vec<(String, String)> {
-        insert_settings(ServerFeatures::from_version(version).unwrap(), Delivery::ExactlyOnce)
+        insert_settings(
+            ServerFeatures::from_version(version).unwrap(),
+            Delivery::ExactlyOnce,
+        )
     }
 
     fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -178,7 +187,10 @@ mod tests {
         assert!(takes_dedup_token(&settings("26.9.1.1")));
         // Exactly-once keeps the block hash where there is no token (it
         // drops the replayed block; the preflight makes blocks unique).
-        assert_eq!(exactly_once("18.16.1"), pairs(&[("wait_end_of_query", "1")]));
+        assert_eq!(
+            exactly_once("18.16.1"),
+            pairs(&[("wait_end_of_query", "1")])
+        );
         assert!(!takes_dedup_token(&exactly_once("18.16.1")));
         assert_eq!(exactly_once("26.9.1.1"), token);
         assert!(takes_dedup_token(&exactly_once("26.9.1.1")));

@@ -421,12 +421,24 @@ impl<C: InsertTarget> Worker<C> {
             "topic {} partition {} offset {}",
             letter.topic, letter.partition, letter.offset
         );
-        let stored = tokio::task::spawn_blocking(move || {
-            let describe = dest.describe();
-            dest.store(&letter).map_err(|e| format!("{describe}: {e}"))
-        })
-        .await
-        .unwrap_or_else(|e| Err(format!("the dead-letter task failed: {e}")));
+        let storing = dest.clone();
+        let task = tokio::task::spawn_blocking(move || {
+            let describe = storing.describe();
+            storing
+                .store(&letter)
+                .map_err(|e| format!("{describe}: {e}"))
+        });
+        // The drain deadline also ends the wait for the destination: the
+        // blocking store gives up after its current attempt, the chunk is
+        // not acknowledged and replays (a blocking task is never cancelled,
+        // and one that waited on forever kept the process from exiting).
+        let stored = tokio::select! {
+            joined = task => joined.unwrap_or_else(|e| Err(format!("the dead-letter task failed: {e}"))),
+            () = abandoned(self.abandon.clone()) => {
+                dest.abandon();
+                Err(format!("{}: {}", dest.describe(), spate_core::policy::Abandoned::ERROR))
+            }
+        };
         stored.map_err(|why| {
             FatalError::new(
                 self.context(),
@@ -850,6 +862,16 @@ fn timed_out(after: Duration, next: Duration) -> InsertError {
             "no answer within {after:?} (the server may still complete this insert); \
              the next attempt waits up to {next:?}"
         ),
+    }
+}
+
+/// Resolves once the drain deadline abandoned the worker (never, if the
+/// pool is gone without abandoning).
+async fn abandoned(mut abandon: watch::Receiver<bool>) {
+    while !*abandon.borrow_and_update() {
+        if abandon.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
     }
 }
 
