@@ -773,10 +773,24 @@ impl<C: InsertTarget> Worker<C> {
     }
 
     /// `op` until it answers, retried with the sink's backoff while
-    /// `retriable` says its error may clear; `what` names it in the log
-    /// and in the fatal error. `Err`: failed, or abandoned at the drain
-    /// deadline.
-    async fn retrying<T, E: std::fmt::Display, F: std::future::Future<Output = Result<T, E>>>(
+    /// `retriable` says its error may clear; `what` names it in the log,
+    /// the stall table (`/readyz` once it has not cleared for
+    /// `--stall-timeout`) and the fatal error. `Err`: failed, or abandoned
+    /// at the drain deadline.
+    pub(super) async fn retrying<T, E: std::fmt::Display, F: std::future::Future<Output = Result<T, E>>>(
+        &mut self,
+        what: &str,
+        op: impl FnMut() -> F,
+        retriable: impl Fn(&E) -> bool,
+    ) -> Result<T, Attempt> {
+        let outcome = self.retrying_unreported(what, op, retriable).await;
+        if let Some(stalls) = &self.stalls {
+            stalls.cleared(&self.stall_name());
+        }
+        outcome
+    }
+
+    async fn retrying_unreported<T, E: std::fmt::Display, F: std::future::Future<Output = Result<T, E>>>(
         &mut self,
         what: &str,
         mut op: impl FnMut() -> F,
@@ -801,6 +815,9 @@ impl<C: InsertTarget> Worker<C> {
             attempt += 1;
             let backoff = self.retry.delay(attempt, rand::random::<f64>());
             tracing::warn!(error = %error, attempt, backoff_ms = backoff.as_millis() as u64, "{what} failed; retrying");
+            if let Some(stalls) = &self.stalls {
+                stalls.failing(&self.stall_name(), &format!("{what}: {error}"));
+            }
             if self.pause(backoff).await.is_err() {
                 return Err(Attempt::Abandoned);
             }

@@ -163,6 +163,17 @@ impl Harness {
     /// [`start`](Self::start) with an error policy, poisoned bytes, a
     /// stall table or insert settings.
     fn start_with(scripts: Vec<Vec<Answer>>, retry: RetryPolicy, extras: Extras) -> Harness {
+        Self::start_running(scripts, retry, extras, |w| tokio::spawn(w.run()))
+    }
+
+    /// [`start_with`](Self::start_with), the worker handed to `spawn`
+    /// instead of running its queue loop (to drive one of its stages).
+    fn start_running(
+        scripts: Vec<Vec<Answer>>,
+        retry: RetryPolicy,
+        extras: Extras,
+        spawn: impl FnOnce(Worker<Fake>) -> tokio::task::JoinHandle<()>,
+    ) -> Harness {
         let Extras {
             rejections,
             poison,
@@ -219,7 +230,7 @@ impl Harness {
             shard,
             shared,
             log,
-            worker: tokio::spawn(worker.run()),
+            worker: spawn(worker),
         }
     }
 
@@ -743,6 +754,62 @@ async fn a_retried_transient_error_is_reported_stuck_until_it_clears() {
         "cleared on success"
     );
     assert_eq!(acked_seqs(&h.events()), [0]);
+}
+
+/// The exactly-once steps before a send (recording the intent, reading
+/// the fence) retry while ClickHouse does not answer; the wait is reported
+/// in the stall table like an insert's, so `/readyz` does not stay 200
+/// while every block of the sink waits (issue 29 point 2).
+#[tokio::test(start_paused = true)]
+async fn a_retried_intent_is_reported_stuck_until_it_clears() {
+    let clock = spate_core::clock::ManualClock::new();
+    let stalls = spate_core::health::TransientStalls::new(clock.clone());
+    let gate = Arc::new(Notify::new());
+    let extras = Extras {
+        stalls: Some(stalls.clone()),
+        ..Extras::default()
+    };
+    let (answered, release) = (Arc::new(std::sync::atomic::AtomicBool::new(false)), gate.clone());
+    let done = answered.clone();
+    let mut h = Harness::start_running(vec![vec![]], no_jitter(100, 400), extras, move |mut w| {
+        tokio::spawn(async move {
+            let mut calls = 0;
+            let got = w
+                .retrying(
+                    "recording an exactly-once intent",
+                    || {
+                        calls += 1;
+                        let (k, gate) = (calls, release.clone());
+                        async move {
+                            if k <= 2 {
+                                Err("Code: 242. Table is in readonly mode")
+                            } else {
+                                gate.notified().await;
+                                Ok(())
+                            }
+                        }
+                    },
+                    |_| true,
+                )
+                .await;
+            assert!(got.is_ok());
+            done.store(true, Ordering::Release);
+        })
+    });
+    tokio::time::sleep(ms(1000)).await;
+    clock.advance(Duration::from_secs(61));
+    let stuck = stalls.stuck(Duration::from_secs(60));
+    assert_eq!(stuck.len(), 1, "{stuck:?}");
+    assert!(
+        stuck[0].starts_with("db.t shard 1 worker 0: a transient error has not cleared for 61s")
+            && stuck[0].contains("recording an exactly-once intent")
+            && stuck[0].contains("readonly"),
+        "{stuck:?}"
+    );
+    gate.notify_one();
+    (&mut h.worker).await.expect("the stage panicked");
+    assert!(answered.load(Ordering::Acquire));
+    assert!(stalls.stuck(Duration::ZERO).is_empty(), "cleared once it answered");
 }
 
 #[derive(Default)]
