@@ -59,7 +59,10 @@ fn at_least_once_identical_batches_all_land_on_18_16_replicated() {
         "SELECT count() FROM system.parts WHERE database = '{db}' AND table = 't'"
     ));
     eprintln!("[e2e_block_hash_alo] {count} of {N} rows in {parts} parts");
-    assert!(parts > 1, "the run cut one batch only: the test proves nothing");
+    assert!(
+        parts > 1,
+        "the run cut one batch only: the test proves nothing"
+    );
     assert_eq!(
         count, N as u64,
         "identical batches from other offsets were dropped by the block hash while committed"
@@ -90,8 +93,9 @@ fn exactly_once_refuses_a_table_whose_blocks_can_look_alike_on_18_16() {
     let fin = run("block-hash-eos-refused", &args, Duration::from_secs(60));
     fin.assert_code(2);
     assert!(
-        fin.stderr
-            .contains(&format!("ALTER TABLE {table} ADD COLUMN _partition Int32, ADD COLUMN _offset UInt64")),
+        fin.stderr.contains(&format!(
+            "ALTER TABLE {table} ADD COLUMN _partition Int32, ADD COLUMN _offset UInt64"
+        )),
         "the refusal names the columns to add; stderr:\n{}",
         fin.tail(20)
     );
@@ -121,7 +125,14 @@ fn exactly_once_identical_messages_all_land_once_on_18_16_replicated() {
     let produced = produce(&svc.brokers, &topic, 2, N, same(2));
     let mut args = run_args(&svc, &topic, &group, &table);
     args.extend(
-        ["--until-end", "--batch-rows", "200", "--delivery", "exactly-once"].map(String::from),
+        [
+            "--until-end",
+            "--batch-rows",
+            "200",
+            "--delivery",
+            "exactly-once",
+        ]
+        .map(String::from),
     );
     let fin = run("block-hash-eos", &args, Duration::from_secs(90));
     fin.assert_code(0);

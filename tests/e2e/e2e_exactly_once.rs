@@ -98,7 +98,10 @@ fn scenario(svc: &Services, delivery: &str, static_member: bool) -> (u64, u64) {
     let mut args = run_args(svc, &topic, &group, &table);
     args.extend(["--delivery", delivery, "--flush-interval", "200ms"].map(String::from));
     if static_member {
-        args.extend(["-X".to_string(), format!("group.instance.id={}", unique("spate-0"))]);
+        args.extend([
+            "-X".to_string(),
+            format!("group.instance.id={}", unique("spate-0")),
+        ]);
     }
     let mut generations = Vec::new();
     // Each run cuts its batches at another size: at least once, a replayed
@@ -176,7 +179,9 @@ fn scenario(svc: &Services, delivery: &str, static_member: bool) -> (u64, u64) {
         exercised > 0,
         "no kill left a landed block uncommitted: nothing had to be deduplicated"
     );
-    eprintln!("[e2e_exactly_once] {delivery}: generations of the runs' assignments {generations:?}");
+    eprintln!(
+        "[e2e_exactly_once] {delivery}: generations of the runs' assignments {generations:?}"
+    );
     if static_member {
         // The scenario is the static member's only if a restarted process
         // was given its predecessor's generation back.

@@ -35,9 +35,10 @@ use crate::client::ClientError;
 
 /// How long a new owner keeps asking for a partition's recorded blocks
 /// while ClickHouse does not answer (timeouts, refused connections,
-/// retriable server errors) before the pipeline fails. It blocks one
-/// driver thread, so it stays under the 60 s after which `/healthz`
-/// reports the thread stalled.
+/// retriable server errors) before the pipeline fails: one budget for all
+/// of an assignment's steps (the fence read and write, the plan read, the
+/// seal). It blocks one driver thread, so it stays under the 60 s after
+/// which `/healthz` reports the thread stalled.
 const PLAN_READ_BUDGET: Duration = Duration::from_secs(45);
 
 /// Name of the state table, in the target table's database.
@@ -169,8 +170,13 @@ impl IntentLog {
 
     /// This owner's epoch for an assignment of `generation`: read the
     /// partition's highest fence, then [`fencing::owner_epoch`].
-    fn owner_epoch(&self, partition: &PartitionId, generation: u64) -> Result<u64, String> {
-        let text = self.select_blocking(&self.fence_sql(partition))?;
+    fn owner_epoch(
+        &self,
+        partition: &PartitionId,
+        generation: u64,
+        by: Instant,
+    ) -> Result<u64, String> {
+        let text = self.select_blocking(&self.fence_sql(partition), by)?;
         let fence = parse_fence(partition, &text).map_err(|e| e.to_string())?;
         fencing::owner_epoch(generation, fence, self.nonce).ok_or_else(|| {
             format!(
@@ -238,9 +244,10 @@ impl IntentLog {
         partition: &PartitionId,
         rows: &[Row],
         what: &'static str,
+        by: Instant,
     ) -> Result<(), String> {
         let rows: Vec<(&PartitionId, Row)> = rows.iter().map(|&r| (partition, r)).collect();
-        read_with_retries(&self.retry, PLAN_READ_BUDGET, |timeout| {
+        read_with_retries(&self.retry, left(by), |timeout| {
             (self.io.block_on(self.insert_rows(&rows, timeout))).map_err(|e| ClientError::Request {
                 what,
                 class: e.class,
@@ -252,8 +259,8 @@ impl IntentLog {
 
     /// `sql`'s TabSeparated answer, from a driver thread, retried while
     /// ClickHouse does not answer (see [`read_with_retries`]).
-    fn select_blocking(&self, sql: &str) -> Result<String, String> {
-        read_with_retries(&self.retry, PLAN_READ_BUDGET, |timeout| {
+    fn select_blocking(&self, sql: &str, by: Instant) -> Result<String, String> {
+        read_with_retries(&self.retry, left(by), |timeout| {
             self.io
                 .block_on(self.client.fetch_text_within(sql, "TabSeparated", timeout))
         })
@@ -261,14 +268,19 @@ impl IntentLog {
 
     /// The rows of `partition` a new owner decides on: intents at or past
     /// `from`, every fence and seal.
-    fn read_rows(&self, partition: &PartitionId, from: Offset) -> Result<Vec<Row>, String> {
+    fn read_rows(
+        &self,
+        partition: &PartitionId,
+        from: Offset,
+        by: Instant,
+    ) -> Result<Vec<Row>, String> {
         let sql = format!(
             "SELECT first, last, shard, epoch FROM {} WHERE {} AND (first < 0 OR last >= {})",
             self.state(),
             self.of(partition),
             from.0
         );
-        let text = self.select_blocking(&sql)?;
+        let text = self.select_blocking(&sql, by)?;
         parse_rows(&text)
     }
 
@@ -309,20 +321,21 @@ impl BlockPlans for IntentLog {
         let unreachable = |e: String| {
             format!("{e}; is ClickHouse up? the partition's replay cannot start until it answers")
         };
+        let by = Instant::now() + PLAN_READ_BUDGET;
         let epoch = match generation {
-            Some(g) => Some(self.owner_epoch(partition, g).map_err(unreachable)?),
+            Some(g) => Some(self.owner_epoch(partition, g, by).map_err(unreachable)?),
             None => None,
         };
         if let Some(e) = epoch {
-            self.insert_blocking(partition, &[Row::fence(e)], "fencing the partition")
+            self.insert_blocking(partition, &[Row::fence(e)], "fencing the partition", by)
                 .map_err(unreachable)?;
             tracing::debug!(%partition, generation = fencing::generation_of(e), epoch = e, "exactly-once: fenced the partition");
         }
-        let rows = self.read_rows(partition, from).map_err(unreachable)?;
+        let rows = self.read_rows(partition, from, by).map_err(unreachable)?;
         let plan = match fencing::plan(&rows, epoch) {
             Ok(plan) => plan,
             Err(stale) => {
-                let blocks = self.stale(partition, epoch.unwrap_or(0), stale.fence)?;
+                let blocks = self.stale(partition, epoch.unwrap_or(0), stale.fence, by)?;
                 return Ok(Replay { blocks, epoch });
             }
         };
@@ -331,6 +344,7 @@ impl BlockPlans for IntentLog {
                 partition,
                 &fencing::adoption(&plan, e),
                 "sealing the partition",
+                by,
             )
             .map_err(unreachable)?;
             self.prune(partition, e, from);
@@ -366,6 +380,7 @@ impl IntentLog {
         partition: &PartitionId,
         mine: u64,
         fence: u64,
+        by: Instant,
     ) -> Result<Vec<(Offset, Offset)>, String> {
         let sql = format!(
             "SELECT toInt64(now()) - toInt64(max(at)) FROM {} WHERE {} AND first = {} AND epoch = {fence}",
@@ -373,7 +388,7 @@ impl IntentLog {
             self.of(partition),
             fencing::FENCE
         );
-        let text = self.select_blocking(&sql)?;
+        let text = self.select_blocking(&sql, by)?;
         let age: i64 = text
             .trim()
             .parse()
@@ -391,6 +406,11 @@ impl IntentLog {
             self.of(partition)
         ))
     }
+}
+
+/// What is left of the budget until `by`.
+fn left(by: Instant) -> Duration {
+    by.saturating_duration_since(Instant::now())
 }
 
 /// Call `read` (given each attempt's timeout) until it succeeds, fails for
