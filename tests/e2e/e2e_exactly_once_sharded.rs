@@ -15,13 +15,11 @@
 //! once and must show duplicates, so the check can fail.
 //!
 //! Nodes a and b are shared with `e2e_sharding` (test binaries run one at
-//! a time); the two scenarios here run one after the other (`NODES`).
+//! a time); the scenarios here run one after the other and apart from the
+//! other files' tests on the nodes (`cluster_lock`).
 
 use crate::support::*;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-static NODES: Mutex<()> = Mutex::new(());
 
 const N: usize = 30_000;
 const PARTITIONS: i32 = 4;
@@ -117,9 +115,7 @@ fn setup() -> Option<(Services, Nodes)> {
 /// Five kills and a bounded run into the two shards; (duplicates,
 /// missing) over their union, or `None` when the services are skipped.
 fn scenario(keyed: bool, delivery: &str) -> Option<(u64, u64)> {
-    let _lock = NODES
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _lock = cluster_lock();
     let (svc, nodes) = setup()?;
     let what = format!("{delivery}-{}", if keyed { "keyed" } else { "unkeyed" });
     let _timer = Timer::start("e2e_exactly_once_sharded");

@@ -14,7 +14,7 @@
 //!   arrives after b is back.
 //!
 //! The tests in this file take nodes away, so they run one at a time
-//! (`NODES`), and no other test binary uses nodes a and b.
+//! (`cluster_lock`, shared with every other file that uses nodes a and b).
 //!
 //! ClickHouse 18.16 only: nodes a and b are 18.16 servers (the 26.9 server
 //! of `scripts/clickhouse-modern.sh` runs alone, no 26.9 cluster yet), and
@@ -22,15 +22,10 @@
 //! checks against both versions.
 
 use crate::support::*;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-static NODES: Mutex<()> = Mutex::new(());
-
 fn nodes_lock() -> std::sync::MutexGuard<'static, ()> {
-    NODES
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    cluster_lock()
 }
 
 const PARTITIONS: i32 = 4;

@@ -358,6 +358,20 @@ impl ChClient {
         }
     }
 
+    /// This client sending `settings` with every statement (on top of
+    /// those a statement sets itself).
+    #[must_use]
+    pub(crate) fn with_settings(&self, settings: &[(String, String)]) -> ChClient {
+        let mut inner = self.inner.clone();
+        for (k, v) in settings {
+            inner = inner.with_setting(k.clone(), v.clone());
+        }
+        ChClient {
+            inner,
+            ..self.clone()
+        }
+    }
+
     /// What the server supports.
     #[must_use]
     pub fn features(&self) -> ServerFeatures {

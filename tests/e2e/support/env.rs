@@ -334,6 +334,15 @@ fn var_list(name: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Tests that use the cluster nodes a and b run one at a time, whichever
+/// file they are in: some take a node away (stop, kill, freeze).
+pub fn cluster_lock() -> std::sync::MutexGuard<'static, ()> {
+    static NODES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    NODES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// The cluster nodes; `None` only when `SPATE_SKIP_INTEGRATION=1`.
 /// Panics with instructions when `SPATE_TEST_CLUSTER_URLS` is missing.
 pub fn cluster() -> Option<Cluster> {

@@ -46,7 +46,11 @@ pub const STATE_TABLE: &str = "spate_intents";
 
 /// The intent records of one target table.
 pub struct IntentLog {
-    client: ChClient,
+    /// One client per replica of the state's shard, with the state
+    /// settings ([`super::state_home`]); statements fail over in order.
+    clients: Vec<ChClient>,
+    /// The replica the last statement was answered by.
+    preferred: std::sync::atomic::AtomicUsize,
     db: String,
     target: String,
     io: tokio::runtime::Handle,
@@ -73,6 +77,26 @@ fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
 }
 
+/// A TabSeparated field's text (`\'` is `'`, `\\` is `\`, ...).
+fn untsv(field: &str) -> String {
+    let mut out = String::with_capacity(field.len());
+    let mut chars = field.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('t') => out.push('\t'),
+            Some('n') => out.push('\n'),
+            Some('0') => out.push('\0'),
+            Some(other) => out.push(other),
+            None => out.push('\\'),
+        }
+    }
+    out
+}
+
 /// A TabSeparated field.
 fn tsv(s: &str) -> String {
     s.replace('\\', "\\\\")
@@ -81,46 +105,48 @@ fn tsv(s: &str) -> String {
 }
 
 impl IntentLog {
-    /// Create the state table if needed; `target` is `db.table`.
-    pub(crate) async fn open(
-        client: ChClient,
+    /// The log of target `db.table` in the state table `home` opened
+    /// ([`super::state_home::open`]).
+    pub(crate) fn new(
+        home: super::state_home::StateHome,
         db: &str,
         target: String,
         retry: RetryPolicy,
-    ) -> Result<Self, crate::client::ClientError> {
-        let table = format!("{}.{STATE_TABLE}", crate::client::ident(db));
-        let sql = format!(
-            "CREATE TABLE IF NOT EXISTS {table} (target String, topic String, \
-             partition Int32, first Int64, last Int64, shard UInt32, epoch UInt64 DEFAULT 0, \
-             at DateTime DEFAULT now()) \
-             ENGINE = ReplacingMergeTree(epoch) ORDER BY (target, topic, partition, first, last, shard)"
-        );
-        client.execute(&sql, &[]).await?;
-        // A state table of a spate before fencing has no epoch: its rows
-        // are epoch 0, the rows of unfenced owners (see `fencing`).
-        let has_epoch = client
-            .fetch_text(
-                &format!(
-                    "SELECT count() FROM system.columns WHERE database = {} AND table = {} AND name = 'epoch'",
-                    quote(db),
-                    quote(STATE_TABLE)
-                ),
-                "TabSeparated",
-            )
-            .await?;
-        if has_epoch.trim() == "0" {
-            let alter = format!("ALTER TABLE {table} ADD COLUMN epoch UInt64 DEFAULT 0");
-            client.execute(&alter, &[]).await?;
-        }
-        Ok(IntentLog {
-            client,
+    ) -> Self {
+        IntentLog {
+            clients: home.clients,
+            preferred: std::sync::atomic::AtomicUsize::new(0),
             db: db.to_owned(),
             target,
             io: tokio::runtime::Handle::current(),
             timeout: retry.insert_timeout,
             retry,
             nonce: rand::random(),
-        })
+        }
+    }
+
+    /// `op` on the preferred replica, then on each other one while it
+    /// fails (a replica that is down, frozen, or not yet in the quorum);
+    /// the last error when none answers.
+    async fn any<T, E, F>(&self, op: impl Fn(ChClient) -> F) -> Result<T, E>
+    where
+        F: std::future::Future<Output = Result<T, E>>,
+    {
+        use std::sync::atomic::Ordering::Relaxed;
+        let n = self.clients.len();
+        let start = self.preferred.load(Relaxed);
+        let mut last = None;
+        for k in 0..n {
+            let i = (start + k) % n;
+            match op(self.clients[i].clone()).await {
+                Ok(v) => {
+                    self.preferred.store(i, Relaxed);
+                    return Ok(v);
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.expect("a state table has at least one replica"))
     }
 
     /// Record the blocks of `spans` (one span per exactly-once chunk) for
@@ -147,8 +173,12 @@ impl IntentLog {
         partition: &PartitionId,
         epoch: u64,
     ) -> Result<Result<(), u64>, ClientError> {
-        let text = (self.client)
-            .fetch_text_within(&self.fence_sql(partition), "TabSeparated", self.timeout)
+        let sql = self.fence_sql(partition);
+        let text = self
+            .any(|c| {
+                let sql = &sql;
+                async move { c.fetch_text_within(sql, "TabSeparated", self.timeout).await }
+            })
             .await?;
         let fence = parse_fence(partition, &text)?;
         Ok(if fencing::may_send(fence, epoch) {
@@ -231,10 +261,12 @@ impl IntentLog {
         .map(String::from)
         .to_vec();
         let sql = insert_sql(&self.db, STATE_TABLE, &columns, "TabSeparated");
-        let settings = [("wait_end_of_query".to_string(), "1".to_string())];
-        self.client
-            .insert_sql_within(sql, body.into(), &settings, timeout)
-            .await
+        let body = bytes::Bytes::from(body);
+        self.any(|c| {
+            let (sql, body) = (sql.clone(), body.clone());
+            async move { c.insert_sql_within(sql, body, &[], timeout).await }
+        })
+        .await
     }
 
     /// [`insert_rows`](Self::insert_rows) from a driver thread, retried
@@ -261,8 +293,11 @@ impl IntentLog {
     /// ClickHouse does not answer (see [`read_with_retries`]).
     fn select_blocking(&self, sql: &str, by: Instant) -> Result<String, String> {
         read_with_retries(&self.retry, left(by), |timeout| {
-            self.io
-                .block_on(self.client.fetch_text_within(sql, "TabSeparated", timeout))
+            self.io.block_on(
+                self.any(
+                    |c| async move { c.fetch_text_within(sql, "TabSeparated", timeout).await },
+                ),
+            )
         })
     }
 
@@ -295,7 +330,12 @@ impl IntentLog {
             fencing::prune_condition(epoch, from.0)
         );
         let done = self.io.block_on(async {
-            tokio::time::timeout(self.timeout, self.client.execute(&sql, &[])).await
+            let sql = &sql;
+            tokio::time::timeout(
+                self.timeout,
+                self.any(|c| async move { c.execute(sql, &[]).await }),
+            )
+            .await
         });
         match done {
             Ok(Ok(())) => {
@@ -628,17 +668,28 @@ pub(crate) async fn prepare(
     let mut checked = 0;
     let mut engine = String::new();
     for shard in shards {
-        let Some(replica) = shard.replicas.first() else {
-            continue;
+        // The first replica that answers (one may be away at start).
+        let mut answered = None;
+        let mut errors = Vec::new();
+        for replica in &shard.replicas {
+            match facts(&replica.client, &spec.table.db, &spec.table.table).await {
+                Ok(f) => {
+                    answered = Some((replica, f));
+                    break;
+                }
+                Err(e) => errors.push(format!("{}: {e}", replica.url)),
+            }
+        }
+        let Some((replica, facts)) = answered else {
+            if errors.is_empty() {
+                continue;
+            }
+            return Err(SinkError::Config(format!(
+                "exactly-once preflight of {table} on shard {}: {}",
+                shard.label,
+                errors.join("; ")
+            )));
         };
-        let facts = facts(&replica.client, &spec.table.db, &spec.table.table)
-            .await
-            .map_err(|e| {
-                SinkError::Config(format!(
-                    "exactly-once preflight of {table} on shard {} ({}): {e}",
-                    shard.label, replica.url
-                ))
-            })?;
         let here = check(&table, replica.client.features(), &facts)
             .and_then(|p| {
                 unique_blocks(&table, replica.client.features(), columns, spec.topics)?;
@@ -660,22 +711,35 @@ pub(crate) async fn prepare(
     if checked == 0 {
         return Err(SinkError::Config(format!("{table}: no shard to check")));
     }
-    let log = IntentLog::open(
-        seed.clone(),
+    // The state lives on the first shard's replicas, whichever answered
+    // first at start (see `state_home`).
+    let _ = seed;
+    let home_replicas: Vec<(String, ChClient)> = (shards.first().into_iter())
+        .flat_map(|s| s.replicas.iter())
+        .map(|r| (r.url.clone(), r.client.clone()))
+        .collect();
+    let home = super::state_home::open(
+        &home_replicas,
+        &spec.table.db,
+        &spec.table.table,
+        spec.client.insert_timeout,
+    )
+    .await
+    .map_err(|e| {
+        SinkError::Config(format!(
+            "exactly-once: the state table {}.{STATE_TABLE}: {e}",
+            spec.table.db
+        ))
+    })?;
+    let log = IntentLog::new(
+        home,
         &spec.table.db,
         table.clone(),
         RetryPolicy {
             insert_timeout: spec.client.insert_timeout,
             ..spec.retry
         },
-    )
-    .await
-    .map_err(|e| {
-        SinkError::Config(format!(
-            "exactly-once: creating {}.{STATE_TABLE}: {e}",
-            spec.table.db
-        ))
-    })?;
+    );
     tracing::info!(table, engine = %engine, shards = shards.len(), state = %format!("{}.{STATE_TABLE}", spec.table.db), "exactly-once delivery: the table deduplicates");
     Ok(std::sync::Arc::new(log))
 }
@@ -713,8 +777,8 @@ pub(crate) async fn facts(client: &ChClient, db: &str, table: &str) -> Result<Ta
         .await
         .map_err(|e| e.to_string())?;
     Ok(TableFacts {
-        engine: engine.unwrap_or_default().to_owned(),
-        engine_full: engine_full.unwrap_or_default().to_owned(),
+        engine: untsv(engine.unwrap_or_default()),
+        engine_full: untsv(engine_full.unwrap_or_default()),
         default_window: window.trim().parse().ok(),
         has_views: views == Some("1"),
         // Absent (a server without the setting) is not "off".
@@ -892,6 +956,8 @@ mod tests {
             "a longer name is not the setting"
         );
         assert_eq!(tsv("a\tb"), "a\\tb");
+        assert_eq!(untsv(&tsv("a\tb\\c")), "a\tb\\c");
+        assert_eq!(untsv("M(\\'/p\\', \\'r\\')"), "M('/p', 'r')");
         assert_eq!(quote("it's"), "'it\\'s'");
     }
 }

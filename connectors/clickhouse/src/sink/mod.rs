@@ -63,6 +63,7 @@ mod retry;
 mod settings;
 mod shard;
 mod spec;
+mod state_home;
 mod target;
 mod topology;
 mod worker;

@@ -777,7 +777,11 @@ impl<C: InsertTarget> Worker<C> {
     /// the stall table (`/readyz` once it has not cleared for
     /// `--stall-timeout`) and the fatal error. `Err`: failed, or abandoned
     /// at the drain deadline.
-    pub(super) async fn retrying<T, E: std::fmt::Display, F: std::future::Future<Output = Result<T, E>>>(
+    pub(super) async fn retrying<
+        T,
+        E: std::fmt::Display,
+        F: std::future::Future<Output = Result<T, E>>,
+    >(
         &mut self,
         what: &str,
         op: impl FnMut() -> F,
@@ -790,7 +794,11 @@ impl<C: InsertTarget> Worker<C> {
         outcome
     }
 
-    async fn retrying_unreported<T, E: std::fmt::Display, F: std::future::Future<Output = Result<T, E>>>(
+    async fn retrying_unreported<
+        T,
+        E: std::fmt::Display,
+        F: std::future::Future<Output = Result<T, E>>,
+    >(
         &mut self,
         what: &str,
         mut op: impl FnMut() -> F,

@@ -769,7 +769,10 @@ async fn a_retried_intent_is_reported_stuck_until_it_clears() {
         stalls: Some(stalls.clone()),
         ..Extras::default()
     };
-    let (answered, release) = (Arc::new(std::sync::atomic::AtomicBool::new(false)), gate.clone());
+    let (answered, release) = (
+        Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        gate.clone(),
+    );
     let done = answered.clone();
     let mut h = Harness::start_running(vec![vec![]], no_jitter(100, 400), extras, move |mut w| {
         tokio::spawn(async move {
@@ -809,7 +812,10 @@ async fn a_retried_intent_is_reported_stuck_until_it_clears() {
     gate.notify_one();
     (&mut h.worker).await.expect("the stage panicked");
     assert!(answered.load(Ordering::Acquire));
-    assert!(stalls.stuck(Duration::ZERO).is_empty(), "cleared once it answered");
+    assert!(
+        stalls.stuck(Duration::ZERO).is_empty(),
+        "cleared once it answered"
+    );
 }
 
 #[derive(Default)]
