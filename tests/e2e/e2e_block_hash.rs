@@ -38,11 +38,13 @@ fn replicated(ch: &Ch, db: &str, columns: &str, order: &str) -> String {
 
 #[test]
 fn at_least_once_identical_batches_all_land_on_18_16_replicated() {
+    // Locked first: an outage test stops the server while it holds the
+    // lock exclusively, and services_on waits for the server to answer.
+    let _lock = ch_shared_lock();
     let Some(svc) = services_on(Server::V18) else {
         return;
     };
     let _timer = Timer::start("e2e_block_hash_alo");
-    let _lock = ch_shared_lock();
     let ch = Ch::connect(&svc.clickhouse_url);
     let db = ch.fresh_db("e2e_bh_alo");
     let table = replicated(&ch, &db, "s String, n UInt64", "tuple()");
@@ -76,11 +78,13 @@ fn at_least_once_identical_batches_all_land_on_18_16_replicated() {
 
 #[test]
 fn exactly_once_refuses_a_table_whose_blocks_can_look_alike_on_18_16() {
+    // Locked first: an outage test stops the server while it holds the
+    // lock exclusively, and services_on waits for the server to answer.
+    let _lock = ch_shared_lock();
     let Some(svc) = services_on(Server::V18) else {
         return;
     };
     let _timer = Timer::start("e2e_block_hash_eos_refused");
-    let _lock = ch_shared_lock();
     let ch = Ch::connect(&svc.clickhouse_url);
     let db = ch.fresh_db("e2e_bh_ref");
     let table = replicated(&ch, &db, "s String, n UInt64", "tuple()");
@@ -106,11 +110,13 @@ fn exactly_once_refuses_a_table_whose_blocks_can_look_alike_on_18_16() {
 
 #[test]
 fn exactly_once_identical_messages_all_land_once_on_18_16_replicated() {
+    // Locked first: an outage test stops the server while it holds the
+    // lock exclusively, and services_on waits for the server to answer.
+    let _lock = ch_shared_lock();
     let Some(svc) = services_on(Server::V18) else {
         return;
     };
     let _timer = Timer::start("e2e_block_hash_eos");
-    let _lock = ch_shared_lock();
     let ch = Ch::connect(&svc.clickhouse_url);
     let db = ch.fresh_db("e2e_bh_eos");
     let table = replicated(

@@ -22,6 +22,9 @@ const PARTITIONS: i32 = 2;
 
 #[test]
 fn exactly_once_state_survives_a_replica_stopped_at_restart() {
+    // Locked first: an outage test stops the suite's server while it holds
+    // the lock exclusively, and services_on waits for it to answer.
+    let _ch = ch_shared_lock();
     let Some(svc) = services_on(Server::V18) else {
         return;
     };

@@ -183,6 +183,8 @@ fn dead_letter_table_server_frozen_mid_run() {
 /// loads every good row.
 #[test]
 fn sigterm_with_the_dead_letter_table_frozen_exits_within_the_deadline() {
+    // Locked first: an outage test may have the servers down meanwhile.
+    let _lock = ch_exclusive_lock();
     let Some(svc) = services_on(Server::V18) else {
         return;
     };
@@ -191,7 +193,6 @@ fn sigterm_with_the_dead_letter_table_frozen_exits_within_the_deadline() {
         return;
     };
     let _timer = Timer::start("e2e_policy_dead_letter_sigterm");
-    let _lock = ch_exclusive_lock();
     let ch = Ch::connect(&svc.clickhouse_url);
     let letters_ch = Ch::connect(&svc.clickhouse_modern_url);
     let topic = unique("t_policy_dlt_term");
