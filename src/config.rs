@@ -38,12 +38,13 @@
 //! an unset variable is an error naming it (see `crate::secret`).
 
 use crate::exit::Exit;
+use crate::print_config::MASK;
 use clap::{ArgAction, CommandFactory};
 use std::collections::BTreeSet;
 use toml_edit::{Item, Table, Value};
 
 /// Settings a `[[pipeline]]` may set (and the top level may default).
-const PIPELINE_KEYS: &[&str] = &[
+pub(crate) const PIPELINE_KEYS: &[&str] = &[
     "topics",
     "table",
     "clickhouse_url",
@@ -90,6 +91,23 @@ const PIPELINE_KEYS: &[&str] = &[
     "protobuf_descriptor",
     "protobuf_message",
 ];
+
+/// Settings whose value is a secret, and the ways to give it instead of
+/// `--print-config`'s mask.
+const SECRET_SETTINGS: &[(&str, &str)] = &[
+    ("password", "password_file, SPATE_PASSWORD or \"${VAR}\""),
+    (
+        "schema_registry_password",
+        "schema_registry_password_file, SPATE_SCHEMA_REGISTRY_PASSWORD or \"${VAR}\"",
+    ),
+];
+
+/// The password of a URL's `user:password@`, if it has one.
+fn url_password(url: &str) -> Option<&str> {
+    let authority = url.split_once("://")?.1.split('/').next()?;
+    let (info, _) = authority.rsplit_once('@')?;
+    Some(info.split_once(':')?.1)
+}
 
 /// One way to name the servers; a pipeline or the command line that sets
 /// one of them replaces all three from a lower level.
@@ -314,6 +332,47 @@ impl File<'_> {
         crate::secret::interpolate(value).map_err(|e| self.error(table, key, item, &e.to_string()))
     }
 
+    /// A secret's value that is `--print-config`'s mask, not a secret: an
+    /// error naming the key and the ways to give the secret instead
+    /// (`kafka`: a key of the `[kafka]` table).
+    fn refuse_mask(
+        &self,
+        table: &Table,
+        key: &str,
+        item: &Item,
+        value: &str,
+        kafka: bool,
+    ) -> Result<(), Exit> {
+        let instead = if kafka {
+            if value != MASK || !crate::secret::is_secret_key(key) {
+                return Ok(());
+            }
+            if key == "sasl.password" {
+                "kafka_password_file, SPATE_KAFKA_PASSWORD_FILE or \"${VAR}\""
+            } else {
+                "SPATE_PROPERTY or \"${VAR}\""
+            }
+        } else if key == "schema_registry" {
+            if url_password(value) != Some(MASK) {
+                return Ok(());
+            }
+            "schema_registry_password_file or SPATE_SCHEMA_REGISTRY_PASSWORD, not in the URL"
+        } else {
+            match SECRET_SETTINGS.iter().find(|(k, _)| *k == key) {
+                Some((_, instead)) if value == MASK => instead,
+                _ => return Ok(()),
+            }
+        };
+        Err(self.error(
+            table,
+            key,
+            item,
+            &format!(
+                "is \"{MASK}\", the mask --print-config shows for a secret, not the secret: give it as {instead}"
+            ),
+        ))
+    }
+
     /// Every key must be a setting allowed at this level.
     fn check_keys(&self, table: &Table, in_pipeline: bool) -> Result<(), Exit> {
         for (key, item) in table.iter() {
@@ -418,6 +477,7 @@ impl File<'_> {
             let Some(value) = scalar(v) else {
                 return Err(self.error(t, k, v, "must be a string, number or boolean"));
             };
+            self.refuse_mask(t, k, v, &value, true)?;
             let v = self.interpolate(t, k, v, &value)?;
             argv.push("-X".into());
             argv.push(format!("{k}={v}"));
@@ -463,6 +523,7 @@ impl File<'_> {
                 .ok_or_else(|| self.error(table, key, item, "must be a string, number or list"))?],
         };
         for v in values {
+            self.refuse_mask(table, key, item, &v, false)?;
             let v = self.interpolate(table, key, item, &v)?;
             argv.push(format!("{}={v}", arg.flag()));
         }
@@ -597,6 +658,62 @@ x = "/a~1b"
         let bad = file("rename = { a = [1] }\n");
         let e = expand(argv(&["--config", &bad.0])).unwrap_err();
         assert!(format!("{e:?}").contains("rename"), "{e:?}");
+    }
+
+    /// `--print-config`'s mask in place of a secret is refused, naming the
+    /// key, its line and the ways to give the secret; elsewhere it is a
+    /// value like any other.
+    #[test]
+    fn print_config_s_mask_is_refused_as_a_secret() {
+        for (text, key, line, instead) in [
+            (
+                "password = \"***\"\n",
+                "password",
+                1,
+                "give it as password_file, SPATE_PASSWORD or \"${VAR}\"",
+            ),
+            (
+                "[[pipeline]]\nschema_registry_password = \"***\"\n",
+                "schema_registry_password",
+                2,
+                "schema_registry_password_file",
+            ),
+            (
+                "schema_registry = \"http://u:***@r:8081\"\n",
+                "schema_registry",
+                1,
+                "not in the URL",
+            ),
+            (
+                "[kafka]\n\"sasl.password\" = \"***\"\n",
+                "sasl.password",
+                2,
+                "kafka_password_file",
+            ),
+            (
+                "[kafka]\n\"ssl.key.password\" = \"***\"\n",
+                "ssl.key.password",
+                2,
+                "SPATE_PROPERTY or \"${VAR}\"",
+            ),
+        ] {
+            let f = file(text);
+            let e = expand(argv(&["--config", &f.0])).unwrap_err();
+            assert_eq!(e.code(), 2);
+            let want = format!(
+                "--config {}: key `{key}` (line {line}) is \"***\", the mask --print-config shows for a secret, not the secret: ",
+                f.0
+            );
+            assert!(
+                e.message().starts_with(&want) && e.message().contains(instead),
+                "{text:?}: {}",
+                e.message()
+            );
+        }
+        let f = file("user = \"***\"\npassword = \"***x\"\n[kafka]\n\"client.id\" = \"***\"\n");
+        let a = expand(argv(&["--config", &f.0])).unwrap().remove(0).argv;
+        assert!(a.contains(&"--user=***".to_string()), "{a:?}");
+        assert!(a.contains(&"client.id=***".to_string()), "{a:?}");
     }
 
     #[test]

@@ -35,7 +35,7 @@ pub fn run(pipelines: Vec<(String, RunArgs)>) -> Result<(), Exit> {
         .1;
     let validated = validate_pipelines(&pipelines)?;
     if args.print_config {
-        print!("{}", effective_config(&pipelines));
+        print!("{}", effective_config(&pipelines, &validated));
         return Ok(());
     }
     let mut replays = Vec::<Instant>::new();
