@@ -13,6 +13,8 @@ mod cli;
 mod config;
 mod events;
 mod exit;
+#[cfg(test)]
+mod flag_reference;
 mod gen;
 mod kafka_help;
 mod print_config;
