@@ -1,8 +1,8 @@
 //! `docs/flags.md`, the reference of every flag of `spate run`, `check`
-//! and `gen`, rendered from the clap definitions in `crate::cli`: each
-//! flag's long (and short) name, value, environment variable, `--config`
-//! key, default, possible values and help text, and `run`'s notes on
-//! Kafka properties.
+//! and `gen`, rendered from the clap definitions in `crate::cli` (and
+//! `crate::tls_files`): each flag's long (and short) name, value,
+//! environment variable, `--config` key, default, possible values and help
+//! text, and `run`'s notes on Kafka properties.
 //!
 //! Test-only: the test `docs_flags_md_is_generated_from_the_flags` fails
 //! when the file differs from what the definitions render, and
@@ -20,8 +20,8 @@ pub(crate) fn render() -> String {
     let cli = crate::cli::Cli::command();
     let mut out = String::from(
         "# Flag reference\n\n\
-         <!-- Generated from the flag definitions (src/cli.rs); do\n     \
-         not edit. Regenerate with\n     \
+         <!-- Generated from the flag definitions (src/cli.rs, src/tls_files.rs);\n     \
+         do not edit. Regenerate with\n     \
          SPATE_BLESS=1 cargo test -p spate flag_reference -->\n\n\
          Every flag of `spate run`, `spate check` and `spate gen`, as `spate <command> --help`\n\
          describes it. A flag wins over its environment variable, which wins over\n\
@@ -177,7 +177,7 @@ mod tests {
                 .unwrap_or_else(|| have.lines().count().min(want.lines().count()))
                 + 1;
             panic!(
-                "{PATH} is not what the flag definitions (src/cli.rs) render (first difference at line {line}); \
+                "{PATH} is not what the flag definitions (src/cli.rs, src/tls_files.rs) render (first difference at line {line}); \
                  regenerate it with `SPATE_BLESS=1 cargo test -p spate flag_reference` and commit it"
             );
         }

@@ -22,6 +22,7 @@ mod run;
 mod secret;
 mod settings;
 mod stats;
+mod tls_files;
 mod units;
 
 use clap::Parser;

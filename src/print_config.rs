@@ -148,7 +148,10 @@ fn process_settings(out: &mut String, a: &RunArgs, v: &Validated) {
             set(quoted(&format!("{:?}", a.log_format).to_lowercase())),
         ),
         ("log_level", set(quoted(&a.log_level))),
-        ("kafka_password_file", path(&a.kafka_password_file)),
+        (
+            "kafka_password_file",
+            path(&a.kafka_files.files.password_file),
+        ),
     ];
     write_entries(out, process);
 }
@@ -174,6 +177,7 @@ fn kafka_properties(out: &mut String, a: &RunArgs) {
 fn pipeline_settings(out: &mut String, name: &str, p: &RunArgs) {
     let _ = writeln!(out, "\n[[pipeline]]\nname = {}", quoted(name));
     let exactly_once = p.delivery == crate::cli::Delivery::ExactlyOnce;
+    let ch = &p.clickhouse_files.files;
     let fields = vec![
         ("topics", list(&p.topics)),
         ("table", set(quoted(&p.table))),
@@ -184,10 +188,10 @@ fn pipeline_settings(out: &mut String, name: &str, p: &RunArgs) {
         ("shard_key", list(&p.shard_key)),
         ("user", opt(p.user.clone())),
         ("password", secret(p.password.as_ref())),
-        ("password_file", path(&p.password_file)),
-        ("clickhouse_ca", path(&p.clickhouse_ca)),
-        ("clickhouse_cert", path(&p.clickhouse_cert)),
-        ("clickhouse_key", path(&p.clickhouse_key)),
+        ("password_file", path(&ch.password_file)),
+        ("clickhouse_ca", path(&ch.ca)),
+        ("clickhouse_cert", path(&ch.cert)),
+        ("clickhouse_key", path(&ch.key)),
         ("strict", set(p.strict)),
         ("rename", renames(&p.rename)),
         ("on_error", set(quoted(p.on_error.as_str()))),
@@ -275,7 +279,7 @@ fn masked_url(u: &str) -> String {
 
 /// The message-format keys (issue 18), the registry's secrets masked.
 fn format_settings(out: &mut String, p: &RunArgs) {
-    let tls = &p.registry_tls;
+    let tls = &p.registry_files.files;
     let fields = vec![
         (
             "format",
@@ -293,13 +297,10 @@ fn format_settings(out: &mut String, p: &RunArgs) {
             "schema_registry_password",
             secret(p.schema_registry_password.as_ref()),
         ),
-        (
-            "schema_registry_password_file",
-            path(&tls.schema_registry_password_file),
-        ),
-        ("schema_registry_ca", path(&tls.schema_registry_ca)),
-        ("schema_registry_cert", path(&tls.schema_registry_cert)),
-        ("schema_registry_key", path(&tls.schema_registry_key)),
+        ("schema_registry_password_file", path(&tls.password_file)),
+        ("schema_registry_ca", path(&tls.ca)),
+        ("schema_registry_cert", path(&tls.cert)),
+        ("schema_registry_key", path(&tls.key)),
         ("protobuf_descriptor", opt(p.protobuf_descriptor.clone())),
         ("protobuf_message", opt(p.protobuf_message.clone())),
     ];

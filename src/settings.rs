@@ -6,11 +6,12 @@
 //!
 //! Pure functions of the parsed flags, called on the main thread.
 
-use crate::cli::{Compression, InsertFormat, MessageFormat, RegistryTlsArgs, RunArgs};
+use crate::cli::{Compression, InsertFormat, MessageFormat, RunArgs};
 use crate::exit::Exit;
+use crate::tls_files::{Registry, TlsFlags};
 use spate_clickhouse::{
     ChClientOptions, CsvOptions, FormatSpec, ProtobufSource, RegistryConfig, RetryPolicy,
-    SchemaRegistry, Secret, SinkSpec, TableRef, TlsFiles, Topology, TopologySource,
+    SchemaRegistry, Secret, SinkSpec, TableRef, Topology, TopologySource,
 };
 use spate_kafka::KafkaSourceConfig;
 use std::collections::HashMap;
@@ -52,8 +53,7 @@ pub(crate) fn validate(args: &RunArgs) -> Result<Validated, Exit> {
     let table = TableRef::parse(&args.table).map_err(|e| Exit::usage(e.to_string()))?;
     let password = secrets(args)?;
     let mut kafka = kafka_config(args)?;
-    if let Some(path) = &args.kafka_password_file {
-        let pw = crate::secret::read_file("--kafka-password-file", path)?;
+    if let Some(pw) = args.kafka_files.password(None)? {
         kafka.properties.push(("sasl.password".into(), pw));
     }
     kafka.validate().map_err(|e| Exit::usage(e.to_string()))?;
@@ -95,14 +95,7 @@ fn secrets(args: &RunArgs) -> Result<Option<Secret>, Exit> {
             crate::secret::register(v);
         }
     }
-    let password = match (&args.password, &args.password_file) {
-        (Some(p), _) => Some(p.clone()),
-        (None, Some(path)) => Some(crate::secret::read_file("--password-file", path)?),
-        (None, None) => None,
-    };
-    if let Some(p) = &password {
-        crate::secret::register(p);
-    }
+    let password = args.clickhouse_files.password(args.password.as_ref())?;
     Ok(password.map(Secret::new))
 }
 
@@ -150,11 +143,7 @@ pub(crate) fn sink_spec(a: &RunArgs, v: &Validated) -> SinkSpec {
         renames: a.rename.clone(),
         user: a.user.clone(),
         password: v.password.clone(),
-        tls: TlsFiles {
-            ca: a.clickhouse_ca.clone(),
-            cert: a.clickhouse_cert.clone(),
-            key: a.clickhouse_key.clone(),
-        },
+        tls: a.clickhouse_files.files.tls(),
         table: v.table.clone(),
         strict: a.strict,
         client: ChClientOptions {
@@ -209,8 +198,8 @@ fn registry(a: &RunArgs) -> Result<SchemaRegistry, Exit> {
     let cfg = registry_config(
         url,
         a.schema_registry_user.clone(),
-        a.schema_registry_password.clone(),
-        &a.registry_tls,
+        a.schema_registry_password.as_ref(),
+        &a.registry_files,
     )?;
     SchemaRegistry::new(&cfg).map_err(|e| Exit::usage(e.to_string()))
 }
@@ -221,20 +210,10 @@ fn registry(a: &RunArgs) -> Result<SchemaRegistry, Exit> {
 pub(crate) fn registry_config(
     url: String,
     user: Option<String>,
-    password: Option<String>,
-    files: &RegistryTlsArgs,
+    password: Option<&String>,
+    files: &TlsFlags<Registry>,
 ) -> Result<RegistryConfig, Exit> {
-    let password = match (password, &files.schema_registry_password_file) {
-        (Some(p), _) => Some(p),
-        (None, Some(path)) => Some(crate::secret::read_file(
-            "--schema-registry-password-file",
-            path,
-        )?),
-        (None, None) => None,
-    };
-    if let Some(p) = &password {
-        crate::secret::register(p);
-    }
+    let password = files.password(password)?;
     let authority = url.split_once("://").map_or("", |(_, r)| r);
     let authority = authority.split('/').next().unwrap_or("");
     if let Some((info, _)) = authority.rsplit_once('@') {
@@ -246,11 +225,7 @@ pub(crate) fn registry_config(
         url,
         user,
         password,
-        tls: TlsFiles {
-            ca: files.schema_registry_ca.clone(),
-            cert: files.schema_registry_cert.clone(),
-            key: files.schema_registry_key.clone(),
-        },
+        tls: files.files.tls(),
     })
 }
 
@@ -562,7 +537,7 @@ mod tests {
             a.schema_registry.clone().unwrap(),
             None,
             None,
-            &a.registry_tls,
+            &a.registry_files,
         )
         .unwrap();
         std::fs::remove_file(&pw).unwrap();
@@ -580,10 +555,10 @@ mod tests {
             "http://r".into(),
             None,
             None,
-            &RegistryTlsArgs {
-                schema_registry_password_file: Some("/nonexistent/pw".into()),
-                ..RegistryTlsArgs::default()
-            },
+            &TlsFlags::new(crate::tls_files::TlsFiles {
+                password_file: Some("/nonexistent/pw".into()),
+                ..Default::default()
+            }),
         )
         .unwrap_err();
         assert!(e
