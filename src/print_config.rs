@@ -10,12 +10,12 @@
 //!   (see `crate::config`): secrets belong in the `*_file` settings,
 //!   `SPATE_*` variables or `"${VAR}"` references, not in a printed file.
 //!
-//! A pure function of the parsed flags of every pipeline and what
-//! validating them derived; called on the main thread, prints nothing
-//! itself.
+//! A pure function of the parsed flags of every pipeline and the
+//! process-wide settings `run` starts with (`crate::settings::Process`);
+//! called on the main thread, prints nothing itself.
 
 use crate::cli::{Compression, InsertFormat, RunArgs};
-use crate::settings::Validated;
+use crate::settings::{Derivable, Process};
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -94,19 +94,18 @@ fn write_entries(out: &mut String, entries: Vec<(&str, Entry)>) {
 }
 
 /// The effective configuration as a `--config` file states it, secrets
-/// masked (`--print-config`). Process-wide settings come from the first
-/// pipeline's arguments (they are the same in all of them), the derived
-/// ones from its validation.
-pub(crate) fn effective_config(pipelines: &[(String, RunArgs)], validated: &[Validated]) -> String {
+/// masked (`--print-config`). Process-wide settings are the ones `run`
+/// starts with (`process`, from the first pipeline's flags).
+pub(crate) fn effective_config(pipelines: &[(String, RunArgs)], process: &Process) -> String {
     let mut out = String::from(
         "# effective configuration: flags > SPATE_* environment > --config file\n\
          # derived and unset settings are comments; a secret shows as \"***\", which\n\
          # --config refuses: give it as a *_file setting, SPATE_* variable or \"${VAR}\"\n",
     );
-    let (Some((_, a)), Some(v)) = (pipelines.first(), validated.first()) else {
+    let Some((_, a)) = pipelines.first() else {
         return out;
     };
-    process_settings(&mut out, a, v);
+    process_settings(&mut out, a, process);
     kafka_properties(&mut out, a);
     for (name, p) in pipelines {
         pipeline_settings(&mut out, name, p);
@@ -114,35 +113,40 @@ pub(crate) fn effective_config(pipelines: &[(String, RunArgs)], validated: &[Val
     out
 }
 
+/// A setting spate may derive: `key = value` when given, else a comment.
+fn derivable<T>(d: Derivable<T>, show: impl Fn(T) -> String, how: &'static str) -> Entry {
+    if d.derived {
+        Entry::Derived(Some(show(d.value)), how)
+    } else {
+        Entry::Set(show(d.value))
+    }
+}
+
 /// The top-level keys: what the process shares over its pipelines.
-fn process_settings(out: &mut String, a: &RunArgs, v: &Validated) {
-    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+fn process_settings(out: &mut String, a: &RunArgs, p: &Process) {
     let process = vec![
         ("brokers", set(quoted(&a.brokers))),
         ("group", set(quoted(&a.group))),
-        ("until_end", set(a.until_end)),
+        ("until_end", set(p.until_end)),
         (
             "drivers",
-            a.drivers
-                .map_or(Entry::Derived(Some(cores.to_string()), "one per core"), set),
+            derivable(p.drivers, |d| d.to_string(), "one per core"),
         ),
-        ("max_buffered_bytes", set(a.max_buffered_bytes)),
-        ("commit_interval", set(duration(a.commit_interval))),
-        ("shutdown_timeout", set(duration(a.shutdown_timeout))),
+        ("max_buffered_bytes", set(p.max_buffered_bytes)),
+        ("commit_interval", set(duration(p.commit_interval))),
+        ("shutdown_timeout", set(duration(p.shutdown_timeout))),
         (
             "revoke_timeout",
-            a.revoke_timeout.map_or(
-                Entry::Derived(
-                    Some(duration(v.kafka.revoke_timeout)),
-                    "a third of session.timeout.ms, at most 10s",
-                ),
-                |d| set(duration(d)),
+            derivable(
+                p.revoke_timeout,
+                duration,
+                "a third of session.timeout.ms, at most 10s",
             ),
         ),
-        ("admin_addr", opt(a.admin_addr.map(|x| x.to_string()))),
-        ("probe_interval", set(duration(a.probe_interval))),
-        ("stats_interval", set(duration(a.stats_interval))),
-        ("stall_timeout", set(duration(a.stall_timeout))),
+        ("admin_addr", opt(p.admin_addr.map(|x| x.to_string()))),
+        ("probe_interval", set(duration(p.probe_interval))),
+        ("stats_interval", set(duration(p.stats_interval))),
+        ("stall_timeout", set(duration(p.stall_timeout))),
         (
             "log_format",
             set(quoted(&format!("{:?}", a.log_format).to_lowercase())),
@@ -325,7 +329,8 @@ mod tests {
 
     fn printed(pipelines: Vec<(String, RunArgs)>) -> String {
         let validated = crate::settings::validate_pipelines(&pipelines).unwrap();
-        effective_config(&pipelines, &validated)
+        let process = crate::settings::process(&pipelines[0].1, &validated[0]);
+        effective_config(&pipelines, &process)
     }
 
     #[test]

@@ -29,6 +29,87 @@ pub(crate) struct Validated {
     pub format: FormatSpec,
 }
 
+/// A value spate may derive: what the flags gave, or what spate derived
+/// for a setting left to it (`--print-config` prints the latter as a
+/// comment).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Derivable<T> {
+    pub value: T,
+    /// Whether spate derived it (no flag, variable or config key set it).
+    pub derived: bool,
+}
+
+impl<T> Derivable<T> {
+    fn from(given: Option<T>, derive: impl FnOnce() -> T) -> Self {
+        match given {
+            Some(value) => Self {
+                value,
+                derived: false,
+            },
+            None => Self {
+                value: derive(),
+                derived: true,
+            },
+        }
+    }
+}
+
+/// What the pipelines of one process share (the top level of a `--config`
+/// file): the first pipeline's flags, and what spate derives for the ones
+/// left to it. `run` starts the runtime with these and `--print-config`
+/// prints these, so the printed values are the ones run uses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Process {
+    /// Driver threads (`--drivers`; one per core).
+    pub drivers: Derivable<usize>,
+    /// Stop at the end of every partition (`--until-end`).
+    pub until_end: bool,
+    /// Memory budget of queued and in-flight batches (`--max-buffered-bytes`).
+    pub max_buffered_bytes: usize,
+    /// How often acknowledged offsets are committed (`--commit-interval`).
+    pub commit_interval: Duration,
+    /// Budget of the whole shutdown (`--shutdown-timeout`).
+    pub shutdown_timeout: Duration,
+    /// Budget of one revocation (`--revoke-timeout`; a third of
+    /// session.timeout.ms, at most 10 s).
+    pub revoke_timeout: Derivable<Duration>,
+    /// Address of /metrics, /healthz and /readyz (`--admin-addr`).
+    pub admin_addr: Option<std::net::SocketAddr>,
+    /// How often /readyz probes the replicas (`--probe-interval`).
+    pub probe_interval: Duration,
+    /// How often the summary line is logged (`--stats-interval`).
+    pub stats_interval: Duration,
+    /// When a stuck loop or a retried insert counts as a stall
+    /// (`--stall-timeout`).
+    pub stall_timeout: Duration,
+    /// Under `--until-end`: end a member that holds no partition this long
+    /// after joining (one session timeout).
+    pub idle_exit: Option<Duration>,
+}
+
+/// The process-wide settings, from the first pipeline's flags and their
+/// validation.
+pub(crate) fn process(args: &RunArgs, v: &Validated) -> Process {
+    let cores = || std::thread::available_parallelism().map_or(1, usize::from);
+    Process {
+        drivers: Derivable::from(args.drivers, cores),
+        until_end: args.until_end,
+        max_buffered_bytes: args.max_buffered_bytes,
+        commit_interval: args.commit_interval,
+        shutdown_timeout: args.shutdown_timeout,
+        revoke_timeout: Derivable::from(args.revoke_timeout, || v.kafka.revoke_timeout),
+        admin_addr: args.admin_addr,
+        probe_interval: args.probe_interval,
+        stats_interval: args.stats_interval,
+        stall_timeout: args.stall_timeout,
+        idle_exit: args
+            .until_end
+            .then(|| v.kafka.session_timeout_ms().ok())
+            .flatten()
+            .map(Duration::from_millis),
+    }
+}
+
 /// Validate every pipeline of one process (`spate run`): each one's
 /// flags, and that no topic feeds two pipelines.
 pub(crate) fn validate_pipelines(pipelines: &[(String, RunArgs)]) -> Result<Vec<Validated>, Exit> {
@@ -389,6 +470,47 @@ mod tests {
             "dl",
         ]);
         assert!(validate(&ok).is_ok());
+    }
+
+    /// The process-wide settings: what the flags give, or what spate
+    /// derives, marked as derived.
+    #[test]
+    fn process_settings_say_what_spate_derived() {
+        let a = run_args(&["--topic", "t", "-X", "session.timeout.ms=9000"]);
+        let p = process(&a, &validate(&a).unwrap());
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        assert_eq!(
+            p.drivers,
+            Derivable {
+                value: cores,
+                derived: true
+            }
+        );
+        assert_eq!(
+            p.revoke_timeout,
+            Derivable {
+                value: Duration::from_secs(3),
+                derived: true
+            }
+        );
+        assert_eq!(p.idle_exit, None);
+        let a = run_args(&[
+            "--topic",
+            "t",
+            "--drivers",
+            "3",
+            "--revoke-timeout",
+            "2s",
+            "--until-end",
+        ]);
+        let p = process(&a, &validate(&a).unwrap());
+        assert_eq!((p.drivers.value, p.drivers.derived), (3, false));
+        assert_eq!(
+            (p.revoke_timeout.value, p.revoke_timeout.derived),
+            (Duration::from_secs(2), false)
+        );
+        // One default session timeout (45 s).
+        assert_eq!(p.idle_exit, Some(Duration::from_secs(45)));
     }
 
     #[test]
