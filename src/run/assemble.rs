@@ -86,16 +86,9 @@ fn run_once(
         .map_err(|e| Exit::failed(format!("starting the I/O runtime: {e}")))?;
     let metrics = Arc::new(Metrics::new());
     let acks = ack_channel();
-    let drivers = process.drivers.value;
     let prepared = sinks::prepare_all(&io, pipelines, validated, &metrics)?;
     let sinks = sinks::spawn_all(
-        prepared,
-        pipelines,
-        process.max_buffered_bytes,
-        drivers,
-        &io,
-        &acks.0,
-        &metrics,
+        prepared, pipelines, validated, process, &io, &acks.0, &metrics,
     )?;
     let sink_options = SinkOptions {
         limits: sinks.routes[0].limits,
