@@ -418,4 +418,34 @@ mod tests {
             .collect();
         assert!(missing.is_empty(), "not printed: {missing:?}\n{out}");
     }
+
+    /// A pipeline setting is printed in each `[[pipeline]]` table and a
+    /// process-wide one at the top level, as `--config` takes them
+    /// (`config::PIPELINE_KEYS`): read back, a pipeline's value at the top
+    /// level would become every pipeline's.
+    #[test]
+    fn every_setting_is_printed_at_its_level() {
+        let a = run_args(&["--topic", "t", "--clickhouse-url", "http://b:8123"]);
+        let out = printed(vec![("one".into(), a)]);
+        let (top, pipeline) = out.split_once("\n[[pipeline]]\n").unwrap();
+        let top = top.split("\n[kafka]\n").next().unwrap();
+        let key = |line: &str| {
+            let l = line.trim_start_matches("# ");
+            l.split([' ', ':']).next().unwrap_or("").to_owned()
+        };
+        for line in top.lines().filter(|l| !l.is_empty()).skip(3) {
+            let k = key(line);
+            assert!(
+                !crate::config::PIPELINE_KEYS.contains(&k.as_str()),
+                "pipeline setting {k} printed at the top level"
+            );
+        }
+        for line in pipeline.lines().filter(|l| !l.is_empty()) {
+            let k = key(line);
+            assert!(
+                k == "name" || crate::config::PIPELINE_KEYS.contains(&k.as_str()),
+                "process-wide setting {k} printed in a [[pipeline]]"
+            );
+        }
+    }
 }
