@@ -2,11 +2,11 @@
 //! environment variable `SPATE_<FLAG>`; flags win over the environment.
 
 use crate::events::Schema;
+use crate::tls_files::{ClickHouse, Kafka, Registry, TlsFlags};
 use crate::units::{parse_bytes, parse_duration, parse_property, parse_rename};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 /// spate: Kafka to ClickHouse, at-least-once, committed only up to what
@@ -168,42 +168,12 @@ pub struct RunArgs {
     /// ClickHouse password.
     #[arg(long, env = "SPATE_PASSWORD", hide_env_values = true)]
     pub password: Option<String>,
-    /// File holding the ClickHouse password (its first line; the
-    /// trailing newline is dropped): keeps it out of `ps` and the
-    /// environment. Instead of --password.
-    #[arg(
-        long,
-        env = "SPATE_PASSWORD_FILE",
-        value_name = "FILE",
-        conflicts_with = "password"
-    )]
-    pub password_file: Option<PathBuf>,
-    /// PEM file of CA certificates trusted for https:// URLs, in addition
-    /// to the system's root certificates (a private CA). Verification of
-    /// the server's certificate cannot be turned off.
-    #[arg(long, env = "SPATE_CLICKHOUSE_CA", value_name = "FILE")]
-    pub clickhouse_ca: Option<PathBuf>,
-    /// Client certificate (PEM, the chain) for mutual TLS with ClickHouse;
-    /// needs --clickhouse-key.
-    #[arg(
-        long,
-        env = "SPATE_CLICKHOUSE_CERT",
-        value_name = "FILE",
-        requires = "clickhouse_key"
-    )]
-    pub clickhouse_cert: Option<PathBuf>,
-    /// Private key (PEM) of --clickhouse-cert.
-    #[arg(
-        long,
-        env = "SPATE_CLICKHOUSE_KEY",
-        value_name = "FILE",
-        requires = "clickhouse_cert"
-    )]
-    pub clickhouse_key: Option<PathBuf>,
-    /// File holding the Kafka SASL password (its first line), set as
-    /// librdkafka's sasl.password: instead of -X sasl.password=...
-    #[arg(long, env = "SPATE_KAFKA_PASSWORD_FILE", value_name = "FILE")]
-    pub kafka_password_file: Option<PathBuf>,
+    // --password-file and --clickhouse-{ca,cert,key}
+    #[command(flatten)]
+    pub clickhouse_files: TlsFlags<ClickHouse>,
+    // --kafka-password-file
+    #[command(flatten)]
+    pub kafka_files: TlsFlags<Kafka>,
     /// Bounded run: stop each partition at its end (partition EOF), flush,
     /// commit, and exit 0 once everything is acknowledged. A member that
     /// holds no partition for one session timeout (session.timeout.ms,
@@ -258,8 +228,9 @@ pub struct RunArgs {
     /// Schema registry basic-auth password.
     #[arg(long, env = "SPATE_SCHEMA_REGISTRY_PASSWORD", hide_env_values = true)]
     pub schema_registry_password: Option<String>,
+    // --schema-registry-{password-file,ca,cert,key}
     #[command(flatten)]
-    pub registry_tls: RegistryTlsArgs,
+    pub registry_files: TlsFlags<Registry>,
     /// --format protobuf without a registry: a serialized FileDescriptorSet
     /// (`protoc --include_imports -o FILE`); messages are plain, not framed.
     #[arg(
@@ -441,8 +412,9 @@ pub struct GenArgs {
     /// Schema registry basic-auth password.
     #[arg(long, env = "SPATE_SCHEMA_REGISTRY_PASSWORD", hide_env_values = true)]
     pub schema_registry_password: Option<String>,
+    // --schema-registry-{password-file,ca,cert,key}
     #[command(flatten)]
-    pub registry_tls: RegistryTlsArgs,
+    pub registry_files: TlsFlags<Registry>,
     /// Subject the schema is registered under [default: TOPIC-value, the
     /// Confluent TopicNameStrategy].
     #[arg(long, env = "SPATE_GEN_SUBJECT")]
@@ -458,43 +430,6 @@ pub enum GenFormat {
     Avro,
     /// Protobuf, Confluent wire format (the `.proto` registered).
     Protobuf,
-}
-
-/// The schema registry's password file and TLS files (`spate run`,
-/// `check` and `gen`; issue 18), following the `--clickhouse-ca` flags.
-#[derive(Debug, Default, Args)]
-pub struct RegistryTlsArgs {
-    /// File holding the schema registry password (its first line):
-    /// instead of --schema-registry-password.
-    #[arg(
-        long,
-        env = "SPATE_SCHEMA_REGISTRY_PASSWORD_FILE",
-        value_name = "FILE",
-        conflicts_with = "schema_registry_password"
-    )]
-    pub schema_registry_password_file: Option<PathBuf>,
-    /// PEM file of CA certificates trusted for an https:// schema registry,
-    /// in addition to the system's root certificates. Verification of the
-    /// registry's certificate cannot be turned off.
-    #[arg(long, env = "SPATE_SCHEMA_REGISTRY_CA", value_name = "FILE")]
-    pub schema_registry_ca: Option<PathBuf>,
-    /// Client certificate (PEM, the chain) for mutual TLS with the schema
-    /// registry; needs --schema-registry-key.
-    #[arg(
-        long,
-        env = "SPATE_SCHEMA_REGISTRY_CERT",
-        value_name = "FILE",
-        requires = "schema_registry_key"
-    )]
-    pub schema_registry_cert: Option<PathBuf>,
-    /// Private key (PEM) of --schema-registry-cert.
-    #[arg(
-        long,
-        env = "SPATE_SCHEMA_REGISTRY_KEY",
-        value_name = "FILE",
-        requires = "schema_registry_cert"
-    )]
-    pub schema_registry_key: Option<PathBuf>,
 }
 
 fn parse_on_error(s: &str) -> Result<spate_core::policy::OnError, String> {

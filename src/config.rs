@@ -38,12 +38,13 @@
 //! an unset variable is an error naming it (see `crate::secret`).
 
 use crate::exit::Exit;
+use crate::print_config::MASK;
 use clap::{ArgAction, CommandFactory};
 use std::collections::BTreeSet;
 use toml_edit::{Item, Table, Value};
 
 /// Settings a `[[pipeline]]` may set (and the top level may default).
-const PIPELINE_KEYS: &[&str] = &[
+pub(crate) const PIPELINE_KEYS: &[&str] = &[
     "topics",
     "table",
     "clickhouse_url",
@@ -90,6 +91,23 @@ const PIPELINE_KEYS: &[&str] = &[
     "protobuf_descriptor",
     "protobuf_message",
 ];
+
+/// Settings whose value is a secret, and the ways to give it instead of
+/// `--print-config`'s mask.
+const SECRET_SETTINGS: &[(&str, &str)] = &[
+    ("password", "password_file, SPATE_PASSWORD or \"${VAR}\""),
+    (
+        "schema_registry_password",
+        "schema_registry_password_file, SPATE_SCHEMA_REGISTRY_PASSWORD or \"${VAR}\"",
+    ),
+];
+
+/// The password of a URL's `user:password@`, if it has one.
+fn url_password(url: &str) -> Option<&str> {
+    let authority = url.split_once("://")?.1.split('/').next()?;
+    let (info, _) = authority.rsplit_once('@')?;
+    Some(info.split_once(':')?.1)
+}
 
 /// One way to name the servers; a pipeline or the command line that sets
 /// one of them replaces all three from a lower level.
@@ -314,6 +332,47 @@ impl File<'_> {
         crate::secret::interpolate(value).map_err(|e| self.error(table, key, item, &e.to_string()))
     }
 
+    /// A secret's value that is `--print-config`'s mask, not a secret: an
+    /// error naming the key and the ways to give the secret instead
+    /// (`kafka`: a key of the `[kafka]` table).
+    fn refuse_mask(
+        &self,
+        table: &Table,
+        key: &str,
+        item: &Item,
+        value: &str,
+        kafka: bool,
+    ) -> Result<(), Exit> {
+        let instead = if kafka {
+            if value != MASK || !crate::secret::is_secret_key(key) {
+                return Ok(());
+            }
+            if key == "sasl.password" {
+                "kafka_password_file, SPATE_KAFKA_PASSWORD_FILE or \"${VAR}\""
+            } else {
+                "SPATE_PROPERTY or \"${VAR}\""
+            }
+        } else if key == "schema_registry" {
+            if url_password(value) != Some(MASK) {
+                return Ok(());
+            }
+            "schema_registry_password_file or SPATE_SCHEMA_REGISTRY_PASSWORD, not in the URL"
+        } else {
+            match SECRET_SETTINGS.iter().find(|(k, _)| *k == key) {
+                Some((_, instead)) if value == MASK => instead,
+                _ => return Ok(()),
+            }
+        };
+        Err(self.error(
+            table,
+            key,
+            item,
+            &format!(
+                "is \"{MASK}\", the mask --print-config shows for a secret, not the secret: give it as {instead}"
+            ),
+        ))
+    }
+
     /// Every key must be a setting allowed at this level.
     fn check_keys(&self, table: &Table, in_pipeline: bool) -> Result<(), Exit> {
         for (key, item) in table.iter() {
@@ -418,6 +477,7 @@ impl File<'_> {
             let Some(value) = scalar(v) else {
                 return Err(self.error(t, k, v, "must be a string, number or boolean"));
             };
+            self.refuse_mask(t, k, v, &value, true)?;
             let v = self.interpolate(t, k, v, &value)?;
             argv.push("-X".into());
             argv.push(format!("{k}={v}"));
@@ -463,6 +523,7 @@ impl File<'_> {
                 .ok_or_else(|| self.error(table, key, item, "must be a string, number or list"))?],
         };
         for v in values {
+            self.refuse_mask(table, key, item, &v, false)?;
             let v = self.interpolate(table, key, item, &v)?;
             argv.push(format!("{}={v}", arg.flag()));
         }
@@ -471,290 +532,4 @@ impl File<'_> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::Write as _;
-
-    fn file(text: &str) -> tempfile_path::TempPath {
-        tempfile_path::TempPath::with(text)
-    }
-
-    /// A file removed on drop (no tempfile crate needed).
-    mod tempfile_path {
-        pub struct TempPath(pub String);
-        impl TempPath {
-            pub fn with(text: &str) -> Self {
-                use std::sync::atomic::{AtomicU64, Ordering};
-                static N: AtomicU64 = AtomicU64::new(0);
-                let p = std::env::temp_dir().join(format!(
-                    "spate-config-test-{}-{}.toml",
-                    std::process::id(),
-                    N.fetch_add(1, Ordering::Relaxed)
-                ));
-                std::fs::write(&p, text).unwrap();
-                TempPath(p.to_string_lossy().into_owned())
-            }
-        }
-        impl Drop for TempPath {
-            fn drop(&mut self) {
-                let _ = std::fs::remove_file(&self.0);
-            }
-        }
-    }
-
-    fn argv(extra: &[&str]) -> Vec<String> {
-        ["spate", "run"]
-            .iter()
-            .chain(extra)
-            .map(|s| s.to_string())
-            .collect()
-    }
-
-    #[test]
-    fn values_reference_environment_variables() {
-        std::env::set_var("SPATE_TEST_CFG_KAFKA_PW", "from-env-pw");
-        let f = file(
-            r#"
-brokers = "k:9092"
-group = "g"
-password = "${SPATE_TEST_CFG_KAFKA_PW}"
-[kafka]
-"sasl.password" = "${SPATE_TEST_CFG_KAFKA_PW}"
-"#,
-        );
-        let out = expand(argv(&["--config", &f.0])).unwrap();
-        let a = &out[0].argv;
-        assert!(a.contains(&"--password=from-env-pw".to_string()), "{a:?}");
-        assert!(
-            a.contains(&"sasl.password=from-env-pw".to_string()),
-            "{a:?}"
-        );
-        let f =
-            file("brokers = \"k\"\n[kafka]\n\"sasl.password\" = \"${SPATE_TEST_CFG_UNSET_VAR}\"\n");
-        let e = expand(argv(&["--config", &f.0])).unwrap_err();
-        assert_eq!(e.code(), 2);
-        assert!(
-            e.message().contains("key `sasl.password` (line 3) references ${SPATE_TEST_CFG_UNSET_VAR}, which is not set"),
-            "{}",
-            e.message()
-        );
-    }
-
-    #[test]
-    fn schema_registry_tls_keys_become_their_flags() {
-        std::env::set_var("SPATE_TEST_CFG_REGISTRY_PW", "reg-env-pw");
-        let f = file(
-            r#"
-brokers = "k:9092"
-group = "g"
-format = "avro"
-schema_registry = "https://reg:8081"
-schema_registry_password = "${SPATE_TEST_CFG_REGISTRY_PW}"
-schema_registry_ca = "/etc/reg/ca.pem"
-schema_registry_cert = "/etc/reg/c.pem"
-schema_registry_key = "/etc/reg/k.pem"
-"#,
-        );
-        let out = expand(argv(&["--config", &f.0])).unwrap();
-        let a = &out[0].argv;
-        for want in [
-            "--schema-registry-password=reg-env-pw",
-            "--schema-registry-ca=/etc/reg/ca.pem",
-            "--schema-registry-cert=/etc/reg/c.pem",
-            "--schema-registry-key=/etc/reg/k.pem",
-        ] {
-            assert!(a.contains(&want.to_string()), "{want} not in {a:?}");
-        }
-    }
-
-    #[test]
-    fn renames_are_a_table_per_pipeline() {
-        let f = file(
-            r#"
-brokers = "k:9092"
-[[pipeline]]
-topics = ["ta"]
-table = "db.a"
-rename = { user_id = "/user/id", cc = "/geo/cc" }
-[[pipeline]]
-topics = ["tb"]
-table = "db.b"
-[pipeline.rename]
-x = "/a~1b"
-"#,
-        );
-        let out = expand(argv(&["--config", &f.0])).unwrap();
-        let a = out[0].argv.join(" ");
-        assert!(
-            a.contains("--rename=user_id=/user/id --rename=cc=/geo/cc"),
-            "{a}"
-        );
-        let b = out[1].argv.join(" ");
-        assert!(
-            b.contains("--rename=x=/a~1b") && !b.contains("user_id"),
-            "{b}"
-        );
-        let bad = file("rename = { a = [1] }\n");
-        let e = expand(argv(&["--config", &bad.0])).unwrap_err();
-        assert!(format!("{e:?}").contains("rename"), "{e:?}");
-    }
-
-    #[test]
-    fn without_config_argv_is_unchanged() {
-        let a = argv(&["--brokers", "b"]);
-        let out = expand(a.clone()).unwrap();
-        assert_eq!(out.len(), 1);
-        assert_eq!(out[0].argv, a);
-    }
-
-    /// Each pipeline has its own error policy; the top level is the default.
-    #[test]
-    fn the_error_policy_is_per_pipeline() {
-        let f = file(
-            r#"
-brokers = "k:9092"
-group = "g"
-on_error = "skip"
-[[pipeline]]
-topics = ["ta"]
-table = "db.a"
-clickhouse_url = "http://ch:8123"
-[[pipeline]]
-topics = ["tb"]
-table = "db.b"
-clickhouse_url = "http://ch:8123"
-on_error = "dead-letter"
-dead_letter_topic = "tb-dlq"
-tombstones_are_errors = true
-max_rejected_ratio = 0.5
-"#,
-        );
-        let out = expand(argv(&["--config", &f.0])).unwrap();
-        let a = out[0].argv.join(" ");
-        assert!(a.contains("--on-error=skip") && !a.contains("dead"), "{a}");
-        let b = out[1].argv.join(" ");
-        for needle in [
-            "--on-error=dead-letter",
-            "--dead-letter-topic=tb-dlq",
-            "--tombstones-are-errors",
-            "--max-rejected-ratio=0.5",
-        ] {
-            assert!(b.contains(needle), "{needle}: {b}");
-        }
-        assert!(
-            !b.contains("--on-error=skip"),
-            "the pipeline's value wins: {b}"
-        );
-    }
-
-    #[test]
-    fn pipelines_inherit_the_top_level_and_flags_come_last() {
-        let f = file(
-            r#"
-brokers = "k:9092"
-group = "g"
-batch_rows = 5000
-strict = true
-[kafka]
-"session.timeout.ms" = 6000
-[[pipeline]]
-name = "a"
-topics = ["ta"]
-table = "db.a"
-clickhouse_url = "http://ch:8123"
-[[pipeline]]
-topics = ["tb", "tc"]
-table = "db.b"
-batch_rows = 7
-shards = ["http://s1:8123", "http://s2:8123"]
-"#,
-        );
-        let out = expand(argv(&["--config", &f.0])).unwrap();
-        assert_eq!(out.len(), 2);
-        assert_eq!(out[0].name, "a");
-        assert_eq!(out[1].name, "pipeline-2");
-        let a = out[0].argv.join(" ");
-        assert!(
-            a.starts_with("spate run --brokers=k:9092 --group=g --batch-rows=5000 --strict"),
-            "{a}"
-        );
-        assert!(a.contains("--topic=ta --table=db.a --clickhouse-url=http://ch:8123 -X session.timeout.ms=6000"), "{a}");
-        let b = out[1].argv.join(" ");
-        assert!(
-            b.contains("--topic=tb --topic=tc")
-                && b.contains("--shard=http://s1:8123 --shard=http://s2:8123"),
-            "{b}"
-        );
-        assert!(
-            b.contains("--batch-rows=7") && !b.contains("--batch-rows=5000"),
-            "the pipeline's own value replaces the top level's: {b}"
-        );
-        // A flag replaces the file's value at every level.
-        let out = expand(argv(&["--config", &f.0, "--batch-rows", "9"])).unwrap();
-        for p in &out {
-            let a = p.argv.join(" ");
-            assert!(
-                !a.contains("--batch-rows=")
-                    && a.ends_with(&format!("--config {} --batch-rows 9", f.0)),
-                "{a}"
-            );
-        }
-    }
-
-    #[test]
-    fn unknown_and_misplaced_keys_name_key_and_line() {
-        let f = file("brokers = \"k\"\n\nbatch_rowz = 5\n");
-        let e = expand(argv(&["--config", &f.0])).unwrap_err();
-        assert_eq!(e.code(), 2);
-        assert!(
-            e.message()
-                .contains("`batch_rowz` (line 3) is not a setting"),
-            "{}",
-            e.message()
-        );
-        let f = file("[[pipeline]]\ntopics = [\"t\"]\ngroup = \"g\"\n");
-        let e = expand(argv(&["--config", &f.0])).unwrap_err();
-        assert!(
-            e.message().contains("`group` (line 3) is process-wide"),
-            "{}",
-            e.message()
-        );
-        let f = file("strict = \"yes\"\n");
-        let e = expand(argv(&["--config", &f.0])).unwrap_err();
-        assert!(
-            e.message()
-                .contains("`strict` (line 1) must be true or false"),
-            "{}",
-            e.message()
-        );
-        let f = file("brokers = [\n");
-        let e = expand(argv(&["--config", &f.0])).unwrap_err();
-        assert_eq!(e.code(), 2, "{}", e.message());
-        let mut missing = std::env::temp_dir();
-        missing.push("spate-no-such-config.toml");
-        let e = expand(argv(&["--config", missing.to_str().unwrap()])).unwrap_err();
-        assert!(
-            e.message().contains("spate-no-such-config.toml"),
-            "{}",
-            e.message()
-        );
-        let _ = std::io::stderr().flush();
-    }
-
-    #[test]
-    fn command_line_topology_replaces_the_file_s() {
-        let f = file("clickhouse_url = \"http://a:8123\"\n[[pipeline]]\ncluster = \"c\"\n");
-        let out = expand(argv(&["--config", &f.0, "--shard", "http://x:1"])).unwrap();
-        let a = out[0].argv.join(" ");
-        assert!(
-            !a.contains("--clickhouse-url=") && !a.contains("--cluster="),
-            "{a}"
-        );
-        let out = expand(argv(&["--config", &f.0])).unwrap();
-        let a = out[0].argv.join(" ");
-        assert!(
-            a.contains("--cluster=c") && !a.contains("--clickhouse-url="),
-            "the pipeline's topology replaces the top level's: {a}"
-        );
-    }
-}
+mod tests;

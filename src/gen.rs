@@ -125,8 +125,8 @@ fn encoding(args: &GenArgs) -> Result<Encoding, Exit> {
     let registry = crate::settings::registry_config(
         url,
         args.schema_registry_user.clone(),
-        args.schema_registry_password.clone(),
-        &args.registry_tls,
+        args.schema_registry_password.as_ref(),
+        &args.registry_files,
     )?;
     let subject = args
         .subject

@@ -13,6 +13,8 @@ mod cli;
 mod config;
 mod events;
 mod exit;
+#[cfg(test)]
+mod flag_reference;
 mod gen;
 mod kafka_help;
 mod print_config;
@@ -20,6 +22,7 @@ mod run;
 mod secret;
 mod settings;
 mod stats;
+mod tls_files;
 mod units;
 
 use clap::Parser;

@@ -1,59 +1,111 @@
 //! `--print-config`: the effective configuration of `spate run`, written
-//! as a `--config` file would state it, secrets masked.
+//! as a `--config` file states it, so `spate run --config <its output>`
+//! reads it back and prints the same text again.
 //!
-//! A pure function of the parsed flags of every pipeline; called on the
-//! main thread, prints nothing itself.
+//! - a setting given (or defaulted) is a `key = value` line;
+//! - a setting left to spate is a comment with what spate derived, e.g.
+//!   `# drivers = 4  (derived: one per core)`, and an unset one a comment
+//!   `# user: unset`, so reading the output back leaves both as they were;
+//! - a secret is the mask [`MASK`], which `--config` refuses naming the key
+//!   (see `crate::config`): secrets belong in the `*_file` settings,
+//!   `SPATE_*` variables or `"${VAR}"` references, not in a printed file.
+//!
+//! A pure function of the parsed flags of every pipeline and the
+//! process-wide settings `run` starts with (`crate::settings::Process`);
+//! called on the main thread, prints nothing itself.
 
 use crate::cli::{Compression, InsertFormat, RunArgs};
+use crate::settings::{Derivable, Process};
 use std::fmt::Write as _;
+use std::time::Duration;
+
+/// What `--print-config` writes in place of a secret, and what `--config`
+/// refuses as a secret's value.
+pub(crate) const MASK: &str = "***";
+
+/// One setting's line.
+enum Entry {
+    /// Given, or spate's fixed default: `key = value` (a TOML value).
+    Set(String),
+    /// Left to spate, which derives it: a comment with the value, when the
+    /// flags alone decide it, and how it is derived.
+    Derived(Option<String>, &'static str),
+    /// Not set, and nothing stands in for it: a comment.
+    Unset,
+}
 
 /// A TOML string.
 fn quoted(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| format!("{s:?}"))
 }
 
-fn list(items: &[String]) -> String {
-    format!(
+fn list(items: &[String]) -> Entry {
+    Entry::Set(format!(
         "[{}]",
         items
             .iter()
             .map(|s| quoted(s))
             .collect::<Vec<_>>()
             .join(", ")
-    )
+    ))
+}
+
+fn duration(d: Duration) -> String {
+    quoted(&format!("{d:?}"))
 }
 
 fn masked(key: &str, value: &str) -> String {
-    let k = key.to_ascii_lowercase();
-    if crate::secret::SECRET_KEY_WORDS
-        .iter()
-        .any(|w| k.contains(w))
-    {
-        quoted("***")
+    if crate::secret::is_secret_key(key) {
+        quoted(MASK)
     } else {
         quoted(value)
     }
 }
 
+/// A secret setting: masked when set.
+fn secret(v: Option<&String>) -> Entry {
+    v.map_or(Entry::Unset, |_| Entry::Set(quoted(MASK)))
+}
+
 /// A file's path (the path of a secret's file is not a secret).
-fn path(p: &Option<std::path::PathBuf>) -> Option<String> {
-    p.as_ref().map(|p| p.display().to_string())
+fn path(p: &Option<std::path::PathBuf>) -> Entry {
+    p.as_ref().map_or(Entry::Unset, |p| {
+        Entry::Set(quoted(&p.display().to_string()))
+    })
 }
 
-fn opt(v: Option<String>) -> String {
-    v.map_or_else(|| "(unset)".to_string(), |v| quoted(&v))
+fn opt(v: Option<String>) -> Entry {
+    v.map_or(Entry::Unset, |v| Entry::Set(quoted(&v)))
 }
 
-/// The effective configuration as a `--config` file would state it,
-/// secrets masked (`--print-config`). Process-wide settings come from the
-/// first pipeline's arguments (they are the same in all of them).
-pub(crate) fn effective_config(pipelines: &[(String, RunArgs)]) -> String {
-    let mut out =
-        String::from("# effective configuration: flags > SPATE_* environment > --config file\n");
+fn set(v: impl ToString) -> Entry {
+    Entry::Set(v.to_string())
+}
+
+fn write_entries(out: &mut String, entries: Vec<(&str, Entry)>) {
+    for (k, e) in entries {
+        let _ = match e {
+            Entry::Set(v) => writeln!(out, "{k} = {v}"),
+            Entry::Derived(Some(v), how) => writeln!(out, "# {k} = {v}  (derived: {how})"),
+            Entry::Derived(None, how) => writeln!(out, "# {k}: derived, {how}"),
+            Entry::Unset => writeln!(out, "# {k}: unset"),
+        };
+    }
+}
+
+/// The effective configuration as a `--config` file states it, secrets
+/// masked (`--print-config`). Process-wide settings are the ones `run`
+/// starts with (`process`, from the first pipeline's flags).
+pub(crate) fn effective_config(pipelines: &[(String, RunArgs)], process: &Process) -> String {
+    let mut out = String::from(
+        "# effective configuration: flags > SPATE_* environment > --config file\n\
+         # derived and unset settings are comments; a secret shows as \"***\", which\n\
+         # --config refuses: give it as a *_file setting, SPATE_* variable or \"${VAR}\"\n",
+    );
     let Some((_, a)) = pipelines.first() else {
         return out;
     };
-    process_settings(&mut out, a);
+    process_settings(&mut out, a, process);
     kafka_properties(&mut out, a);
     for (name, p) in pipelines {
         pipeline_settings(&mut out, name, p);
@@ -61,45 +113,51 @@ pub(crate) fn effective_config(pipelines: &[(String, RunArgs)]) -> String {
     out
 }
 
+/// A setting spate may derive: `key = value` when given, else a comment.
+fn derivable<T>(d: Derivable<T>, show: impl Fn(T) -> String, how: &'static str) -> Entry {
+    if d.derived {
+        Entry::Derived(Some(show(d.value)), how)
+    } else {
+        Entry::Set(show(d.value))
+    }
+}
+
 /// The top-level keys: what the process shares over its pipelines.
-fn process_settings(out: &mut String, a: &RunArgs) {
-    let process = [
-        ("brokers", quoted(&a.brokers)),
-        ("group", quoted(&a.group)),
-        ("until_end", a.until_end.to_string()),
+fn process_settings(out: &mut String, a: &RunArgs, p: &Process) {
+    let process = vec![
+        ("brokers", set(quoted(&a.brokers))),
+        ("group", set(quoted(&a.group))),
+        ("until_end", set(p.until_end)),
         (
             "drivers",
-            a.drivers
-                .map_or_else(|| "(one per core)".into(), |d| d.to_string()),
+            derivable(p.drivers, |d| d.to_string(), "one per core"),
         ),
-        ("max_buffered_bytes", a.max_buffered_bytes.to_string()),
-        (
-            "commit_interval",
-            quoted(&format!("{:?}", a.commit_interval)),
-        ),
-        (
-            "shutdown_timeout",
-            quoted(&format!("{:?}", a.shutdown_timeout)),
-        ),
+        ("max_buffered_bytes", set(p.max_buffered_bytes)),
+        ("commit_interval", set(duration(p.commit_interval))),
+        ("shutdown_timeout", set(duration(p.shutdown_timeout))),
         (
             "revoke_timeout",
-            a.revoke_timeout
-                .map_or_else(|| "(derived)".into(), |d| quoted(&format!("{d:?}"))),
+            derivable(
+                p.revoke_timeout,
+                duration,
+                "a third of session.timeout.ms, at most 10s",
+            ),
         ),
-        ("admin_addr", opt(a.admin_addr.map(|x| x.to_string()))),
-        ("probe_interval", quoted(&format!("{:?}", a.probe_interval))),
-        ("stats_interval", quoted(&format!("{:?}", a.stats_interval))),
-        ("stall_timeout", quoted(&format!("{:?}", a.stall_timeout))),
+        ("admin_addr", opt(p.admin_addr.map(|x| x.to_string()))),
+        ("probe_interval", set(duration(p.probe_interval))),
+        ("stats_interval", set(duration(p.stats_interval))),
+        ("stall_timeout", set(duration(p.stall_timeout))),
         (
             "log_format",
-            quoted(&format!("{:?}", a.log_format).to_lowercase()),
+            set(quoted(&format!("{:?}", a.log_format).to_lowercase())),
         ),
-        ("log_level", quoted(&a.log_level)),
-        ("kafka_password_file", opt(path(&a.kafka_password_file))),
+        ("log_level", set(quoted(&a.log_level))),
+        (
+            "kafka_password_file",
+            path(&a.kafka_files.files.password_file),
+        ),
     ];
-    for (k, v) in process {
-        let _ = writeln!(out, "{k} = {v}");
-    }
+    write_entries(out, process);
 }
 
 /// The `[kafka]` table of `-X` properties, if any.
@@ -122,34 +180,29 @@ fn kafka_properties(out: &mut String, a: &RunArgs) {
 /// One `[[pipeline]]` table.
 fn pipeline_settings(out: &mut String, name: &str, p: &RunArgs) {
     let _ = writeln!(out, "\n[[pipeline]]\nname = {}", quoted(name));
-    let fields = [
+    let exactly_once = p.delivery == crate::cli::Delivery::ExactlyOnce;
+    let ch = &p.clickhouse_files.files;
+    let fields = vec![
         ("topics", list(&p.topics)),
-        ("table", quoted(&p.table)),
+        ("table", set(quoted(&p.table))),
         ("clickhouse_url", opt(p.clickhouse_url.clone())),
         ("shards", list(&p.shards)),
-        ("shard_weights", format!("{:?}", p.shard_weights)),
+        ("shard_weights", set(format!("{:?}", p.shard_weights))),
         ("cluster", opt(p.cluster.clone())),
         ("shard_key", list(&p.shard_key)),
         ("user", opt(p.user.clone())),
-        (
-            "password",
-            p.password
-                .as_ref()
-                .map_or_else(|| "(unset)".into(), |v| masked("password", v)),
-        ),
-        ("password_file", opt(path(&p.password_file))),
-        ("clickhouse_ca", opt(path(&p.clickhouse_ca))),
-        ("clickhouse_cert", opt(path(&p.clickhouse_cert))),
-        ("clickhouse_key", opt(path(&p.clickhouse_key))),
-        ("strict", p.strict.to_string()),
-        ("on_error", quoted(p.on_error.as_str())),
-        ("tombstones_are_errors", p.tombstones_are_errors.to_string()),
-        ("max_rejected_ratio", p.max_rejected_ratio.to_string()),
-        ("rejected_window", p.rejected_window.to_string()),
-        (
-            "max_rejected_consecutive",
-            p.max_rejected_consecutive.to_string(),
-        ),
+        ("password", secret(p.password.as_ref())),
+        ("password_file", path(&ch.password_file)),
+        ("clickhouse_ca", path(&ch.ca)),
+        ("clickhouse_cert", path(&ch.cert)),
+        ("clickhouse_key", path(&ch.key)),
+        ("strict", set(p.strict)),
+        ("rename", renames(&p.rename)),
+        ("on_error", set(quoted(p.on_error.as_str()))),
+        ("tombstones_are_errors", set(p.tombstones_are_errors)),
+        ("max_rejected_ratio", set(p.max_rejected_ratio)),
+        ("rejected_window", set(p.rejected_window)),
+        ("max_rejected_consecutive", set(p.max_rejected_consecutive)),
         ("dead_letter_topic", opt(p.dead_letter_topic.clone())),
         ("dead_letter_table", opt(p.dead_letter_table.clone())),
         (
@@ -158,98 +211,111 @@ fn pipeline_settings(out: &mut String, name: &str, p: &RunArgs) {
         ),
         (
             "batch_rows",
-            p.batch_rows
-                .map_or_else(|| "(from the rate)".to_string(), |n| n.to_string()),
+            match p.batch_rows {
+                Some(n) => set(n),
+                None if exactly_once => {
+                    Entry::Derived(Some("100000".into()), "fixed under exactly-once")
+                }
+                None => Entry::Derived(None, "from the observed rate, at most 1000000"),
+            },
         ),
         (
             "batch_bytes",
-            p.batch_bytes
-                .map_or_else(|| "(derived)".to_string(), |n| n.to_string()),
+            p.batch_bytes.map_or(
+                Entry::Derived(None, "the memory budget's share, at most 16MiB"),
+                set,
+            ),
         ),
-        ("flush_interval", quoted(&format!("{:?}", p.flush_interval))),
-        ("insert_timeout", quoted(&format!("{:?}", p.insert_timeout))),
-        ("insert_workers", p.insert_workers.to_string()),
+        ("flush_interval", set(duration(p.flush_interval))),
+        ("insert_timeout", set(duration(p.insert_timeout))),
+        ("insert_workers", set(p.insert_workers)),
         (
             "insert_format",
-            quoted(match p.insert_format {
+            set(quoted(match p.insert_format {
                 InsertFormat::Native => "native",
                 InsertFormat::Rowbinary => "rowbinary",
-            }),
+            })),
         ),
         (
             "delivery",
-            quoted(match p.delivery {
-                crate::cli::Delivery::AtLeastOnce => "at-least-once",
-                crate::cli::Delivery::ExactlyOnce => "exactly-once",
-            }),
+            set(quoted(if exactly_once {
+                "exactly-once"
+            } else {
+                "at-least-once"
+            })),
         ),
         (
             "compression",
-            quoted(match p.compression {
+            set(quoted(match p.compression {
                 Compression::Lz4 => "lz4",
                 Compression::None => "none",
-            }),
+            })),
         ),
     ];
-    for (k, v) in fields {
-        let _ = writeln!(out, "{k} = {v}");
-    }
+    write_entries(out, fields);
     format_settings(out, p);
+}
+
+/// `rename = { column = "/pointer", ... }`: an inline table.
+fn renames(r: &[(String, String)]) -> Entry {
+    let pairs: Vec<String> = r
+        .iter()
+        .map(|(c, ptr)| format!("{} = {}", quoted(c), quoted(ptr)))
+        .collect();
+    if pairs.is_empty() {
+        Entry::Set("{}".into())
+    } else {
+        Entry::Set(format!("{{ {} }}", pairs.join(", ")))
+    }
+}
+
+/// The schema registry's URL with the password of its `user:password@`
+/// masked.
+fn masked_url(u: &str) -> String {
+    match (u.find("://"), u.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let user = u[s + 3..at].split(':').next().unwrap_or("");
+            format!("{}{user}:{MASK}{}", &u[..s + 3], &u[at..])
+        }
+        _ => u.to_owned(),
+    }
 }
 
 /// The message-format keys (issue 18), the registry's secrets masked.
 fn format_settings(out: &mut String, p: &RunArgs) {
-    let url = p
-        .schema_registry
-        .as_ref()
-        .map(|u| match (u.find("://"), u.rfind('@')) {
-            (Some(s), Some(at)) if at > s => {
-                let user = u[s + 3..at].split(':').next().unwrap_or("");
-                format!("{}{user}:***{}", &u[..s + 3], &u[at..])
-            }
-            _ => u.clone(),
-        });
-    let fields = [
-        ("format", quoted(&format!("{:?}", p.format).to_lowercase())),
+    let tls = &p.registry_files.files;
+    let fields = vec![
+        (
+            "format",
+            set(quoted(&format!("{:?}", p.format).to_lowercase())),
+        ),
         ("raw_column", opt(p.raw_column.clone())),
         ("csv_columns", list(&p.csv_columns)),
-        ("schema_registry", opt(url)),
+        ("csv_delimiter", set(quoted(&p.csv_delimiter.to_string()))),
+        (
+            "schema_registry",
+            opt(p.schema_registry.as_deref().map(masked_url)),
+        ),
         ("schema_registry_user", opt(p.schema_registry_user.clone())),
         (
             "schema_registry_password",
-            p.schema_registry_password
-                .as_ref()
-                .map_or_else(|| "(unset)".into(), |v| masked("password", v)),
+            secret(p.schema_registry_password.as_ref()),
         ),
-        (
-            "schema_registry_password_file",
-            opt(path(&p.registry_tls.schema_registry_password_file)),
-        ),
-        (
-            "schema_registry_ca",
-            opt(path(&p.registry_tls.schema_registry_ca)),
-        ),
-        (
-            "schema_registry_cert",
-            opt(path(&p.registry_tls.schema_registry_cert)),
-        ),
-        (
-            "schema_registry_key",
-            opt(path(&p.registry_tls.schema_registry_key)),
-        ),
+        ("schema_registry_password_file", path(&tls.password_file)),
+        ("schema_registry_ca", path(&tls.ca)),
+        ("schema_registry_cert", path(&tls.cert)),
+        ("schema_registry_key", path(&tls.key)),
         ("protobuf_descriptor", opt(p.protobuf_descriptor.clone())),
         ("protobuf_message", opt(p.protobuf_message.clone())),
     ];
-    for (k, v) in fields {
-        let _ = writeln!(out, "{k} = {v}");
-    }
+    write_entries(out, fields);
 }
 
 #[cfg(test)]
 mod tests {
     use super::effective_config;
     use crate::cli::{Cli, Command, RunArgs};
-    use clap::Parser;
+    use clap::{CommandFactory, Parser};
 
     fn run_args(extra: &[&str]) -> RunArgs {
         let mut argv = vec!["spate", "run", "--brokers", "b:9092", "--group", "g"];
@@ -259,6 +325,12 @@ mod tests {
             Command::Run(a) => a,
             other => panic!("parsed as {other:?}"),
         }
+    }
+
+    fn printed(pipelines: Vec<(String, RunArgs)>) -> String {
+        let validated = crate::settings::validate_pipelines(&pipelines).unwrap();
+        let process = crate::settings::process(&pipelines[0].1, &validated[0]);
+        effective_config(&pipelines, &process)
     }
 
     #[test]
@@ -278,10 +350,12 @@ mod tests {
             "fetch.min.bytes=2",
         ]);
         let b = run_args(&["--topic", "u", "--clickhouse-url", "http://b:8123"]);
-        let out = effective_config(&[("one".into(), a), ("two".into(), b)]);
+        let out = printed(vec![("one".into(), a), ("two".into(), b)]);
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
         for want in [
-            "brokers = \"b:9092\"\n",
-            "drivers = (one per core)\n",
+            "\nbrokers = \"b:9092\"\n",
+            &format!("\n# drivers = {cores}  (derived: one per core)\n"),
+            "\n# revoke_timeout = \"10s\"  (derived: a third of session.timeout.ms, at most 10s)\n",
             // The later -X fetch.min.bytes wins, in the later place.
             "\n[kafka]\n\"sasl.password\" = \"***\"\n\"fetch.min.bytes\" = \"2\"\n",
             "\n[[pipeline]]\nname = \"one\"\ntopics = [\"t\"]\n",
@@ -290,12 +364,15 @@ mod tests {
             "\npassword = \"***\"\n",
             "\n[[pipeline]]\nname = \"two\"\n",
             "clickhouse_url = \"http://b:8123\"\n",
-            "\npassword = (unset)\n",
+            "\n# password: unset\n",
+            "\n# batch_rows: derived, from the observed rate, at most 1000000\n",
         ] {
             assert!(out.contains(want), "{want:?} not in:\n{out}");
         }
         assert!(!out.contains("hunter2") && !out.contains("s3cret"), "{out}");
         assert!(!out.contains("\"fetch.min.bytes\" = \"1\""), "{out}");
+        // Valid TOML: every line a comment, a table header or `key = value`.
+        toml_edit::Document::parse(out.clone()).unwrap_or_else(|e| panic!("{e}\n{out}"));
     }
 
     #[test]
@@ -312,7 +389,7 @@ mod tests {
             "--schema-registry-password",
             "pw2",
         ]);
-        let out = effective_config(&[("one".into(), a)]);
+        let out = printed(vec![("one".into(), a)]);
         for want in [
             "\nformat = \"avro\"\n",
             "\nschema_registry = \"http://bob:***@reg:8081\"\n",
@@ -321,5 +398,54 @@ mod tests {
             assert!(out.contains(want), "{want:?} not in:\n{out}");
         }
         assert!(!out.contains("pw1") && !out.contains("pw2"), "{out}");
+    }
+
+    /// Every setting of `spate run` is a line of the output: a key, or a
+    /// comment naming it (`-X` properties are the `[kafka]` table).
+    #[test]
+    fn every_setting_is_printed() {
+        let a = run_args(&["--topic", "t", "--clickhouse-url", "http://b:8123"]);
+        let out = printed(vec![("one".into(), a)]);
+        let cmd = Cli::command();
+        let run = cmd.find_subcommand("run").unwrap();
+        let missing: Vec<&str> = run
+            .get_arguments()
+            .map(|a| a.get_id().as_str())
+            .filter(|id| !["config", "print_config", "properties"].contains(id))
+            .filter(|id| {
+                !out.contains(&format!("\n{id} = ")) && !out.contains(&format!("\n# {id}"))
+            })
+            .collect();
+        assert!(missing.is_empty(), "not printed: {missing:?}\n{out}");
+    }
+
+    /// A pipeline setting is printed in each `[[pipeline]]` table and a
+    /// process-wide one at the top level, as `--config` takes them
+    /// (`config::PIPELINE_KEYS`): read back, a pipeline's value at the top
+    /// level would become every pipeline's.
+    #[test]
+    fn every_setting_is_printed_at_its_level() {
+        let a = run_args(&["--topic", "t", "--clickhouse-url", "http://b:8123"]);
+        let out = printed(vec![("one".into(), a)]);
+        let (top, pipeline) = out.split_once("\n[[pipeline]]\n").unwrap();
+        let top = top.split("\n[kafka]\n").next().unwrap();
+        let key = |line: &str| {
+            let l = line.trim_start_matches("# ");
+            l.split([' ', ':']).next().unwrap_or("").to_owned()
+        };
+        for line in top.lines().filter(|l| !l.is_empty()).skip(3) {
+            let k = key(line);
+            assert!(
+                !crate::config::PIPELINE_KEYS.contains(&k.as_str()),
+                "pipeline setting {k} printed at the top level"
+            );
+        }
+        for line in pipeline.lines().filter(|l| !l.is_empty()) {
+            let k = key(line);
+            assert!(
+                k == "name" || crate::config::PIPELINE_KEYS.contains(&k.as_str()),
+                "process-wide setting {k} printed in a [[pipeline]]"
+            );
+        }
     }
 }

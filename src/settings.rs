@@ -6,11 +6,12 @@
 //!
 //! Pure functions of the parsed flags, called on the main thread.
 
-use crate::cli::{Compression, InsertFormat, MessageFormat, RegistryTlsArgs, RunArgs};
+use crate::cli::{Compression, InsertFormat, MessageFormat, RunArgs};
 use crate::exit::Exit;
+use crate::tls_files::{Registry, TlsFlags};
 use spate_clickhouse::{
     ChClientOptions, CsvOptions, FormatSpec, ProtobufSource, RegistryConfig, RetryPolicy,
-    SchemaRegistry, Secret, SinkSpec, TableRef, TlsFiles, Topology, TopologySource,
+    SchemaRegistry, Secret, SinkSpec, TableRef, Topology, TopologySource,
 };
 use spate_kafka::KafkaSourceConfig;
 use std::collections::HashMap;
@@ -26,6 +27,87 @@ pub(crate) struct Validated {
     /// The ClickHouse password, from --password or --password-file.
     pub password: Option<Secret>,
     pub format: FormatSpec,
+}
+
+/// A value spate may derive: what the flags gave, or what spate derived
+/// for a setting left to it (`--print-config` prints the latter as a
+/// comment).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Derivable<T> {
+    pub value: T,
+    /// Whether spate derived it (no flag, variable or config key set it).
+    pub derived: bool,
+}
+
+impl<T> Derivable<T> {
+    fn from(given: Option<T>, derive: impl FnOnce() -> T) -> Self {
+        match given {
+            Some(value) => Self {
+                value,
+                derived: false,
+            },
+            None => Self {
+                value: derive(),
+                derived: true,
+            },
+        }
+    }
+}
+
+/// What the pipelines of one process share (the top level of a `--config`
+/// file): the first pipeline's flags, and what spate derives for the ones
+/// left to it. `run` starts the runtime with these and `--print-config`
+/// prints these, so the printed values are the ones run uses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Process {
+    /// Driver threads (`--drivers`; one per core).
+    pub drivers: Derivable<usize>,
+    /// Stop at the end of every partition (`--until-end`).
+    pub until_end: bool,
+    /// Memory budget of queued and in-flight batches (`--max-buffered-bytes`).
+    pub max_buffered_bytes: usize,
+    /// How often acknowledged offsets are committed (`--commit-interval`).
+    pub commit_interval: Duration,
+    /// Budget of the whole shutdown (`--shutdown-timeout`).
+    pub shutdown_timeout: Duration,
+    /// Budget of one revocation (`--revoke-timeout`; a third of
+    /// session.timeout.ms, at most 10 s).
+    pub revoke_timeout: Derivable<Duration>,
+    /// Address of /metrics, /healthz and /readyz (`--admin-addr`).
+    pub admin_addr: Option<std::net::SocketAddr>,
+    /// How often /readyz probes the replicas (`--probe-interval`).
+    pub probe_interval: Duration,
+    /// How often the summary line is logged (`--stats-interval`).
+    pub stats_interval: Duration,
+    /// When a stuck loop or a retried insert counts as a stall
+    /// (`--stall-timeout`).
+    pub stall_timeout: Duration,
+    /// Under `--until-end`: end a member that holds no partition this long
+    /// after joining (one session timeout).
+    pub idle_exit: Option<Duration>,
+}
+
+/// The process-wide settings, from the first pipeline's flags and their
+/// validation.
+pub(crate) fn process(args: &RunArgs, v: &Validated) -> Process {
+    let cores = || std::thread::available_parallelism().map_or(1, usize::from);
+    Process {
+        drivers: Derivable::from(args.drivers, cores),
+        until_end: args.until_end,
+        max_buffered_bytes: args.max_buffered_bytes,
+        commit_interval: args.commit_interval,
+        shutdown_timeout: args.shutdown_timeout,
+        revoke_timeout: Derivable::from(args.revoke_timeout, || v.kafka.revoke_timeout),
+        admin_addr: args.admin_addr,
+        probe_interval: args.probe_interval,
+        stats_interval: args.stats_interval,
+        stall_timeout: args.stall_timeout,
+        idle_exit: args
+            .until_end
+            .then(|| v.kafka.session_timeout_ms().ok())
+            .flatten()
+            .map(Duration::from_millis),
+    }
 }
 
 /// Validate every pipeline of one process (`spate run`): each one's
@@ -52,8 +134,7 @@ pub(crate) fn validate(args: &RunArgs) -> Result<Validated, Exit> {
     let table = TableRef::parse(&args.table).map_err(|e| Exit::usage(e.to_string()))?;
     let password = secrets(args)?;
     let mut kafka = kafka_config(args)?;
-    if let Some(path) = &args.kafka_password_file {
-        let pw = crate::secret::read_file("--kafka-password-file", path)?;
+    if let Some(pw) = args.kafka_files.password(None)? {
         kafka.properties.push(("sasl.password".into(), pw));
     }
     kafka.validate().map_err(|e| Exit::usage(e.to_string()))?;
@@ -95,14 +176,7 @@ fn secrets(args: &RunArgs) -> Result<Option<Secret>, Exit> {
             crate::secret::register(v);
         }
     }
-    let password = match (&args.password, &args.password_file) {
-        (Some(p), _) => Some(p.clone()),
-        (None, Some(path)) => Some(crate::secret::read_file("--password-file", path)?),
-        (None, None) => None,
-    };
-    if let Some(p) = &password {
-        crate::secret::register(p);
-    }
+    let password = args.clickhouse_files.password(args.password.as_ref())?;
     Ok(password.map(Secret::new))
 }
 
@@ -150,11 +224,7 @@ pub(crate) fn sink_spec(a: &RunArgs, v: &Validated) -> SinkSpec {
         renames: a.rename.clone(),
         user: a.user.clone(),
         password: v.password.clone(),
-        tls: TlsFiles {
-            ca: a.clickhouse_ca.clone(),
-            cert: a.clickhouse_cert.clone(),
-            key: a.clickhouse_key.clone(),
-        },
+        tls: a.clickhouse_files.files.tls(),
         table: v.table.clone(),
         strict: a.strict,
         client: ChClientOptions {
@@ -209,8 +279,8 @@ fn registry(a: &RunArgs) -> Result<SchemaRegistry, Exit> {
     let cfg = registry_config(
         url,
         a.schema_registry_user.clone(),
-        a.schema_registry_password.clone(),
-        &a.registry_tls,
+        a.schema_registry_password.as_ref(),
+        &a.registry_files,
     )?;
     SchemaRegistry::new(&cfg).map_err(|e| Exit::usage(e.to_string()))
 }
@@ -221,20 +291,10 @@ fn registry(a: &RunArgs) -> Result<SchemaRegistry, Exit> {
 pub(crate) fn registry_config(
     url: String,
     user: Option<String>,
-    password: Option<String>,
-    files: &RegistryTlsArgs,
+    password: Option<&String>,
+    files: &TlsFlags<Registry>,
 ) -> Result<RegistryConfig, Exit> {
-    let password = match (password, &files.schema_registry_password_file) {
-        (Some(p), _) => Some(p),
-        (None, Some(path)) => Some(crate::secret::read_file(
-            "--schema-registry-password-file",
-            path,
-        )?),
-        (None, None) => None,
-    };
-    if let Some(p) = &password {
-        crate::secret::register(p);
-    }
+    let password = files.password(password)?;
     let authority = url.split_once("://").map_or("", |(_, r)| r);
     let authority = authority.split('/').next().unwrap_or("");
     if let Some((info, _)) = authority.rsplit_once('@') {
@@ -246,11 +306,7 @@ pub(crate) fn registry_config(
         url,
         user,
         password,
-        tls: TlsFiles {
-            ca: files.schema_registry_ca.clone(),
-            cert: files.schema_registry_cert.clone(),
-            key: files.schema_registry_key.clone(),
-        },
+        tls: files.files.tls(),
     })
 }
 
@@ -416,6 +472,47 @@ mod tests {
         assert!(validate(&ok).is_ok());
     }
 
+    /// The process-wide settings: what the flags give, or what spate
+    /// derives, marked as derived.
+    #[test]
+    fn process_settings_say_what_spate_derived() {
+        let a = run_args(&["--topic", "t", "-X", "session.timeout.ms=9000"]);
+        let p = process(&a, &validate(&a).unwrap());
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        assert_eq!(
+            p.drivers,
+            Derivable {
+                value: cores,
+                derived: true
+            }
+        );
+        assert_eq!(
+            p.revoke_timeout,
+            Derivable {
+                value: Duration::from_secs(3),
+                derived: true
+            }
+        );
+        assert_eq!(p.idle_exit, None);
+        let a = run_args(&[
+            "--topic",
+            "t",
+            "--drivers",
+            "3",
+            "--revoke-timeout",
+            "2s",
+            "--until-end",
+        ]);
+        let p = process(&a, &validate(&a).unwrap());
+        assert_eq!((p.drivers.value, p.drivers.derived), (3, false));
+        assert_eq!(
+            (p.revoke_timeout.value, p.revoke_timeout.derived),
+            (Duration::from_secs(2), false)
+        );
+        // One default session timeout (45 s).
+        assert_eq!(p.idle_exit, Some(Duration::from_secs(45)));
+    }
+
     #[test]
     fn revocation_and_prefetch_are_derived_from_the_flags() {
         let v = validate(&run_args(&[
@@ -562,7 +659,7 @@ mod tests {
             a.schema_registry.clone().unwrap(),
             None,
             None,
-            &a.registry_tls,
+            &a.registry_files,
         )
         .unwrap();
         std::fs::remove_file(&pw).unwrap();
@@ -580,10 +677,10 @@ mod tests {
             "http://r".into(),
             None,
             None,
-            &RegistryTlsArgs {
-                schema_registry_password_file: Some("/nonexistent/pw".into()),
-                ..RegistryTlsArgs::default()
-            },
+            &TlsFlags::new(crate::tls_files::TlsFiles {
+                password_file: Some("/nonexistent/pw".into()),
+                ..Default::default()
+            }),
         )
         .unwrap_err();
         assert!(e

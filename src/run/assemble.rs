@@ -13,7 +13,7 @@ use super::{chains, signals::signals, sinks};
 use crate::cli::RunArgs;
 use crate::exit::Exit;
 use crate::print_config::effective_config;
-use crate::settings::{validate_pipelines, Validated};
+use crate::settings::{process, validate_pipelines, Process, Validated};
 use spate_core::metrics::Metrics;
 use spate_core::pipeline::{
     ExitReport, ExitState, Pipeline, PipelineRuntime, RuntimeOptions, SinkOptions,
@@ -34,13 +34,14 @@ pub fn run(pipelines: Vec<(String, RunArgs)>) -> Result<(), Exit> {
         .ok_or_else(|| Exit::usage("no pipeline configured"))?
         .1;
     let validated = validate_pipelines(&pipelines)?;
+    let process = process(args, &validated[0]);
     if args.print_config {
-        print!("{}", effective_config(&pipelines));
+        print!("{}", effective_config(&pipelines, &process));
         return Ok(());
     }
     let mut replays = Vec::<Instant>::new();
     loop {
-        let result = run_once(&pipelines, &validated);
+        let result = run_once(&pipelines, &validated, &process);
         let Err(exit) = result else { return result };
         // A table change spate could not convert encoded batches for: the
         // run failed without committing them; start again, so their
@@ -71,8 +72,11 @@ const MAX_REPLAYS: usize = 3;
 const REPLAY_WINDOW: Duration = Duration::from_secs(300);
 
 /// One run of the pipelines, from building the sinks to the exit report.
-fn run_once(pipelines: &[(String, RunArgs)], validated: &[Validated]) -> Result<(), Exit> {
-    let args = &pipelines[0].1;
+fn run_once(
+    pipelines: &[(String, RunArgs)],
+    validated: &[Validated],
+    process: &Process,
+) -> Result<(), Exit> {
     let kafka = source_config(validated, pipelines);
     let io = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -82,18 +86,9 @@ fn run_once(pipelines: &[(String, RunArgs)], validated: &[Validated]) -> Result<
         .map_err(|e| Exit::failed(format!("starting the I/O runtime: {e}")))?;
     let metrics = Arc::new(Metrics::new());
     let acks = ack_channel();
-    let drivers = args
-        .drivers
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
     let prepared = sinks::prepare_all(&io, pipelines, validated, &metrics)?;
     let sinks = sinks::spawn_all(
-        prepared,
-        pipelines,
-        args.max_buffered_bytes,
-        drivers,
-        &io,
-        &acks.0,
-        &metrics,
+        prepared, pipelines, validated, process, &io, &acks.0, &metrics,
     )?;
     let sink_options = SinkOptions {
         limits: sinks.routes[0].limits,
@@ -103,12 +98,12 @@ fn run_once(pipelines: &[(String, RunArgs)], validated: &[Validated]) -> Result<
     let pipeline = Pipeline::new(source, chains, sinks.runtime, acks, sink_options)
         .map_err(|e| Exit::failed(e.to_string()))?;
     let mut options = RuntimeOptions::new(io.handle().clone());
-    set_runtime_options(&mut options, pipelines, &kafka, drivers);
+    set_runtime_options(&mut options, pipelines, process);
     options.metrics = metrics.clone();
     let runtime =
         PipelineRuntime::start(pipeline, options).map_err(|e| Exit::failed(e.to_string()))?;
-    let progress = args.until_end && crate::stats::stderr_is_terminal();
-    crate::stats::spawn(io.handle(), metrics, args.stats_interval, progress);
+    let progress = process.until_end && crate::stats::stderr_is_terminal();
+    crate::stats::spawn(io.handle(), metrics, process.stats_interval, progress);
     if let Some(addr) = runtime.admin_addr() {
         tracing::info!(%addr, "admin server listening (/metrics, /healthz, /readyz)");
     }
@@ -138,29 +133,23 @@ fn source_config(validated: &[Validated], pipelines: &[(String, RunArgs)]) -> Ka
     kafka
 }
 
-/// The runtime's settings from the (process-wide) flags of the first
-/// pipeline, and the pending ceiling from the largest batch.
+/// The runtime's settings from the process-wide ones, and the pending
+/// ceiling from the largest batch.
 fn set_runtime_options(
     options: &mut RuntimeOptions,
     pipelines: &[(String, RunArgs)],
-    kafka: &KafkaSourceConfig,
-    drivers: usize,
+    process: &Process,
 ) {
-    let args = &pipelines[0].1;
-    options.drivers = drivers;
-    options.commit_interval = args.commit_interval;
-    options.shutdown_timeout = args.shutdown_timeout;
-    options.revoke_timeout = kafka.revoke_timeout;
-    options.admin_addr = args.admin_addr;
-    options.probe_interval = args.probe_interval;
-    options.stall_timeout = args.stall_timeout;
+    options.drivers = process.drivers.value;
+    options.commit_interval = process.commit_interval;
+    options.shutdown_timeout = process.shutdown_timeout;
+    options.revoke_timeout = process.revoke_timeout.value;
+    options.admin_addr = process.admin_addr;
+    options.probe_interval = process.probe_interval;
+    options.stall_timeout = process.stall_timeout;
     // A bounded run whose member holds no partition for one session
     // timeout after joining (a standby member) ends: see --until-end.
-    options.idle_exit = args
-        .until_end
-        .then(|| kafka.session_timeout_ms().ok())
-        .flatten()
-        .map(Duration::from_millis);
+    options.idle_exit = process.idle_exit;
     // A lane may have at most this many rows dispatched and unacknowledged:
     // a few batches' worth, so one partition cannot hog the budget.
     let batch_rows = pipelines

@@ -11,8 +11,8 @@
 
 use crate::cli::{Delivery, RunArgs};
 use crate::exit::Exit;
-use crate::settings::{sink_spec, Validated};
-use spate_clickhouse::{ChClient, ChClientOptions, ChDeadLetters, RetryPolicy, TableRef};
+use crate::settings::{sink_spec, Process, Validated};
+use spate_clickhouse::{ChClient, ChClientOptions, ChDeadLetters, RetryPolicy, Secret, TableRef};
 use spate_clickhouse::{EncoderFactory, PreparedSink, SinkPool, SinkSpec, IN_FLIGHT_COPIES};
 use spate_core::health::TransientStalls;
 use spate_core::metrics::Metrics;
@@ -115,8 +115,8 @@ fn prepare(
 pub(super) fn spawn_all(
     prepared: Vec<PreparedSink>,
     pipelines: &[(String, RunArgs)],
-    max_buffered_bytes: usize,
-    drivers: usize,
+    validated: &[Validated],
+    process: &Process,
     io: &tokio::runtime::Runtime,
     acks: &AckSender,
     metrics: &Metrics,
@@ -127,7 +127,8 @@ pub(super) fn spawn_all(
         .map(PreparedSink::workers_per_shard)
         .max()
         .unwrap_or(1);
-    let budget = Budget::split(max_buffered_bytes, drivers, total_shards, workers);
+    let drivers = process.drivers.value;
+    let budget = Budget::split(process.max_buffered_bytes, drivers, total_shards, workers);
     let (queues, receivers) = ShardQueues::new(
         total_shards,
         budget.shard_high_water,
@@ -140,7 +141,7 @@ pub(super) fn spawn_all(
     let mut offset = 0;
     let mut pools = Vec::with_capacity(prepared.len());
     let mut routes = Vec::with_capacity(prepared.len());
-    for (p, (_, a)) in prepared.into_iter().zip(pipelines) {
+    for ((p, (_, a)), v) in prepared.into_iter().zip(pipelines).zip(validated) {
         let n = p.shards();
         // The sink's workers and the dead-letter destinations report what
         // keeps failing here; /readyz names it after --stall-timeout.
@@ -149,7 +150,7 @@ pub(super) fn spawn_all(
             a.error_policy(),
             metrics,
             spate_core::clock::system(),
-            dead_letters(a, io, &stalls)?,
+            dead_letters(a, v, io, &stalls)?,
         );
         let pool = p
             .with_rejections(rejections.clone())
@@ -185,20 +186,23 @@ pub(super) fn spawn_all(
 
 /// The dead-letter destinations of `--on-error dead-letter`: the topic,
 /// the table (created when missing), or both.
+/// The producer has the consumer's properties as validated: the `-X`
+/// flags and the password of `--kafka-password-file`.
 fn dead_letters(
     a: &RunArgs,
+    v: &Validated,
     io: &tokio::runtime::Runtime,
     stalls: &Arc<TransientStalls>,
 ) -> Result<Option<Arc<dyn DeadLetterSink>>, Exit> {
     let mut all: Vec<Arc<dyn DeadLetterSink>> = Vec::new();
     if let Some(topic) = &a.dead_letter_topic {
-        let producer = KafkaDeadLetters::new(&a.brokers, topic, &a.properties)
+        let producer = KafkaDeadLetters::new(&a.brokers, topic, &v.kafka.properties)
             .map_err(|e| Exit::usage(format!("--dead-letter-topic {topic}: {e}")))?;
         all.push(Arc::new(producer.with_stalls(stalls.clone())));
     }
     if let Some(table) = &a.dead_letter_table {
         all.push(Arc::new(
-            dead_letter_table(a, table, io)?.with_stalls(stalls.clone()),
+            dead_letter_table(a, v, table, io)?.with_stalls(stalls.clone()),
         ));
     }
     Ok(match all.len() {
@@ -208,9 +212,11 @@ fn dead_letters(
     })
 }
 
-/// The dead-letter table on the pipeline's first server.
+/// The dead-letter table on the pipeline's first server, logged in as
+/// the sink is (the password from `--password` or `--password-file`).
 fn dead_letter_table(
     a: &RunArgs,
+    v: &Validated,
     table: &str,
     io: &tokio::runtime::Runtime,
 ) -> Result<ChDeadLetters, Exit> {
@@ -231,7 +237,8 @@ fn dead_letter_table(
         ..ChClientOptions::default()
     };
     io.block_on(async {
-        let client = ChClient::connect_with(&url, a.user.as_deref(), a.password.as_deref(), opts)
+        let password = v.password.as_ref().map(Secret::expose);
+        let client = ChClient::connect_with(&url, a.user.as_deref(), password, opts)
             .await
             .map_err(|e| bad(e.to_string()))?;
         ChDeadLetters::prepare(

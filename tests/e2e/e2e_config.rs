@@ -2,7 +2,8 @@
 //! with different columns and batching) in one process; an unknown key is
 //! a usage error naming the key and its line; `--print-config` shows that
 //! flags beat `SPATE_*` variables, which beat the file, with secrets
-//! masked.
+//! masked; and `--print-config` prints a file `--config` reads back to
+//! the same text, a masked secret in it refused naming the key.
 
 use crate::support::*;
 use std::time::Duration;
@@ -196,5 +197,124 @@ fn flags_beat_the_environment_which_beats_the_file() {
     assert!(
         !out.contains("\"fetch.min.bytes\" = \"1\""),
         "the file's property was not overridden:\n{out}"
+    );
+}
+
+/// The text `spate run --config FILE --print-config` prints (exit 0).
+fn printed_config(label: &str, file: &str, env: &[(&str, &str)]) -> String {
+    let args = ["run", "--config", file, "--print-config"].map(String::from);
+    let fin = spawn_with_env(label, &args, env).wait(Duration::from_secs(20));
+    fin.assert_code(0);
+    std::fs::read_to_string(fin.stderr_path.with_extension("stdout")).expect("stdout")
+}
+
+/// `--print-config` prints a file that `--config` reads back to the same
+/// text: several pipelines, shards, a `[kafka]` table, derived settings as
+/// comments. Nothing is contacted (the addresses lead nowhere).
+#[test]
+fn print_config_reads_back_to_the_same_text() {
+    let pw = config_file("roundtrip_pw", "ch-file-secret\n");
+    let file = config_file(
+        "roundtrip",
+        &format!(
+            r#"brokers = "127.0.0.1:1"
+group = "g"
+max_buffered_bytes = "64MiB"
+batch_rows = 5000
+password_file = "{pw}"
+user = "loader"
+
+[kafka]
+"session.timeout.ms" = "9000"
+"fetch.min.bytes" = 1
+
+[[pipeline]]
+name = "orders"
+topics = ["orders", "refunds"]
+table = "db.orders"
+shards = ["http://127.0.0.1:1,http://127.0.0.1:2", "http://127.0.0.1:3"]
+shard_weights = [1, 2]
+shard_key = ["id"]
+rename = {{ id = "/order/id", "user.name" = "/u/n" }}
+
+[[pipeline]]
+name = "clicks"
+topics = ["clicks"]
+table = "db.clicks"
+clickhouse_url = "http://127.0.0.1:4"
+delivery = "exactly-once"
+format = "csv"
+csv_columns = ["user", "", "n"]
+csv_delimiter = ";"
+on_error = "dead-letter"
+dead_letter_topic = "clicks-dlq"
+flush_interval = "250ms"
+"#
+        ),
+    );
+    let first = printed_config("print-config-1", &file, &[]);
+    let again = config_file("roundtrip_printed", &first);
+    let second = printed_config("print-config-2", &again, &[]);
+    assert_eq!(
+        first, second,
+        "--print-config of its own output differs:\n--- first\n{first}\n--- second\n{second}"
+    );
+    for want in [
+        "\n# drivers = ",                          // derived: a comment
+        "\n# revoke_timeout = \"3s\"  (derived: ", // a third of 9 s
+        "\n\"session.timeout.ms\" = \"9000\"\n",   // the [kafka] table
+        "\nshards = [\"http://127.0.0.1:1,http://127.0.0.1:2\", \"http://127.0.0.1:3\"]\n",
+        "\nshard_weights = [1, 2]\n",
+        "\nrename = { \"id\" = \"/order/id\", \"user.name\" = \"/u/n\" }\n",
+        "\ncsv_delimiter = \";\"\n",
+        "\nbatch_rows = 5000\n", // the top level's default, in each pipeline
+        "\n# password: unset\n",
+    ] {
+        assert!(first.contains(want), "{want:?} not in:\n{first}");
+    }
+    assert_eq!(first.matches("\n[[pipeline]]\n").count(), 2, "{first}");
+    assert!(
+        !first.contains("ch-file-secret"),
+        "a secret leaked:\n{first}"
+    );
+}
+
+/// A printed configuration with secrets in it is refused where a secret
+/// was masked, naming the key and the settings to give it with instead;
+/// given that way, the masked key no longer matters.
+#[test]
+fn a_masked_secret_is_refused_naming_the_key() {
+    let file = config_file(
+        "masked_source",
+        "brokers = \"127.0.0.1:1\"\ngroup = \"g\"\ntopics = [\"t\"]\ntable = \"db.t\"\n\
+         clickhouse_url = \"http://127.0.0.1:1\"\npassword = \"hunter2\"\n\
+         [kafka]\n\"sasl.password\" = \"s3cret\"\n",
+    );
+    let printed = config_file(
+        "masked_printed",
+        &printed_config("print-config-masked", &file, &[]),
+    );
+    let args = ["run", "--config", &printed, "--print-config"].map(String::from);
+    let refused = |label: &str, env: &[(&str, &str)]| {
+        let fin = spawn_with_env(label, &args, env).wait(Duration::from_secs(20));
+        fin.assert_code(2);
+        fin.last_line().to_owned()
+    };
+    let last = refused("masked-password", &[]);
+    assert!(
+        last.starts_with("spate: error: --config ")
+            && last.contains(&printed)
+            && last.contains("key `password` (line ")
+            && last.contains("\"***\"")
+            && last.contains("password_file")
+            && last.contains("SPATE_PASSWORD"),
+        "last line: {last}"
+    );
+    // With the password from the environment the file's mask is not read;
+    // the [kafka] table's is next.
+    let last = refused("masked-kafka", &[("SPATE_PASSWORD", "hunter2")]);
+    assert!(
+        last.contains("key `sasl.password` (line ") && last.contains("kafka_password_file"),
+        "last line: {last}"
     );
 }
