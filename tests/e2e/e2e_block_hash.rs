@@ -29,10 +29,13 @@ fn same(partitions: i32) -> impl FnMut(usize) -> Msg {
 
 fn replicated(ch: &Ch, db: &str, columns: &str, order: &str) -> String {
     let table = format!("{db}.t");
-    ch.exec(&format!(
-        "CREATE TABLE {table} ({columns}) \
-         ENGINE = ReplicatedMergeTree('/clickhouse/tables/{db}/t', 'r1') ORDER BY {order}"
-    ));
+    ch.exec_idempotent(
+        &format!(
+            "CREATE TABLE IF NOT EXISTS {table} ({columns}) \
+             ENGINE = ReplicatedMergeTree('/clickhouse/tables/{db}/t', 'r1') ORDER BY {order}"
+        ),
+        Duration::from_secs(120),
+    );
     table
 }
 

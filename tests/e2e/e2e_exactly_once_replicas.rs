@@ -37,11 +37,14 @@ fn exactly_once_state_survives_a_replica_stopped_at_restart() {
     let table = format!("{db}.t");
     for (n, name) in nodes.iter().zip(["a", "b"]) {
         n.exec(&format!("CREATE DATABASE {db}"));
-        n.exec(&format!(
-            "CREATE TABLE {table} (n UInt64, s String, _partition UInt32, _offset UInt64) \
-             ENGINE = ReplicatedMergeTree('/clickhouse/tables/{db}/t', '{name}') \
-             ORDER BY (_partition, _offset) SETTINGS replicated_deduplication_window = 10000"
-        ));
+        n.exec_idempotent(
+            &format!(
+                "CREATE TABLE IF NOT EXISTS {table} (n UInt64, s String, _partition UInt32, _offset UInt64) \
+                 ENGINE = ReplicatedMergeTree('/clickhouse/tables/{db}/t', '{name}') \
+                 ORDER BY (_partition, _offset) SETTINGS replicated_deduplication_window = 10000"
+            ),
+            Duration::from_secs(120),
+        );
     }
     let mut restart_a = Undo::new(|| cluster.node(0, "start"));
     let topic = unique("t_eos_repl");

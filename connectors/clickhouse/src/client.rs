@@ -237,7 +237,7 @@ fn request_error(what: &'static str, e: &clickhouse::error::Error) -> ClientErro
     }
 }
 
-fn timeout_error(what: &'static str, after: Duration) -> ClientError {
+pub(crate) fn timeout_error(what: &'static str, after: Duration) -> ClientError {
     ClientError::Request {
         what,
         class: ErrorClass::Retriable,

@@ -36,6 +36,19 @@ impl Ch {
             .unwrap_or_else(|e| panic!("ClickHouse: {sql}: {e}"));
     }
 
+    /// Run an idempotent statement (`CREATE TABLE IF NOT EXISTS` of a
+    /// `Replicated*` table), retried for up to `within` while it fails: a
+    /// server whose ZooKeeper session expired (after another test froze or
+    /// restarted it) refuses or hangs replicated DDL until it reconnects.
+    pub fn exec_idempotent(&self, sql: &str, within: std::time::Duration) {
+        super::env::wait_for(
+            &format!("ClickHouse to run {sql}"),
+            within,
+            std::time::Duration::from_millis(500),
+            || block_on(self.client.execute(sql, &[])).map_err(|e| e.to_string()),
+        );
+    }
+
     /// Raw output of `sql` in `format`, or the error text.
     pub fn try_text(&self, sql: &str, format: &str) -> Result<String, String> {
         block_on(self.client.fetch_text(sql, format)).map_err(|e| e.to_string())

@@ -3,11 +3,13 @@
 //! [`IntentLog`]: before an insert worker sends a block for the first time
 //! it records the block's `(table, topic, partition, first..=last offset,
 //! shard, epoch)` in a small state table spate creates next to the target,
-//! `<db>.spate_intents` (a `ReplacingMergeTree`, no Keeper needed), then
+//! `<db>.spate_intents` (replicated with the data where the target is
+//! replicated, see [`super::state_home`]), then
 //! checks that no later owner fenced the partition ([`IntentLog::may_send`]).
 //! When a partition is assigned, the new owner's writer calls
 //! [`BlockPlans::replayed`] (a blocking call from the driver thread, once
-//! per assignment): it fences the partition at its assignment's epoch,
+//! per assignment): it takes an epoch of its own above every earlier
+//! owner's ([`fencing::owner_epoch`]), fences the partition at it,
 //! reads the intents at or past the committed offset, keeps the ones that
 //! count ([`fencing::plan`]), writes them back under its own epoch with a
 //! seal, and prunes the rows no reader needs any more. The writer cuts
@@ -73,7 +75,7 @@ impl std::fmt::Debug for IntentLog {
 }
 
 /// A SQL string literal.
-fn quote(s: &str) -> String {
+pub(crate) fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
 }
 
@@ -128,14 +130,14 @@ impl IntentLog {
     /// `op` on the preferred replica, then on each other one while it
     /// fails (a replica that is down, frozen, or not yet in the quorum);
     /// the last error when none answers.
-    async fn any<T, E, F>(&self, op: impl Fn(ChClient) -> F) -> Result<T, E>
+    async fn any<T, E: Classified, F>(&self, op: impl Fn(ChClient) -> F) -> Result<T, E>
     where
         F: std::future::Future<Output = Result<T, E>>,
     {
         use std::sync::atomic::Ordering::Relaxed;
         let n = self.clients.len();
         let start = self.preferred.load(Relaxed);
-        let mut last = None;
+        let mut kept: Option<E> = None;
         for k in 0..n {
             let i = (start + k) % n;
             match op(self.clients[i].clone()).await {
@@ -143,10 +145,19 @@ impl IntentLog {
                     self.preferred.store(i, Relaxed);
                     return Ok(v);
                 }
-                Err(e) => last = Some(e),
+                // A retriable error (some replica may answer later) wins
+                // over a fatal one from another replica.
+                Err(e) => {
+                    if kept
+                        .as_ref()
+                        .is_none_or(|k| !k.retriable() || e.retriable())
+                    {
+                        kept = Some(e);
+                    }
+                }
             }
         }
-        Err(last.expect("a state table has at least one replica"))
+        Err(kept.expect("a state table has at least one replica"))
     }
 
     /// Record the blocks of `spans` (one span per exactly-once chunk) for
@@ -280,7 +291,18 @@ impl IntentLog {
     ) -> Result<(), String> {
         let rows: Vec<(&PartitionId, Row)> = rows.iter().map(|&r| (partition, r)).collect();
         read_with_retries(&self.retry, left(by), |timeout| {
-            (self.io.block_on(self.insert_rows(&rows, timeout))).map_err(|e| ClientError::Request {
+            // Every replica's attempt within the one timeout.
+            // (The timer is made inside the runtime: a driver thread has none.)
+            let within =
+                async { tokio::time::timeout(timeout, self.insert_rows(&rows, timeout)).await };
+            let done = self.io.block_on(within).unwrap_or_else(|_| {
+                Err(InsertError {
+                    class: ErrorClass::Retriable,
+                    code: None,
+                    message: format!("no replica answered within {timeout:?}"),
+                })
+            });
+            done.map_err(|e| ClientError::Request {
                 what,
                 class: e.class,
                 code: e.code,
@@ -293,11 +315,13 @@ impl IntentLog {
     /// ClickHouse does not answer (see [`read_with_retries`]).
     fn select_blocking(&self, sql: &str, by: Instant) -> Result<String, String> {
         read_with_retries(&self.retry, left(by), |timeout| {
-            self.io.block_on(
-                self.any(
-                    |c| async move { c.fetch_text_within(sql, "TabSeparated", timeout).await },
-                ),
-            )
+            // Every replica's attempt within the one timeout.
+            let all = self
+                .any(|c| async move { c.fetch_text_within(sql, "TabSeparated", timeout).await });
+            (self
+                .io
+                .block_on(async { tokio::time::timeout(timeout, all).await }))
+            .unwrap_or_else(|_| Err(crate::client::timeout_error("fetching", timeout)))
         })
     }
 
@@ -393,6 +417,23 @@ impl BlockPlans for IntentLog {
             .map(|(a, b)| (Offset(a), Offset(b)))
             .collect();
         Ok(Replay { blocks, epoch })
+    }
+}
+
+/// An error that says whether a retry may clear it.
+trait Classified {
+    fn retriable(&self) -> bool;
+}
+
+impl Classified for ClientError {
+    fn retriable(&self) -> bool {
+        self.class() == ErrorClass::Retriable
+    }
+}
+
+impl Classified for InsertError {
+    fn retriable(&self) -> bool {
+        self.class == ErrorClass::Retriable
     }
 }
 
@@ -654,12 +695,11 @@ pub(crate) fn unique_blocks(
 
 /// Exactly-once at start: check the target table deduplicates on every
 /// shard (adding what the inserts need to `settings`), and open the intent
-/// log on `seed` (one log for all shards: a block's parts are recorded
-/// per shard there).
+/// log on the first shard's replicas (one log for all shards: a block's
+/// parts are recorded per shard there).
 pub(crate) async fn prepare(
     spec: &super::spec::SinkSpec,
     columns: &[crate::schema::Column],
-    seed: &ChClient,
     shards: &[std::sync::Arc<super::shard::Shard<ChClient>>],
     settings: &mut Vec<(String, String)>,
 ) -> Result<std::sync::Arc<IntentLog>, super::error::SinkError> {
@@ -711,9 +751,7 @@ pub(crate) async fn prepare(
     if checked == 0 {
         return Err(SinkError::Config(format!("{table}: no shard to check")));
     }
-    // The state lives on the first shard's replicas, whichever answered
-    // first at start (see `state_home`).
-    let _ = seed;
+    // The state lives on the first shard's replicas (see `state_home`).
     let home_replicas: Vec<(String, ChClient)> = (shards.first().into_iter())
         .flat_map(|s| s.replicas.iter())
         .map(|r| (r.url.clone(), r.client.clone()))

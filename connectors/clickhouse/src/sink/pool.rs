@@ -108,14 +108,8 @@ impl SinkPool {
         // version the table goes through inserts with them.
         let intents = if spec.exactly_once {
             Some(
-                super::intent::prepare(
-                    spec,
-                    &reference.columns,
-                    seed,
-                    &shards,
-                    &mut template.settings,
-                )
-                .await?,
+                super::intent::prepare(spec, &reference.columns, &shards, &mut template.settings)
+                    .await?,
             )
         } else {
             None

@@ -74,11 +74,6 @@ pub(crate) fn replicated_args(engine_full: &str) -> Option<(String, String)> {
     Some((args.pop()?, replica))
 }
 
-/// A SQL string literal.
-fn literal(s: &str) -> String {
-    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
-}
-
 /// The engine of the state table beside a target whose engine is
 /// `engine_full` (its `{uuid}` being `uuid`, where the path uses it).
 pub(crate) fn state_engine(engine_full: &str, uuid: Option<&str>) -> String {
@@ -90,8 +85,8 @@ pub(crate) fn state_engine(engine_full: &str, uuid: Option<&str>) -> String {
             };
             format!(
                 "ReplicatedReplacingMergeTree({}, {}, epoch)",
-                literal(&format!("{path}_{STATE_TABLE}")),
-                literal(&replica)
+                super::intent::quote(&format!("{path}_{STATE_TABLE}")),
+                super::intent::quote(&replica)
             )
         }
         None => "ReplacingMergeTree(epoch)".to_owned(),
@@ -104,9 +99,11 @@ pub(crate) fn quorum(total_replicas: u64) -> Option<u64> {
     (total_replicas >= 2).then_some(total_replicas / 2 + 1)
 }
 
-/// The settings of every state statement on a server with `features`.
+/// The settings of every state statement on a server with `features`
+/// (`parallel`: it has `insert_quorum_parallel`).
 pub(crate) fn state_settings(
     features: crate::schema::ServerFeatures,
+    parallel: bool,
     quorum: Option<u64>,
     timeout: Duration,
 ) -> Vec<(String, String)> {
@@ -125,6 +122,12 @@ pub(crate) fn state_settings(
             timeout.as_millis().max(1).to_string(),
         ));
         s.push(("select_sequential_consistency".into(), "1".into()));
+        // Sequentially consistent reads see every quorum write only when
+        // quorum writes are not parallel (they are by default where the
+        // setting exists): then every write waits for the one before it.
+        if parallel {
+            s.push(("insert_quorum_parallel".into(), "0".into()));
+        }
     }
     s
 }
@@ -140,6 +143,8 @@ struct Seen {
     client: ChClient,
     target_engine: String,
     total_replicas: u64,
+    /// The server has `insert_quorum_parallel`.
+    parallel: bool,
 }
 
 /// Create (where missing) and check the state table of `db`.`table` on
@@ -161,11 +166,18 @@ pub(crate) async fn open(
                 create_on(client, db, &target_engine, uuid.as_deref())
                     .await
                     .map_err(|e| format!("creating {db}.{STATE_TABLE} on {url}: {e}"))?;
+                let parallel = one_value(
+                    client,
+                    "SELECT count() FROM system.settings WHERE name = 'insert_quorum_parallel'",
+                )
+                .await?
+                    != "0";
                 seen.push(Seen {
                     url: url.clone(),
                     client: client.clone(),
                     target_engine,
                     total_replicas,
+                    parallel,
                 });
             }
             Err(e) => down.push(format!("{url}: {e}")),
@@ -184,9 +196,29 @@ pub(crate) async fn open(
     let replicated = seen[0].target_engine.starts_with("Replicated");
     let total = seen.iter().map(|s| s.total_replicas).max().unwrap_or(0);
     let quorum = if replicated { quorum(total) } else { None };
+    if let Some(q) = quorum {
+        // Fewer copies of the state than the quorum: no write can succeed.
+        let sql = format!(
+            "SELECT total_replicas FROM system.replicas WHERE database = {} AND table = {}",
+            super::intent::quote(db),
+            super::intent::quote(STATE_TABLE)
+        );
+        let copies: u64 = (one_value(&seen[0].client, &sql).await?)
+            .parse()
+            .map_err(|e| format!("the replicas of {db}.{STATE_TABLE}: {e}"))?;
+        if copies < q {
+            return Err(format!(
+                "{db}.{table} has {total} replicas, so the state's writes need {q}, but \
+                 {db}.{STATE_TABLE} has {copies}: spate creates it on the replicas it is given that \
+                 answer; list every replica (--shard URL,URL,...) and start while they answer, or create \
+                 it on the others with what SHOW CREATE TABLE {db}.{STATE_TABLE} prints on {}",
+                seen[0].url
+            ));
+        }
+    }
     let clients = (seen.iter())
         .map(|s| {
-            let settings = state_settings(s.client.features(), quorum, timeout);
+            let settings = state_settings(s.client.features(), s.parallel, quorum, timeout);
             s.client.with_settings(&settings)
         })
         .collect();
@@ -203,33 +235,33 @@ async fn target_on(
 ) -> Result<(String, Option<String>, u64), String> {
     let facts = super::intent::facts(client, db, table).await?;
     let engine = facts.engine_full;
+    // One value of the target's row in a system table.
+    let of_target = |column: &str, system: &str, name: &str| {
+        format!(
+            "SELECT {column} FROM system.{system} WHERE database = {} AND {name} = {}",
+            super::intent::quote(db),
+            super::intent::quote(table)
+        )
+    };
     let mut uuid = None;
     if replicated_args(&engine).is_some_and(|(p, _)| p.contains("{uuid}")) {
-        let sql = format!(
-            "SELECT toString(uuid) FROM system.tables WHERE database = {} AND name = {}",
-            literal(db),
-            literal(table)
-        );
-        let text = client
-            .fetch_text(&sql, "TabSeparated")
-            .await
-            .map_err(|e| e.to_string())?;
-        uuid = Some(text.trim().to_owned());
+        let sql = of_target("toString(uuid)", "tables", "name");
+        uuid = Some(one_value(client, &sql).await?);
     }
     let mut total = 0;
     if engine.starts_with("Replicated") {
-        let sql = format!(
-            "SELECT total_replicas FROM system.replicas WHERE database = {} AND table = {}",
-            literal(db),
-            literal(table)
-        );
-        let text = client
-            .fetch_text(&sql, "TabSeparated")
-            .await
-            .map_err(|e| e.to_string())?;
-        total = text.trim().parse().unwrap_or(0);
+        let sql = of_target("total_replicas", "replicas", "table");
+        total = (one_value(client, &sql).await?)
+            .parse()
+            .map_err(|e| format!("the replicas of {db}.{table}: {e}"))?;
     }
     Ok((engine, uuid, total))
+}
+
+/// The one value `sql` answers, trimmed.
+async fn one_value(client: &ChClient, sql: &str) -> Result<String, String> {
+    let text = (client.fetch_text(sql, "TabSeparated").await).map_err(|e| e.to_string())?;
+    Ok(text.trim().to_owned())
 }
 
 /// `CREATE TABLE IF NOT EXISTS` the state table on one replica, and add
@@ -252,8 +284,8 @@ async fn create_on(
         .fetch_text(
             &format!(
                 "SELECT count() FROM system.columns WHERE database = {} AND table = {} AND name = 'epoch'",
-                literal(db),
-                literal(STATE_TABLE)
+                super::intent::quote(db),
+                super::intent::quote(STATE_TABLE)
             ),
             "TabSeparated",
         )
@@ -341,14 +373,21 @@ mod tests {
         assert_eq!(quorum(3), Some(2));
         assert_eq!(quorum(5), Some(3));
         let old = crate::schema::ServerFeatures::from_version("18.16.1").unwrap();
-        let s = state_settings(old, Some(2), Duration::from_secs(10));
+        let s = state_settings(old, false, Some(2), Duration::from_secs(10));
         let get = |k: &str| s.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("insert_quorum"), Some("2"));
         assert_eq!(get("insert_quorum_timeout"), Some("10000"));
         assert_eq!(get("select_sequential_consistency"), Some("1"));
         assert_eq!(get("async_insert"), None, "18.16 has no async_insert");
+        assert_eq!(
+            get("insert_quorum_parallel"),
+            None,
+            "18.16 has no insert_quorum_parallel"
+        );
         let new = crate::schema::ServerFeatures::from_version("26.9.1").unwrap();
-        let s = state_settings(new, None, Duration::from_secs(10));
+        let s = state_settings(new, true, Some(2), Duration::from_secs(10));
+        assert!(s.contains(&("insert_quorum_parallel".into(), "0".into())));
+        let s = state_settings(new, true, None, Duration::from_secs(10));
         assert!(s.contains(&("async_insert".into(), "0".into())));
         assert!(!s.iter().any(|(k, _)| k == "insert_quorum"));
     }

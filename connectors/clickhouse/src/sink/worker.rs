@@ -374,8 +374,11 @@ impl<C: InsertTarget> Worker<C> {
                     Err(e) => return Outcome::Failed(e),
                 };
                 if let Some(letter) = letter {
-                    if let Err(e) = self.store_dead_letter(letter).await {
-                        return Outcome::Failed(e);
+                    match self.store_dead_letter(letter).await {
+                        Ok(()) => {}
+                        Err(Stored::Failed(e)) => return Outcome::Failed(e),
+                        // Not stored, not acknowledged: the message replays.
+                        Err(Stored::Abandoned) => return Outcome::Abandoned,
                     }
                 }
                 rejected += 1;
@@ -405,17 +408,17 @@ impl<C: InsertTarget> Worker<C> {
     /// Store `letter` in the dead-letter destination, on a blocking task
     /// (the destination blocks until it acknowledged it, waiting out an
     /// outage); the chunk is acknowledged only after.
-    async fn store_dead_letter(&self, letter: DeadLetter) -> Result<(), FatalError> {
+    async fn store_dead_letter(&self, letter: DeadLetter) -> Result<(), Stored> {
         let dest = self
             .rejections
             .as_ref()
             .and_then(|r| r.dead_letters().cloned());
         let Some(dest) = dest else {
-            return Err(FatalError::new(
+            return Err(Stored::Failed(FatalError::new(
                 self.context(),
                 "no dead-letter destination",
                 Fault::Internal,
-            ));
+            )));
         };
         let at = format!(
             "topic {} partition {} offset {}",
@@ -436,15 +439,16 @@ impl<C: InsertTarget> Worker<C> {
             joined = task => joined.unwrap_or_else(|e| Err(format!("the dead-letter task failed: {e}"))),
             () = abandoned(self.abandon.clone()) => {
                 dest.abandon();
-                Err(format!("{}: {}", dest.describe(), spate_core::policy::Abandoned::ERROR))
+                tracing::warn!(destination = %dest.describe(), at, "the drain deadline passed while a dead letter waited for its destination; its message replays");
+                return Err(Stored::Abandoned);
             }
         };
         stored.map_err(|why| {
-            FatalError::new(
+            Stored::Failed(FatalError::new(
                 self.context(),
                 format!("storing the dead letter of the row at {at} failed: {why}"),
                 Fault::External,
-            )
+            ))
         })
     }
 
@@ -888,6 +892,14 @@ fn timed_out(after: Duration, next: Duration) -> InsertError {
              the next attempt waits up to {next:?}"
         ),
     }
+}
+
+/// Why a dead letter was not stored.
+enum Stored {
+    /// It cannot be: the pipeline stops.
+    Failed(FatalError),
+    /// The drain deadline passed while it waited for its destination.
+    Abandoned,
 }
 
 /// Resolves once the drain deadline abandoned the worker (never, if the
