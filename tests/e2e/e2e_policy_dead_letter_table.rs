@@ -28,6 +28,40 @@ fn payload(i: usize) -> String {
     }
 }
 
+/// The dead-letter table is created at start: freeze its server (the
+/// 26.9 one, by its PID file) right after.
+fn freeze_once_created(letters_ch: &Ch, letters: &str, pid_file: &str) {
+    wait_for(
+        "the dead-letter table created",
+        Duration::from_secs(30),
+        Duration::from_millis(20),
+        || match letters_ch.try_u64(&format!("EXISTS TABLE {letters}")) {
+            Ok(1) => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    kill_pid_file(pid_file, libc::SIGSTOP);
+}
+
+/// Waiting for the frozen table is not silent: `/readyz` on `port` turns
+/// 503 naming it within `within`; its answer.
+fn readyz_names_the_letters(port: u16, letters: &str, within: Duration) -> String {
+    wait_for(
+        "/readyz 503 naming the frozen dead-letter table",
+        within,
+        Duration::from_millis(200),
+        || match http_get(port, "/readyz") {
+            Some(r)
+                if r.starts_with("HTTP/1.1 503")
+                    && r.contains(&format!("dead-letter table {letters}")) =>
+            {
+                Ok(r)
+            }
+            other => Err(format!("{other:?}")),
+        },
+    )
+}
+
 #[test]
 fn dead_letter_table_server_frozen_mid_run() {
     let Some(svc) = services_on(Server::V18) else {
@@ -86,17 +120,7 @@ fn dead_letter_table_server_frozen_mid_run() {
     );
     let mut resume = Undo::new(|| kill_pid_file(&modern_pid, libc::SIGCONT));
     let spate = spawn("policy-dlt", &args);
-    // The table is created at start: freeze its server right after.
-    wait_for(
-        "the dead-letter table created",
-        Duration::from_secs(30),
-        Duration::from_millis(20),
-        || match letters_ch.try_u64(&format!("EXISTS TABLE {letters}")) {
-            Ok(1) => Ok(()),
-            other => Err(format!("{other:?}")),
-        },
-    );
-    kill_pid_file(&modern_pid, libc::SIGSTOP);
+    freeze_once_created(&letters_ch, &letters, &modern_pid);
     let frozen_at = Instant::now();
     std::thread::sleep(Duration::from_secs(5));
     let c = committed(&svc.brokers, &group, &topic, PARTITIONS);
@@ -112,19 +136,10 @@ fn dead_letter_table_server_frozen_mid_run() {
         "the run ended while the dead-letter table was frozen"
     );
     // Waiting for the table is not silent: /readyz names it.
-    let ready = wait_for(
-        "/readyz 503 naming the frozen dead-letter table",
+    let ready = readyz_names_the_letters(
+        port,
+        &letters,
         Duration::from_secs(9).saturating_sub(frozen_at.elapsed()),
-        Duration::from_millis(200),
-        || match http_get(port, "/readyz") {
-            Some(r)
-                if r.starts_with("HTTP/1.1 503")
-                    && r.contains(&format!("dead-letter table {letters}")) =>
-            {
-                Ok(r)
-            }
-            other => Err(format!("{other:?}")),
-        },
     );
     eprintln!(
         "[e2e_policy_dead_letter_table] /readyz while frozen: {}",
@@ -252,31 +267,9 @@ fn sigterm_with_the_dead_letter_table_frozen_exits_within_the_deadline() {
         .map(String::from),
     );
     let spate = spawn("policy-dlt-sigterm", &first);
-    wait_for(
-        "the dead-letter table created",
-        Duration::from_secs(30),
-        Duration::from_millis(20),
-        || match letters_ch.try_u64(&format!("EXISTS TABLE {letters}")) {
-            Ok(1) => Ok(()),
-            other => Err(format!("{other:?}")),
-        },
-    );
-    kill_pid_file(&modern_pid, libc::SIGSTOP);
+    freeze_once_created(&letters_ch, &letters, &modern_pid);
     // A letter is waiting: /readyz names its table.
-    wait_for(
-        "/readyz 503 naming the frozen dead-letter table",
-        Duration::from_secs(30),
-        Duration::from_millis(200),
-        || match http_get(port, "/readyz") {
-            Some(r)
-                if r.starts_with("HTTP/1.1 503")
-                    && r.contains(&format!("dead-letter table {letters}")) =>
-            {
-                Ok(r)
-            }
-            other => Err(format!("{other:?}")),
-        },
-    );
+    readyz_names_the_letters(port, &letters, Duration::from_secs(30));
     spate.sigterm();
     let signalled = Instant::now();
     // 5 s of shutdown deadline, plus the drain's grace and the runtime's.
