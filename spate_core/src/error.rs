@@ -21,6 +21,19 @@ pub enum Fault {
     Internal,
 }
 
+/// What can get a pipeline past its fatal error without a person's help.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Recovery {
+    /// Nothing: the process exits with the error.
+    #[default]
+    None,
+    /// Starting the pipeline again: nothing past the failure was
+    /// committed, and a fresh start reads those messages again and encodes
+    /// them anew (a table change only a fresh start can encode for).
+    StartAgain,
+}
+
 /// The error that stops a pipeline: which component failed and why.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{component}: {reason}")]
@@ -31,6 +44,9 @@ pub struct FatalError {
     pub reason: String,
     /// Whose fault it is.
     pub fault: Fault,
+    /// What can get past it; travels to the exit report
+    /// ([`FatalErrorReport::recovery`](crate::pipeline::FatalErrorReport)).
+    pub recovery: Recovery,
 }
 
 impl FatalError {
@@ -40,6 +56,16 @@ impl FatalError {
             component: component.into(),
             reason: reason.into(),
             fault,
+            recovery: Recovery::None,
+        }
+    }
+
+    /// The same error, recovered from by starting the pipeline again.
+    #[must_use]
+    pub fn start_again(self) -> Self {
+        Self {
+            recovery: Recovery::StartAgain,
+            ..self
         }
     }
 }

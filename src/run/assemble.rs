@@ -14,6 +14,7 @@ use crate::cli::RunArgs;
 use crate::exit::Exit;
 use crate::print_config::effective_config;
 use crate::settings::{process, validate_pipelines, Process, Validated};
+use spate_core::error::Recovery;
 use spate_core::metrics::Metrics;
 use spate_core::pipeline::{
     ExitReport, ExitState, Pipeline, PipelineRuntime, RuntimeOptions, SinkOptions,
@@ -41,14 +42,14 @@ pub fn run(pipelines: Vec<(String, RunArgs)>) -> Result<(), Exit> {
     }
     let mut replays = Vec::<Instant>::new();
     loop {
-        let result = run_once(&pipelines, &validated, &process);
-        let Err(exit) = result else { return result };
         // A table change spate could not convert encoded batches for: the
         // run failed without committing them; start again, so their
         // messages are read and encoded for the new columns
         // (docs/rows.md). Bounded, in case the change keeps failing batches.
-        let Some(why) = spate_clickhouse::take_replay_request() else {
-            return Err(exit);
+        let exit = match run_once(&pipelines, &validated, &process) {
+            Ok(()) => return Ok(()),
+            Err(Ended::Exit(exit)) => return Err(exit),
+            Err(Ended::StartAgain(exit)) => exit,
         };
         replays.retain(|at| at.elapsed() < REPLAY_WINDOW);
         if replays.len() >= MAX_REPLAYS {
@@ -60,9 +61,24 @@ pub fn run(pipelines: Vec<(String, RunArgs)>) -> Result<(), Exit> {
         }
         replays.push(Instant::now());
         tracing::warn!(
-            cause = %why,
+            cause = %exit.message(),
             "starting the pipeline again: batches encoded before the table changed are read from Kafka again and encoded for its new columns"
         );
+    }
+}
+
+/// How a run that did not complete ended.
+enum Ended {
+    /// The process exits.
+    Exit(Exit),
+    /// The failure's report asks for a start again
+    /// ([`Recovery::StartAgain`]); the exit, should starts run out.
+    StartAgain(Exit),
+}
+
+impl From<Exit> for Ended {
+    fn from(exit: Exit) -> Self {
+        Ended::Exit(exit)
     }
 }
 
@@ -76,7 +92,7 @@ fn run_once(
     pipelines: &[(String, RunArgs)],
     validated: &[Validated],
     process: &Process,
-) -> Result<(), Exit> {
+) -> Result<(), Ended> {
     let kafka = source_config(validated, pipelines);
     let io = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -162,7 +178,7 @@ fn set_runtime_options(
 
 /// The exit of a finished run: on completion, the committed watermarks on
 /// stderr; on failure, its cause (exit 1).
-fn conclude(report: ExitReport, elapsed: Duration) -> Result<(), Exit> {
+fn conclude(report: ExitReport, elapsed: Duration) -> Result<(), Ended> {
     match report.state {
         ExitState::Completed => {
             let rows = report.sink_drain.as_ref().map_or(0, |d| d.flushed_rows);
@@ -179,7 +195,10 @@ fn conclude(report: ExitReport, elapsed: Duration) -> Result<(), Exit> {
             );
             Ok(())
         }
-        ExitState::Failed(f) => Err(Exit::failed(f.to_string())),
-        _ => Err(Exit::failed("pipeline ended in an unknown state")),
+        ExitState::Failed(f) if f.recovery == Recovery::StartAgain => {
+            Err(Ended::StartAgain(Exit::failed(f.to_string())))
+        }
+        ExitState::Failed(f) => Err(Exit::failed(f.to_string()).into()),
+        _ => Err(Exit::failed("pipeline ended in an unknown state").into()),
     }
 }

@@ -48,7 +48,6 @@ pub use formats::{
 };
 pub use metrics::ChMetrics;
 pub use schema::{Column, DefaultKind, ServerFeatures, VersionError};
-pub use sink::take_replay_request;
 pub use sink::{discover, Discovery, ReplicaAnswer, ReplicaSchema};
 pub use sink::{ChRowEncoder, EncoderFactory, PreparedSink, ShardSpec, Topology, TopologySource};
 pub use sink::{RetryPolicy, SinkError, SinkPool, SinkSpec, TableRef, IN_FLIGHT_COPIES};

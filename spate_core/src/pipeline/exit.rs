@@ -30,6 +30,9 @@ pub struct FatalErrorReport {
     pub component: String,
     /// Human-readable cause.
     pub reason: String,
+    /// What can get past the failure (a start again, for a table change
+    /// only a fresh start can encode for).
+    pub recovery: crate::error::Recovery,
 }
 
 impl std::fmt::Display for FatalErrorReport {

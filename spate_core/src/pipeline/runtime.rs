@@ -597,6 +597,7 @@ fn build_report(
         ExitState::Failed(FatalErrorReport {
             component: component.to_string(),
             reason,
+            recovery: crate::error::Recovery::None,
         })
     };
     let (state, final_watermarks) = match exit {
@@ -606,6 +607,7 @@ fn build_report(
                 ExitState::Failed(FatalErrorReport {
                     component: f.component,
                     reason: f.reason,
+                    recovery: f.recovery,
                 })
             } else if let Some(r) = sink_drain.as_ref().filter(|r| !r.is_clean()) {
                 failed(

@@ -211,7 +211,7 @@ impl<C: InsertTarget> Worker<C> {
     /// counted; under at-least-once, what to do about it: insert a copy for
     /// the new types (once spate uses them), or, if none can be made, fail
     /// the chunk unacknowledged so that its messages are read again
-    /// ([`super::live::request_replay`]).
+    /// (`Recovery::StartAgain`).
     pub(crate) async fn types_after(
         &mut self,
         chunk: &Chunk,

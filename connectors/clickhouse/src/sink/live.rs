@@ -32,26 +32,6 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 use tokio::sync::{watch as tokio_watch, Notify};
 
-/// Why the last run failed on a table change spate cannot convert encoded
-/// rows for, if it did (see [`take_replay_request`]).
-static REPLAY: Mutex<Option<String>> = Mutex::new(None);
-
-/// A batch encoded before the table changed cannot be converted to the
-/// new columns (a `MODIFY COLUMN` to a type of another kind): the pipeline
-/// fails without committing it, and asks the binary to start it again, so
-/// that its messages are read from Kafka once more and encoded for the new
-/// columns. Called by insert workers.
-pub(crate) fn request_replay(why: &str) {
-    *REPLAY.lock().unwrap_or_else(PoisonError::into_inner) = Some(why.to_owned());
-}
-
-/// Whether (and why) the run that just ended failed for a change only a
-/// fresh start can encode for; clears the request. Called by the binary
-/// after a failed run.
-pub fn take_replay_request() -> Option<String> {
-    REPLAY.lock().unwrap_or_else(PoisonError::into_inner).take()
-}
-
 /// How often every replica's columns are re-read.
 pub const SCHEMA_REFRESH: Duration = Duration::from_secs(10);
 

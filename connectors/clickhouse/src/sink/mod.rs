@@ -72,7 +72,7 @@ pub use discover::{discover, Discovery, ReplicaAnswer, ReplicaSchema};
 pub use encoder::{ChRowEncoder, EncoderFactory};
 pub use error::SinkError;
 pub use intent::{IntentLog, STATE_TABLE};
-pub use live::{take_replay_request, LiveRowEncoder, LiveSchema, SCHEMA_REFRESH};
+pub use live::{LiveRowEncoder, LiveSchema, SCHEMA_REFRESH};
 pub use pool::{PreparedSink, SinkPool};
 pub use retry::RetryPolicy;
 pub use spec::{SinkSpec, TableRef};

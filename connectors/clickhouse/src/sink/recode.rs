@@ -11,7 +11,7 @@
 //! as Native blocks without the dropped columns, numbers widened to their
 //! new type ([`NativeLayout::retarget`]). A change spate cannot convert
 //! rows for is an error: the pipeline stops without committing the chunk
-//! and asks to be started again ([`super::live::request_replay`]); the
+//! and asks to be started again (`Recovery::StartAgain` in its fatal error); the
 //! binary does so in the same process, which reads those messages again
 //! and encodes them for the new columns.
 

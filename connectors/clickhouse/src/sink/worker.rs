@@ -246,10 +246,12 @@ impl<C: InsertTarget> Worker<C> {
             let now = live.current();
             let own = live.get(chunk.schema).unwrap_or_else(|| now.clone());
             let body = self.transposing(room, |s| super::recode::body_for(&own, &now, rows, s));
-            let body = body.map_err(|e| {
-                super::live::request_replay(&e);
-                FatalError::new(self.context(), e, Fault::User)
-            })?;
+            // Not convertible: the pipeline fails without committing the
+            // chunk and starts again (the exit report says so), so that
+            // its messages are read once more and encoded for the new
+            // columns.
+            let body =
+                body.map_err(|e| FatalError::new(self.context(), e, Fault::User).start_again())?;
             return Ok(Prepared {
                 bytes: Bytes::from(body.bytes),
                 query: body.query,
