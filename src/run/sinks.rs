@@ -13,7 +13,7 @@ use crate::cli::{Delivery, RunArgs};
 use crate::exit::Exit;
 use crate::settings::{sink_spec, Process, Validated};
 use spate_clickhouse::{ChClient, ChClientOptions, ChDeadLetters, RetryPolicy, Secret, TableRef};
-use spate_clickhouse::{EncoderFactory, PreparedSink, SinkPool, SinkSpec, IN_FLIGHT_COPIES};
+use spate_clickhouse::{Encoders, PreparedSink, SinkPool, SinkSpec, IN_FLIGHT_COPIES};
 use spate_core::health::TransientStalls;
 use spate_core::metrics::Metrics;
 use spate_core::pipeline::SinkRuntime;
@@ -28,7 +28,7 @@ const STARTUP_RETRY: Duration = Duration::from_secs(30);
 
 /// What the drivers' chains need to feed one pipeline's sink.
 pub(super) struct Route {
-    pub encoders: EncoderFactory,
+    pub encoders: Encoders,
     pub slots: Arc<[u16]>,
     pub limits: BatchLimits,
     pub topics: Vec<String>,

@@ -49,7 +49,8 @@ pub use formats::{
 pub use metrics::ChMetrics;
 pub use schema::{Column, DefaultKind, ServerFeatures, VersionError};
 pub use sink::{discover, Discovery, ReplicaAnswer, ReplicaSchema};
-pub use sink::{ChRowEncoder, EncoderFactory, PreparedSink, ShardSpec, Topology, TopologySource};
+pub use sink::{ChRowEncoder, EncoderFactory, Encoders, PreparedSink};
 pub use sink::{RetryPolicy, SinkError, SinkPool, SinkSpec, TableRef, IN_FLIGHT_COPIES};
+pub use sink::{ShardSpec, Topology, TopologySource};
 pub use transport::{Secret, TlsError, TlsFiles, TlsFlags, Transport};
 pub use types::{parse_type, ChType, TypeError};

@@ -5,7 +5,7 @@
 //! [`ChMetrics::of`] registers them once per registry ([`Metrics::extension`]) (several sinks and
 //! start-up retries share one registration) before any sample is taken;
 //! insert workers (tokio tasks), the start-up discovery and the readiness
-//! probe update them through the helpers in `sink::events`.
+//! probe update them through the helpers in `sink::insert::events`.
 
 use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
 use spate_core::metrics::Metrics;
@@ -39,7 +39,7 @@ pub struct ChMetrics {
     pub schema_changes: IntCounterVec,
     /// `spate_schema_races_total{table}`: inserts the server confirmed
     /// while a column they sent changed type (the insert may be stored
-    /// misread on servers that do not convert; see `sink::guard`).
+    /// misread on servers that do not convert; see `sink::schema_change::guard`).
     pub schema_races: IntCounterVec,
 }
 

@@ -1,24 +1,28 @@
 //! [`SinkPool`]: the lifecycle of one table's sink. [`SinkPool::prepare`]
-//! resolves the servers ([`super::discover`]) and checks the schema;
+//! resolves the servers (`start::discover`) and checks the schema;
 //! [`PreparedSink::spawn`] starts the insert workers on the shard queues
 //! the caller made; [`SinkPool::into_runtime`] / [`SinkPool::combine`]
 //! hand the runtime its half: the queues, the drain hook (called on the
 //! controller's thread at shutdown, blocking on the tokio runtime until
 //! the workers finished or the budget ran out) and the readiness probe.
 
-use super::discover::{check_answers, discover_clients, Discovery};
-use super::encoder::EncoderFactory;
-use super::error::SinkError;
-use super::events::{ReplicaUnreachableAtStart, ReplicaUp};
-use super::intent::IntentLog;
-use super::live::{build_version, spawn_watch, LiveSchema};
+use super::exactly_once::{preflight, IntentLog};
+use super::insert::events::{ReplicaUnreachableAtStart, ReplicaUp};
+use super::insert::pace::Pace;
+use super::insert::retry::RetryPolicy;
+use super::insert::settings::{insert_settings, Delivery};
+use super::insert::shard::{Replica, Shard};
+use super::insert::target::InsertQuery;
 use super::probe::probe_shards;
-use super::retry::RetryPolicy;
-use super::settings::{insert_settings, Delivery};
-use super::shard::{PoolShared, Replica, Shard};
-use super::spec::SinkSpec;
-use super::target::InsertQuery;
-use super::topology::Topology;
+use super::schema_change::version::{build_version, LiveSchema};
+use super::schema_change::watch::spawn_watch;
+use super::schema_change::Encoders;
+use super::shared::PoolShared;
+use super::start::discover::{check_answers, discover_clients, Discovery};
+use super::start::encoder::EncoderFactory;
+use super::start::error::SinkError;
+use super::start::spec::SinkSpec;
+use super::start::topology::Topology;
 use super::worker::Worker;
 use crate::client::ChClient;
 use crate::encode::EncoderOptions;
@@ -36,7 +40,7 @@ use tokio::task::JoinHandle;
 
 /// The ClickHouse sink of one table, over every shard of its cluster.
 pub struct SinkPool {
-    factory: EncoderFactory,
+    encoders: Encoders,
     slots: Arc<[u16]>,
     queues: ShardQueues,
     shards: Arc<[Arc<Shard<ChClient>>]>,
@@ -73,56 +77,26 @@ impl SinkPool {
         else {
             return Err(SinkError::Config("no replica answered".into()));
         };
-        let factory = EncoderFactory {
-            columns: reference.columns.clone(),
-            options: EncoderOptions {
-                strict: spec.strict,
-                with_defaults: false,
-            },
-            shard_key: spec.shard_key.clone(),
-            renames: spec.renames.clone(),
-            live: None,
-            format: spec.format.clone(),
-        };
-        // The format can fill the table (a usage error at start if not).
-        factory.build_format().map_err(|source| SinkError::Schema {
-            table: spec.table.to_string(),
-            source,
-        })?;
-        let mut template = InsertQuery {
-            db: spec.table.db.clone(),
-            table: spec.table.table.clone(),
-            columns: Vec::new(),
-            format: "",
-            settings: insert_settings(
-                seed.features(),
-                if spec.exactly_once {
-                    Delivery::ExactlyOnce
-                } else {
-                    Delivery::AtLeastOnce
-                },
-            ),
-        };
+        let factory = first_factory(spec, &reference.columns)?;
+        let mut template = insert_template(spec, seed);
         let shards = connect_shards(&discovery.topology, seed);
         // Exactly-once settings go into the template, so every schema
         // version the table goes through inserts with them.
-        let intents = if spec.exactly_once {
-            Some(
-                super::intent::prepare(spec, &reference.columns, &shards, &mut template.settings)
+        let intents = match spec.exactly_once {
+            true => Some(
+                preflight::prepare(spec, &reference.columns, &shards, &mut template.settings)
                     .await?,
-            )
-        } else {
-            None
+            ),
+            false => None,
         };
-        let first = build_version(0, factory, seed.features(), spec.native, &template).map_err(
-            |source| SinkError::Schema {
-                table: spec.table.to_string(),
-                source,
-            },
-        )?;
+        let schema_error = |source| SinkError::Schema {
+            table: spec.table.to_string(),
+            source,
+        };
+        let first = build_version(0, factory, seed.features(), spec.native, &template)
+            .map_err(schema_error)?;
         let (query, native) = ((*first.query).clone(), first.native.clone());
-        let format = query.format;
-        let mut factory = first.factory.clone();
+        let factory = first.factory.clone();
         let live = LiveSchema::new(
             first,
             seed.features(),
@@ -130,27 +104,25 @@ impl SinkPool {
             spec.table.to_string(),
             &metrics,
         );
-        factory.live = Some(live.clone());
         tracing::info!(
             server = seed.version(),
             table = %spec.table,
             columns = query.columns.len(),
-            format,
+            format = query.format,
             shards = shards.len(),
             replicas = shards.iter().map(|s| s.replicas.len()).sum::<usize>(),
             shard_key = %spec.shard_key.join(","),
             "clickhouse sink ready"
         );
-        let shared = Arc::new(PoolShared::new(
-            spec.table.to_string(),
-            query,
-            native,
-            metrics,
-        ));
-        let _ = shared.live.set(live);
+        let shared = PoolShared::new(spec.table.to_string(), query, native, metrics);
+        let _ = shared.live.set(live.clone());
+        let shared = Arc::new(shared);
         report_replicas(&discovery, &shards, &shared);
         Ok(PreparedSink {
-            factory,
+            encoders: Encoders {
+                factory,
+                live: Some(live),
+            },
             slots: discovery.topology.slots(),
             shards,
             shared,
@@ -171,14 +143,14 @@ impl SinkPool {
 
     /// What builds an encoder per driver thread; outlives the pool.
     #[must_use]
-    pub fn encoder_factory(&self) -> EncoderFactory {
-        self.factory.clone()
+    pub fn encoder_factory(&self) -> Encoders {
+        self.encoders.clone()
     }
 
     /// The table's columns as read at start.
     #[must_use]
     pub fn columns(&self) -> &[Column] {
-        &self.factory.columns
+        &self.encoders.factory.columns
     }
 
     /// ClickHouse's `slot_to_shard` for this topology: a row with sharding
@@ -282,7 +254,7 @@ impl SinkPool {
 /// A sink with its shards resolved and its schema checked, waiting for
 /// its queues ([`SinkPool::prepare`]).
 pub struct PreparedSink {
-    factory: EncoderFactory,
+    encoders: Encoders,
     slots: Vec<u16>,
     shards: Arc<[Arc<Shard<ChClient>>]>,
     shared: Arc<PoolShared>,
@@ -365,20 +337,23 @@ impl PreparedSink {
                     index,
                     rx: rx.clone(),
                     acks: acks.clone(),
-                    abandon: abandon_rx.clone(),
                     shared: self.shared.clone(),
-                    retry: self.retry,
                     intents: self.intents.clone(),
                     rejections: self.rejections.clone(),
-                    stalls: self.stalls.as_ref().map(|s| s.table.clone()),
                     depths: queues.depth_view(),
                     scratch: Arc::default(),
+                    pace: Pace::new(
+                        abandon_rx.clone(),
+                        self.retry,
+                        self.stalls.as_ref().map(|s| s.table.clone()),
+                        (&self.shared.table, &shard.label, index),
+                    ),
                 };
                 workers.push(io.spawn(worker.run()));
             }
         }
         SinkPool {
-            factory: self.factory,
+            encoders: self.encoders,
             slots: self.slots.iter().map(|&s| s + offset as u16).collect(),
             queues: queues.clone(),
             shards: self.shards,
@@ -443,6 +418,42 @@ fn drain(
 }
 
 /// One client per replica of every shard, siblings of the seed's (same
+/// The first version's encoder factory for the table's `columns`; the
+/// format must be able to fill them (a usage error at start if not).
+fn first_factory(spec: &SinkSpec, columns: &[Column]) -> Result<EncoderFactory, SinkError> {
+    let factory = EncoderFactory {
+        columns: columns.to_vec(),
+        options: EncoderOptions {
+            strict: spec.strict,
+            with_defaults: false,
+        },
+        shard_key: spec.shard_key.clone(),
+        renames: spec.renames.clone(),
+        format: spec.format.clone(),
+    };
+    factory.build_format().map_err(|source| SinkError::Schema {
+        table: spec.table.to_string(),
+        source,
+    })?;
+    Ok(factory)
+}
+
+/// The statement every version's inserts start from: the table, and the
+/// settings of the delivery on `seed`'s server.
+fn insert_template(spec: &SinkSpec, seed: &ChClient) -> InsertQuery {
+    let delivery = match spec.exactly_once {
+        true => Delivery::ExactlyOnce,
+        false => Delivery::AtLeastOnce,
+    };
+    InsertQuery {
+        db: spec.table.db.clone(),
+        table: spec.table.table.clone(),
+        columns: Vec::new(),
+        format: "",
+        settings: insert_settings(seed.features(), delivery),
+    }
+}
+
 /// credentials, options and detected features).
 fn connect_shards(topology: &Topology, seed: &ChClient) -> Arc<[Arc<Shard<ChClient>>]> {
     (topology.shards.iter().enumerate())

@@ -2,9 +2,10 @@
 //! once. Runs as a tokio task when the admin server's `/readyz` asks
 //! (through the `SinkRuntime` probe); updates `spate_replica_up`.
 
-use super::events::ReplicaUp;
-use super::shard::{PoolShared, Shard};
-use super::target::InsertTarget;
+use super::insert::events::ReplicaUp;
+use super::insert::shard::Shard;
+use super::insert::target::InsertTarget;
+use super::shared::PoolShared;
 use spate_core::sink::ProbeResult;
 use std::sync::Arc;
 use std::time::Duration;

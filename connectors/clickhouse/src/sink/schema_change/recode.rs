@@ -15,10 +15,10 @@
 //! binary does so in the same process, which reads those messages again
 //! and encodes them for the new columns.
 
-use super::live::Version;
-use super::target::InsertQuery;
+use super::version::Version;
 use crate::encode::NativeScratch;
 use crate::schema::Column;
+use crate::sink::insert::target::InsertQuery;
 use crate::types::ChType;
 use std::sync::Arc;
 
@@ -109,8 +109,8 @@ mod tests {
     use super::*;
     use crate::encode::EncoderOptions;
     use crate::schema::{DefaultKind, ServerFeatures};
-    use crate::sink::encoder::EncoderFactory;
-    use crate::sink::live::build_version;
+    use crate::sink::schema_change::version::build_version;
+    use crate::sink::start::encoder::EncoderFactory;
     use crate::types::parse_type;
     use spate_core::record::Message;
 
@@ -127,7 +127,6 @@ mod tests {
             options: EncoderOptions::default(),
             shard_key: Vec::new(),
             renames: Vec::new(),
-            live: None,
             format: crate::formats::FormatSpec::Json,
         };
         let template = InsertQuery {

@@ -1,6 +1,6 @@
 //! The encoder adapter: [`ChRowEncoder`] is a [`RowEncoder`] as the
-//! runtime's [`RowEncode`], and [`EncoderFactory`] builds one per driver
-//! thread. Each encoder is owned by one driver (lane) thread; it reads a
+//! runtime's [`RowEncode`], and [`EncoderFactory`] builds the decoder of
+//! one schema version (the sink's `Encoders` build one per driver thread). Each encoder is owned by one driver (lane) thread; it reads a
 //! message and appends one row to that thread's batch buffer.
 //! [`WirePlan::choose`] decides, once per schema, how rows reach the server
 //! and how DEFAULTs are left to it. The pipeline's [`FormatSpec`] picks the
@@ -19,19 +19,11 @@ pub struct EncoderFactory {
     pub(crate) options: EncoderOptions,
     pub(crate) shard_key: Vec<String>,
     pub(crate) renames: Vec<(String, String)>,
-    /// Set by a running sink: encoders follow its schema versions.
-    pub(crate) live: Option<std::sync::Arc<super::live::LiveSchema>>,
     /// The format of the message values.
     pub(crate) format: FormatSpec,
 }
 
 impl EncoderFactory {
-    /// A fresh encoder (following the table's changes when the sink
-    /// watches them).
-    pub fn build(&self) -> Result<super::live::LiveRowEncoder, SchemaError> {
-        super::live::LiveRowEncoder::new(self)
-    }
-
     /// A fresh decoder for the pipeline's format, on this factory's
     /// columns (one schema version).
     pub(crate) fn build_format(&self) -> Result<FormatEncoder, SchemaError> {

@@ -38,7 +38,7 @@ pub(crate) trait InsertTarget: Send + Sync + 'static {
     fn ping(&self) -> impl Future<Output = Result<(), ClientError>> + Send;
 
     /// The columns of `db.table` as this replica has them now (the
-    /// insert's type guard, [`super::guard`]).
+    /// insert's type guard, `crate::sink::schema_change::guard`).
     fn columns(
         &self,
         db: &str,

@@ -7,12 +7,12 @@
 //! misaligned). The schema re-read ([`super::live`]) sees a change within
 //! 10 s; the guard closes most of that window. For such servers an insert
 //! worker asks the replica it sends to for the table's columns:
-//! - before each attempt ([`Worker::types_before`]): if a column it sends
+//! - before each attempt ([`TypeGuard::before`]): if a column it sends
 //!   changed type or went away, the schema is re-read at once and the batch
 //!   re-encoded for it before it is sent; while spate cannot apply the
 //!   change (replicas disagree), the worker waits, reported as a stall;
 //! - after the server confirmed a RowBinary insert
-//!   ([`Worker::types_after`]; a Native block of another type is refused,
+//!   ([`TypeGuard::after`]; a Native block of another type is refused,
 //!   not misread): a change there means the ALTER committed while the
 //!   insert was on its way, possibly first. The insert is logged by topic,
 //!   partition and offsets and counted in `spate_schema_races_total`;
@@ -21,16 +21,22 @@
 //!   messages are read again (under exactly-once a copy would be a
 //!   duplicate, so only the log says it).
 //!
-//! Touched by insert workers (tokio tasks), one check per attempt.
+//! The guard is a value an insert worker makes per insert
+//! ([`TypeGuard::of`]) and asks before and after each attempt; the
+//! re-encoding it calls for is the worker's (it owns the bytes). Touched
+//! by insert workers (tokio tasks), one check per attempt.
 
-use super::live::LiveSchema;
-use super::settings::DEDUP_TOKEN;
-use super::target::InsertTarget;
-use super::worker::{Attempt, Prepared, Worker};
+use super::version::LiveSchema;
 use crate::schema::{Column, ServerFeatures};
+use crate::sink::insert::outcome::{Attempt, Prepared};
+use crate::sink::insert::pace::Pace;
+use crate::sink::insert::settings::DEDUP_TOKEN;
+use crate::sink::insert::shard::Replica;
+use crate::sink::insert::target::InsertTarget;
 use crate::types::ChType;
+use prometheus::IntCounterVec;
+use spate_core::error::{FatalError, Fault};
 use spate_core::sink::Chunk;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a worker waits for the replica's columns before it goes on
@@ -43,7 +49,7 @@ const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 const WAIT_FOR_AGREEMENT: Duration = Duration::from_secs(1);
 
 /// Whether inserts in `format` need the check on a server with `features`.
-pub(crate) fn guarded(format: &str, features: ServerFeatures) -> bool {
+fn guarded(format: &str, features: ServerFeatures) -> bool {
     !(format == "Native" && features.native_converts_types)
 }
 
@@ -90,27 +96,59 @@ pub(crate) fn copy_settings(extra: &[(String, String)], version: u64) -> Vec<(St
         .collect()
 }
 
-impl<C: InsertTarget> Worker<C> {
-    /// The live schema, when inserts of `prepared` need the check before
-    /// they are sent.
-    fn guarding(&self, prepared: &Prepared) -> Option<Arc<LiveSchema>> {
-        let live = self.shared.live.get()?;
-        live.guards(prepared.query.format).then(|| live.clone())
+/// The type guard of one sink's inserts.
+pub(crate) struct TypeGuard<'a> {
+    live: &'a LiveSchema,
+    /// Exactly-once: a copy would be a duplicate, so none is made.
+    exactly_once: bool,
+    /// `spate_schema_races_total`, and the table's label in it.
+    races: (&'a IntCounterVec, &'a str),
+}
+
+/// What a confirmed insert calls for ([`TypeGuard::after`]).
+pub(crate) enum After {
+    /// Nothing changed: the insert stands.
+    Clean,
+    /// A column it sent changed type while it was on its way: insert a
+    /// copy encoded for the new types too (spate uses them now); `change`
+    /// and `ranges` are for the log.
+    Copy { change: String, ranges: String },
+    /// The chunk ends here unacknowledged: failed (its messages are read
+    /// again) or abandoned at the drain deadline.
+    Stop(Attempt),
+}
+
+impl<'a> TypeGuard<'a> {
+    /// The guard of a sink following `live` (none when it does not follow
+    /// the table's changes).
+    pub(crate) fn of(
+        live: Option<&'a LiveSchema>,
+        exactly_once: bool,
+        races: (&'a IntCounterVec, &'a str),
+    ) -> Option<Self> {
+        Some(TypeGuard {
+            live: live?,
+            exactly_once,
+            races,
+        })
+    }
+
+    /// Whether inserts of `prepared` need the check on this server.
+    fn applies(&self, prepared: &Prepared) -> bool {
+        guarded(prepared.query.format, self.live.features())
     }
 
     /// What changed on `replica` among the columns `prepared` sends
     /// (`None`: the replica did not answer in time, or the version is
     /// gone).
-    async fn changed_on(
+    async fn changed_on<C: InsertTarget>(
         &self,
-        replica: usize,
+        replica: &Replica<C>,
         prepared: &Prepared,
-        live: &LiveSchema,
     ) -> Option<Vec<String>> {
-        let version = live.get(prepared.for_version)?;
+        let version = self.live.get(prepared.for_version)?;
         let sent = sent_types(&prepared.query.columns, &version.columns);
-        let target = &self.shard.replicas[replica].client;
-        let asked = target.columns(&prepared.query.db, &prepared.query.table);
+        let asked = (replica.client).columns(&prepared.query.db, &prepared.query.table);
         match tokio::time::timeout(CHECK_TIMEOUT, asked).await {
             Ok(Ok(now)) => Some(changed(&sent, &now)),
             Ok(Err(e)) => {
@@ -126,116 +164,100 @@ impl<C: InsertTarget> Worker<C> {
     /// disagree, checked every second and reported as a stall). `Err`:
     /// abandoned at the drain deadline, or a change spate cannot encode.
     async fn await_new_version(
-        &mut self,
-        live: &LiveSchema,
+        &self,
         prepared: &Prepared,
         change: &str,
-        replica: usize,
+        url: &str,
+        pace: &mut Pace,
     ) -> Result<(), Attempt> {
+        let live = self.live;
         for round in 0u64.. {
             if live.version() != prepared.for_version {
                 return Ok(());
             }
             tokio::select! {
                 _ = live.refresh_now() => {}
-                _ = self.abandon.changed() => return Err(Attempt::Abandoned),
+                () = pace.deadline() => return Err(Attempt::Abandoned),
             }
             if live.version() != prepared.for_version {
                 return Ok(());
             }
             if let Some(problem) = live.lasting_problem() {
-                return Err(Attempt::Failed(spate_core::error::FatalError::new(
-                    self.context(),
+                return Err(Attempt::Failed(FatalError::new(
+                    pace.context(),
                     format!(
                         "the table's columns changed ({change}) in a way spate cannot encode: {problem}"
                     ),
-                    spate_core::error::Fault::User,
+                    Fault::User,
                 )));
             }
             let why = format!(
-                "replica {} has changed columns ({change}) that spate does not use yet: {}",
-                self.shard.replicas[replica].url,
+                "replica {url} has changed columns ({change}) that spate does not use yet: {}",
                 live.problem()
                     .unwrap_or_else(|| "the re-read has not seen them".into())
             );
-            if let Some(stalls) = &self.stalls {
-                stalls.failing(&self.stall_name(), &why);
-            }
+            pace.failing(&why);
             if round == 0 {
                 tracing::warn!(problem = %why, "waiting before the insert");
             }
-            if self.pause(WAIT_FOR_AGREEMENT).await.is_err() {
-                return Err(Attempt::Abandoned);
-            }
+            pace.pause(WAIT_FOR_AGREEMENT).await?;
         }
         Ok(())
     }
 
-    /// Before an attempt on `replica`: make `prepared` match the table's
-    /// types there (re-read and re-encode), waiting while spate cannot
-    /// apply a change the replica already has. `Err`: abandoned at the
-    /// drain deadline, or failed (a change spate cannot encode).
-    pub(crate) async fn types_before(
-        &mut self,
-        chunk: &Chunk,
-        rows: &[u8],
-        prepared: &mut Prepared,
-        replica: usize,
-    ) -> Result<(), Attempt> {
-        let Some(live) = self.guarding(prepared) else {
-            return Ok(());
-        };
-        loop {
-            let Some(change) = self.changed_on(replica, prepared, &live).await else {
-                return Ok(());
-            };
-            if change.is_empty() {
-                return Ok(());
-            }
-            let change = change.join(", ");
-            self.await_new_version(&live, prepared, &change, replica)
-                .await?;
-            *prepared = self.body(chunk, rows).map_err(Attempt::Failed)?;
-            tracing::info!(
-                rows = chunk.rows,
-                change = %change,
-                "re-encoded a batch for the table's new columns before sending it"
-            );
+    /// Before an attempt on `replica`: whether `prepared` matches the
+    /// table's types there. `Ok(Some(change))`: spate now uses a newer
+    /// version (waiting while it cannot apply a change the replica already
+    /// has): re-encode, and ask again. `Err`: abandoned at the drain
+    /// deadline, or failed (a change spate cannot encode).
+    pub(crate) async fn before<C: InsertTarget>(
+        &self,
+        replica: &Replica<C>,
+        prepared: &Prepared,
+        pace: &mut Pace,
+    ) -> Result<Option<String>, Attempt> {
+        if !self.applies(prepared) {
+            return Ok(None);
         }
+        let Some(change) = self.changed_on(replica, prepared).await else {
+            return Ok(None);
+        };
+        if change.is_empty() {
+            return Ok(None);
+        }
+        let change = change.join(", ");
+        self.await_new_version(prepared, &change, &replica.url, pace)
+            .await?;
+        Ok(Some(change))
     }
 
     /// After `replica` confirmed `prepared` in a format without types on
     /// the wire (RowBinary: a Native block of another type is refused by
     /// servers that do not convert it): if a column it sent has another
     /// type there now, the insert may be stored misread. Logged and
-    /// counted; under at-least-once, what to do about it: insert a copy for
-    /// the new types (once spate uses them), or, if none can be made, fail
+    /// counted; under at-least-once, a copy for the new types (once spate
+    /// uses them) is called for; if none can be made, the worker fails
     /// the chunk unacknowledged so that its messages are read again
     /// (`Recovery::StartAgain`).
-    pub(crate) async fn types_after(
-        &mut self,
+    pub(crate) async fn after<C: InsertTarget>(
+        &self,
         chunk: &Chunk,
-        rows: &[u8],
+        replica: &Replica<C>,
         prepared: &Prepared,
-        replica: usize,
+        pace: &mut Pace,
     ) -> After {
-        let Some(live) = self.guarding(prepared) else {
-            return After::Clean;
-        };
-        if prepared.query.format == "Native" {
+        if !self.applies(prepared) || prepared.query.format == "Native" {
             return After::Clean;
         }
-        let Some(change) = self.changed_on(replica, prepared, &live).await else {
+        let Some(change) = self.changed_on(replica, prepared).await else {
             return After::Clean;
         };
         if change.is_empty() {
             return After::Clean;
         }
         let (ranges, change) = (chunk.describe_ranges(), change.join(", "));
-        (self.shared.ch_metrics.schema_races)
-            .with_label_values(&[&self.shared.table])
-            .inc();
-        if self.intents.is_some() {
+        self.races.0.with_label_values(&[self.races.1]).inc();
+        if self.exactly_once {
             tracing::error!(
                 ranges = %ranges,
                 change = %change,
@@ -244,44 +266,14 @@ impl<C: InsertTarget> Worker<C> {
             );
             return After::Clean;
         }
-        if let Err(stop) = self
-            .await_new_version(&live, prepared, &change, replica)
+        match self
+            .await_new_version(prepared, &change, &replica.url, pace)
             .await
         {
-            return After::Stop(stop);
-        }
-        match self.body(chunk, rows) {
-            Ok(copy) => {
-                tracing::warn!(
-                    ranges = %ranges,
-                    change = %change,
-                    "an insert landed while the table's column types changed: ClickHouse may have stored it misread; \
-                     inserting a copy encoded for the new types (rows of these offsets may be there twice, one misread)"
-                );
-                After::Copy(copy)
-            }
-            Err(e) => {
-                tracing::error!(
-                    ranges = %ranges,
-                    change = %change,
-                    "an insert landed while the table's column types changed: ClickHouse may have stored it misread; \
-                     its messages are read again for the new columns"
-                );
-                After::Stop(Attempt::Failed(e))
-            }
+            Ok(()) => After::Copy { change, ranges },
+            Err(stop) => After::Stop(stop),
         }
     }
-}
-
-/// What follows a confirmed insert ([`Worker::types_after`]).
-pub(crate) enum After {
-    /// Nothing changed: the insert stands.
-    Clean,
-    /// Insert this copy, encoded for the new types, too.
-    Copy(Prepared),
-    /// The chunk ends here unacknowledged: failed (its messages are read
-    /// again) or abandoned at the drain deadline.
-    Stop(Attempt),
 }
 
 #[cfg(test)]

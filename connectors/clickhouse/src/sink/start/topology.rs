@@ -9,7 +9,7 @@
 //! `--clickhouse-url`: clusters normally run every node on the same ports.
 //!
 //! Plain data and parsing; start-up code (on the caller's thread) builds it,
-//! [`super::discover()`] reads a cluster's rows with it.
+//! [`super::discover::discover()`] reads a cluster's rows with it.
 
 use super::error::SinkError;
 use crate::client::ChClient;

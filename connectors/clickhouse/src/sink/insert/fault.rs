@@ -10,7 +10,7 @@
 //! whose insert is held while its partition moves on; counted over the
 //! chunks whose intent a worker records), `hold-before-send` (the same
 //! wait after the intent is recorded, the fence checked and the column
-//! types checked (`super::guard`), just before the first attempt: a test
+//! types checked (`crate::sink::schema_change::guard`), just before the first attempt: a test
 //! freezes ClickHouse, or alters the table, then releases it, so the
 //! insert is sent into the freeze or the change), `before-send` (the intent is
 //! recorded, the insert not sent),

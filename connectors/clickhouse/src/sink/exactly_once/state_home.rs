@@ -33,14 +33,14 @@
 //! replicated target (a spate before this), or whose replicas are not
 //! replicas of each other, refuses exactly-once with what to do.
 //!
-//! Called once per sink at start, from `intent::prepare`.
+//! Called once per sink at start, from `preflight::prepare`.
 
 use crate::client::{ident, ChClient};
 use std::time::Duration;
 
-use super::intent::STATE_TABLE;
+use super::sql::{facts, quote, STATE_TABLE};
 
-/// The state table's home, ready for [`IntentLog`](super::intent::IntentLog).
+/// The state table's home, ready for the intent log.
 pub(crate) struct StateHome {
     /// One client per replica of the first shard, with the state settings.
     pub(crate) clients: Vec<ChClient>,
@@ -85,8 +85,8 @@ pub(crate) fn state_engine(engine_full: &str, uuid: Option<&str>) -> String {
             };
             format!(
                 "ReplicatedReplacingMergeTree({}, {}, epoch)",
-                super::intent::quote(&format!("{path}_{STATE_TABLE}")),
-                super::intent::quote(&replica)
+                quote(&format!("{path}_{STATE_TABLE}")),
+                quote(&replica)
             )
         }
         None => "ReplacingMergeTree(epoch)".to_owned(),
@@ -200,8 +200,8 @@ pub(crate) async fn open(
         // Fewer copies of the state than the quorum: no write can succeed.
         let sql = format!(
             "SELECT total_replicas FROM system.replicas WHERE database = {} AND table = {}",
-            super::intent::quote(db),
-            super::intent::quote(STATE_TABLE)
+            quote(db),
+            quote(STATE_TABLE)
         );
         let copies: u64 = (one_value(&seen[0].client, &sql).await?)
             .parse()
@@ -233,14 +233,14 @@ async fn target_on(
     db: &str,
     table: &str,
 ) -> Result<(String, Option<String>, u64), String> {
-    let facts = super::intent::facts(client, db, table).await?;
+    let facts = facts(client, db, table).await?;
     let engine = facts.engine_full;
     // One value of the target's row in a system table.
     let of_target = |column: &str, system: &str, name: &str| {
         format!(
             "SELECT {column} FROM system.{system} WHERE database = {} AND {name} = {}",
-            super::intent::quote(db),
-            super::intent::quote(table)
+            quote(db),
+            quote(table)
         )
     };
     let mut uuid = None;
@@ -284,8 +284,8 @@ async fn create_on(
         .fetch_text(
             &format!(
                 "SELECT count() FROM system.columns WHERE database = {} AND table = {} AND name = 'epoch'",
-                super::intent::quote(db),
-                super::intent::quote(STATE_TABLE)
+                quote(db),
+                quote(STATE_TABLE)
             ),
             "TabSeparated",
         )
@@ -302,7 +302,7 @@ async fn create_on(
 async fn check_replicas(db: &str, table: &str, seen: &[Seen]) -> Result<(), String> {
     let mut paths = Vec::new();
     for s in seen {
-        let facts = super::intent::facts(&s.client, db, STATE_TABLE).await?;
+        let facts = facts(&s.client, db, STATE_TABLE).await?;
         let replicated_target = s.target_engine.starts_with("Replicated");
         match (replicated_target, replicated_args(&facts.engine_full)) {
             (true, None) => {

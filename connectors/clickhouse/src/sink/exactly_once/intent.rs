@@ -1,4 +1,4 @@
-//! Exactly-once state: the intent log and the preflight.
+//! Exactly-once state: the intent log.
 //!
 //! [`IntentLog`]: before an insert worker sends a block for the first time
 //! it records the block's `(table, topic, partition, first..=last offset,
@@ -18,22 +18,20 @@
 //! drops it if the earlier one landed. A block with no intent was never
 //! sent. See [`fencing`] for the protocol and why it holds.
 //!
-//! [`preflight`]: at start, refuse exactly-once unless the target table can
-//! deduplicate, naming the setting to change.
-//!
 //! Touched by insert workers (tokio tasks: `record`, `may_send`) and
 //! driver threads (`replayed`, blocking on the I/O runtime).
 
 use crate::client::{insert_sql, ChClient, InsertError};
-use crate::schema::ServerFeatures;
 use spate_core::record::{Offset, PartitionId};
 use spate_core::sink::{BlockPlans, ChunkSpan, Replay};
 use std::time::{Duration, Instant};
 
 use super::fencing::{self, Row};
-use super::retry::RetryPolicy;
+use super::sql::{quote, tsv, STATE_TABLE};
+use super::state_home::StateHome;
 use crate::classify::ErrorClass;
 use crate::client::ClientError;
+use crate::sink::insert::retry::RetryPolicy;
 
 /// How long a new owner keeps asking for a partition's recorded blocks
 /// while ClickHouse does not answer (timeouts, refused connections,
@@ -42,9 +40,6 @@ use crate::client::ClientError;
 /// seal). It blocks one driver thread, so it stays under the 60 s after
 /// which `/healthz` reports the thread stalled.
 const PLAN_READ_BUDGET: Duration = Duration::from_secs(45);
-
-/// Name of the state table, in the target table's database.
-pub const STATE_TABLE: &str = "spate_intents";
 
 /// The intent records of one target table.
 pub struct IntentLog {
@@ -74,47 +69,10 @@ impl std::fmt::Debug for IntentLog {
     }
 }
 
-/// A SQL string literal.
-pub(crate) fn quote(s: &str) -> String {
-    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
-}
-
-/// A TabSeparated field's text (`\'` is `'`, `\\` is `\`, ...).
-fn untsv(field: &str) -> String {
-    let mut out = String::with_capacity(field.len());
-    let mut chars = field.chars();
-    while let Some(c) = chars.next() {
-        if c != '\\' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('t') => out.push('\t'),
-            Some('n') => out.push('\n'),
-            Some('0') => out.push('\0'),
-            Some(other) => out.push(other),
-            None => out.push('\\'),
-        }
-    }
-    out
-}
-
-/// A TabSeparated field.
-fn tsv(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('\t', "\\t")
-        .replace('\n', "\\n")
-}
-
 impl IntentLog {
     /// The log of target `db.table` in the state table `home` opened
     /// ([`super::state_home::open`]).
-    pub(crate) fn new(
-        home: super::state_home::StateHome,
-        db: &str,
-        target: String,
-        retry: RetryPolicy,
-    ) -> Self {
+    pub(crate) fn new(home: StateHome, db: &str, target: String, retry: RetryPolicy) -> Self {
         IntentLog {
             clients: home.clients,
             preferred: std::sync::atomic::AtomicUsize::new(0),
@@ -548,282 +506,6 @@ fn parse_rows(text: &str) -> Result<Vec<Row>, String> {
         .collect()
 }
 
-/// What the preflight read about the target table.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct TableFacts {
-    pub(crate) engine: String,
-    pub(crate) engine_full: String,
-    /// The server's default `non_replicated_deduplication_window` (absent
-    /// before the setting existed).
-    pub(crate) default_window: Option<u64>,
-    pub(crate) has_views: bool,
-    /// The session's `insert_deduplicate` (a profile may turn it off).
-    pub(crate) insert_deduplicate: bool,
-}
-
-/// What exactly-once adds to every insert, once the table passed.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Passed {
-    pub(crate) settings: Vec<(String, String)>,
-}
-
-/// A table setting's value from `engine_full` (`... SETTINGS a = 1, b = 2`).
-fn table_setting(engine_full: &str, name: &str) -> Option<u64> {
-    let mut from = 0;
-    while let Some(i) = engine_full[from..].find(name) {
-        let at = from + i;
-        from = at + name.len();
-        let whole = engine_full[..at]
-            .chars()
-            .next_back()
-            .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'));
-        let Some(rest) = engine_full[from..].trim_start().strip_prefix('=') else {
-            continue;
-        };
-        if whole {
-            let digits: String = rest
-                .trim_start()
-                .chars()
-                .take_while(char::is_ascii_digit)
-                .collect();
-            return digits.parse().ok();
-        }
-    }
-    None
-}
-
-/// Whether `table` (with `facts`) on a server with `features` can drop a
-/// replayed block; the refusal names the setting to change.
-pub(crate) fn check(
-    table: &str,
-    features: ServerFeatures,
-    facts: &TableFacts,
-) -> Result<Passed, String> {
-    let (major, minor) = features.version;
-    let engine = facts.engine.as_str();
-    if !engine.ends_with("MergeTree") {
-        return Err(format!(
-            "--delivery exactly-once needs a *MergeTree table that deduplicates inserts; {table} is {engine}"
-        ));
-    }
-    let replicated = engine.starts_with("Replicated");
-    if replicated {
-        if table_setting(&facts.engine_full, "replicated_deduplication_window") == Some(0) {
-            return Err(format!(
-                "--delivery exactly-once: {table} has replicated_deduplication_window = 0; \
-                 ALTER TABLE {table} MODIFY SETTING replicated_deduplication_window = 1000"
-            ));
-        }
-    } else if !features.insert_deduplication_token {
-        return Err(format!(
-            "--delivery exactly-once on ClickHouse {major}.{minor} (no insert_deduplication_token, 22.2+) \
-             needs a Replicated*MergeTree table, whose block hashes drop a replayed block; {table} is {engine}"
-        ));
-    } else {
-        let window = table_setting(&facts.engine_full, "non_replicated_deduplication_window")
-            .or(facts.default_window)
-            .unwrap_or(0);
-        if window == 0 {
-            return Err(format!(
-                "--delivery exactly-once: {table} ({engine}) keeps no deduplication log; \
-                 ALTER TABLE {table} MODIFY SETTING non_replicated_deduplication_window = 1000"
-            ));
-        }
-    }
-    if !features.insert_deduplication_token && !facts.insert_deduplicate {
-        return Err(format!(
-            "--delivery exactly-once on ClickHouse {major}.{minor} relies on the block hash of {table}, \
-             and this user's profile sets insert_deduplicate = 0; set it to 1 in the profile \
-             (spate sends no token to turn it on per insert on this version)"
-        ));
-    }
-    let mut passed = Passed::default();
-    if facts.has_views {
-        if !features.insert_deduplication_token {
-            return Err(format!(
-                "--delivery exactly-once: {table} has materialized views, and ClickHouse {major}.{minor} \
-                 has no deduplicate_blocks_in_dependent_materialized_views to keep them exact"
-            ));
-        }
-        passed.settings.push((
-            "deduplicate_blocks_in_dependent_materialized_views".into(),
-            "1".into(),
-        ));
-    }
-    Ok(passed)
-}
-
-/// Exactly-once on a server without `insert_deduplication_token`: the
-/// server drops a replayed block by its block hash, and so also any other
-/// block whose bytes are the same. Two blocks are different offset ranges,
-/// so their bytes differ whenever every row carries its Kafka coordinates:
-/// the table must have (insertable) `_partition` and `_offset` columns, and
-/// `_topic` when more than `topics` = 1 topic feeds it. Without them a
-/// block of identical messages is dropped as a repeat of an earlier one,
-/// and its offsets committed: the refusal names the columns to add.
-pub(crate) fn unique_blocks(
-    table: &str,
-    features: ServerFeatures,
-    columns: &[crate::schema::Column],
-    topics: usize,
-) -> Result<(), String> {
-    if features.insert_deduplication_token {
-        return Ok(());
-    }
-    let has =
-        |name: &str| (columns.iter()).any(|c| c.name == name && c.default_kind.is_insertable());
-    let mut need = vec![("_partition", "Int32"), ("_offset", "UInt64")];
-    if topics != 1 {
-        need.insert(0, ("_topic", "LowCardinality(String)"));
-    }
-    let missing: Vec<_> = need.into_iter().filter(|(n, _)| !has(n)).collect();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    let (major, minor) = features.version;
-    let add: Vec<String> = (missing.iter())
-        .map(|(n, t)| format!("ADD COLUMN {n} {t}"))
-        .collect();
-    Err(format!(
-        "--delivery exactly-once on ClickHouse {major}.{minor} (no insert_deduplication_token, 22.2+) \
-         deduplicates by block hash, which also drops a different block whose rows look the same \
-         (identical messages at other offsets); {table} needs the columns spate fills with each \
-         row's Kafka coordinates, so that every block is unique: ALTER TABLE {table} {}",
-        add.join(", ")
-    ))
-}
-
-/// Exactly-once at start: check the target table deduplicates on every
-/// shard (adding what the inserts need to `settings`), and open the intent
-/// log on the first shard's replicas (one log for all shards: a block's
-/// parts are recorded per shard there).
-pub(crate) async fn prepare(
-    spec: &super::spec::SinkSpec,
-    columns: &[crate::schema::Column],
-    shards: &[std::sync::Arc<super::shard::Shard<ChClient>>],
-    settings: &mut Vec<(String, String)>,
-) -> Result<std::sync::Arc<IntentLog>, super::error::SinkError> {
-    use super::error::SinkError;
-    let table = spec.table.to_string();
-    let mut checked = 0;
-    let mut engine = String::new();
-    for shard in shards {
-        // The first replica that answers (one may be away at start).
-        let mut answered = None;
-        let mut errors = Vec::new();
-        for replica in &shard.replicas {
-            match facts(&replica.client, &spec.table.db, &spec.table.table).await {
-                Ok(f) => {
-                    answered = Some((replica, f));
-                    break;
-                }
-                Err(e) => errors.push(format!("{}: {e}", replica.url)),
-            }
-        }
-        let Some((replica, facts)) = answered else {
-            if errors.is_empty() {
-                continue;
-            }
-            return Err(SinkError::Config(format!(
-                "exactly-once preflight of {table} on shard {}: {}",
-                shard.label,
-                errors.join("; ")
-            )));
-        };
-        let here = check(&table, replica.client.features(), &facts)
-            .and_then(|p| {
-                unique_blocks(&table, replica.client.features(), columns, spec.topics)?;
-                Ok(p)
-            })
-            .map_err(|e| {
-                SinkError::Config(format!("{e} (shard {}, {})", shard.label, replica.url))
-            })?;
-        engine = facts.engine;
-        checked += 1;
-        // Every shard's needs (a view on one shard is enough to need the
-        // setting on all inserts).
-        for kv in here.settings {
-            if !settings.contains(&kv) {
-                settings.push(kv);
-            }
-        }
-    }
-    if checked == 0 {
-        return Err(SinkError::Config(format!("{table}: no shard to check")));
-    }
-    // The state lives on the first shard's replicas (see `state_home`).
-    let home_replicas: Vec<(String, ChClient)> = (shards.first().into_iter())
-        .flat_map(|s| s.replicas.iter())
-        .map(|r| (r.url.clone(), r.client.clone()))
-        .collect();
-    let home = super::state_home::open(
-        &home_replicas,
-        &spec.table.db,
-        &spec.table.table,
-        spec.client.insert_timeout,
-    )
-    .await
-    .map_err(|e| {
-        SinkError::Config(format!(
-            "exactly-once: the state table {}.{STATE_TABLE}: {e}",
-            spec.table.db
-        ))
-    })?;
-    let log = IntentLog::new(
-        home,
-        &spec.table.db,
-        table.clone(),
-        RetryPolicy {
-            insert_timeout: spec.client.insert_timeout,
-            ..spec.retry
-        },
-    );
-    tracing::info!(table, engine = %engine, shards = shards.len(), state = %format!("{}.{STATE_TABLE}", spec.table.db), "exactly-once delivery: the table deduplicates");
-    Ok(std::sync::Arc::new(log))
-}
-
-/// Read the [`TableFacts`] of `db.table`.
-pub(crate) async fn facts(client: &ChClient, db: &str, table: &str) -> Result<TableFacts, String> {
-    let sql = format!(
-        "SELECT engine, replaceAll(engine_full, '\\t', ' '), length(dependencies_table) > 0 \
-         FROM system.tables WHERE database = {} AND name = {}",
-        quote(db),
-        quote(table)
-    );
-    let text = client
-        .fetch_text(&sql, "TabSeparated")
-        .await
-        .map_err(|e| e.to_string())?;
-    let line = text
-        .lines()
-        .next()
-        .ok_or_else(|| format!("table {db}.{table} not found"))?;
-    let mut f = line.split('\t');
-    let (engine, engine_full, views) = (f.next(), f.next(), f.next());
-    let window = client
-        .fetch_text(
-            "SELECT value FROM system.merge_tree_settings WHERE name = 'non_replicated_deduplication_window'",
-            "TabSeparated",
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-    let dedup = client
-        .fetch_text(
-            "SELECT value FROM system.settings WHERE name = 'insert_deduplicate'",
-            "TabSeparated",
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(TableFacts {
-        engine: untsv(engine.unwrap_or_default()),
-        engine_full: untsv(engine_full.unwrap_or_default()),
-        default_window: window.trim().parse().ok(),
-        has_views: views == Some("1"),
-        // Absent (a server without the setting) is not "off".
-        insert_deduplicate: dedup.trim() != "0",
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -890,112 +572,13 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(2));
     }
 
-    fn facts(engine: &str, full: &str, default_window: Option<u64>, views: bool) -> TableFacts {
-        TableFacts {
-            engine: engine.into(),
-            engine_full: full.into(),
-            default_window,
-            has_views: views,
-            insert_deduplicate: true,
-        }
-    }
-
-    fn v(s: &str) -> ServerFeatures {
-        ServerFeatures::from_version(s).unwrap()
-    }
-
     #[test]
-    fn preflight_table() {
-        let mt = "MergeTree ORDER BY n SETTINGS index_granularity = 8192";
-        let mtw = "MergeTree ORDER BY n SETTINGS non_replicated_deduplication_window = 1000, index_granularity = 8192";
-        let rmt = "ReplicatedMergeTree('/t', 'r') ORDER BY n";
-        let cases: &[(&str, TableFacts, Result<bool, &str>)] = &[
-            ("26.9.1", facts("MergeTree", mtw, Some(0), false), Ok(false)),
-            ("26.9.1", facts("MergeTree", mt, Some(0), false), Err("non_replicated_deduplication_window = 1000")),
-            ("26.9.1", facts("MergeTree", mt, Some(100), false), Ok(false)),
-            ("26.9.1", facts("MergeTree", mtw, Some(0), true), Ok(true)),
-            ("26.9.1", facts("Log", "Log", Some(0), false), Err("is Log")),
-            ("18.16.1", facts("MergeTree", mt, None, false), Err("needs a Replicated*MergeTree")),
-            ("18.16.1", facts("ReplicatedMergeTree", rmt, None, false), Ok(false)),
-            ("18.16.1", facts("ReplicatedMergeTree", rmt, None, true), Err("materialized views")),
-            (
-                "18.16.1",
-                facts("ReplicatedMergeTree", "ReplicatedMergeTree('/t', 'r') ORDER BY n SETTINGS replicated_deduplication_window = 0", None, false),
-                Err("replicated_deduplication_window = 1000"),
-            ),
-        ];
-        for (version, f, want) in cases {
-            let got = check("db.t", v(version), f);
-            match (want, &got) {
-                (Ok(views), Ok(p)) => assert_eq!(!p.settings.is_empty(), *views, "{version} {f:?}"),
-                (Err(needle), Err(msg)) => assert!(msg.contains(needle), "{version} {f:?}: {msg}"),
-                _ => panic!("{version} {f:?}: {got:?}, want {want:?}"),
-            }
-        }
-    }
-
-    #[test]
-    fn preflight_refuses_a_profile_without_block_hashes_on_old_servers() {
-        let rmt = "ReplicatedMergeTree('/t', 'r') ORDER BY n";
-        let off = TableFacts {
-            insert_deduplicate: false,
-            ..facts("ReplicatedMergeTree", rmt, None, false)
-        };
-        let err = check("db.t", v("18.16.1"), &off).unwrap_err();
-        assert!(err.contains("insert_deduplicate = 0"), "{err}");
-        // With a token spate sends insert_deduplicate=1 itself.
-        let mtw = "MergeTree ORDER BY n SETTINGS non_replicated_deduplication_window = 1000";
-        let off = TableFacts {
-            insert_deduplicate: false,
-            ..facts("MergeTree", mtw, Some(0), false)
-        };
-        assert!(check("db.t", v("26.9.1"), &off).is_ok());
-    }
-
-    #[test]
-    fn blocks_must_be_unique_where_the_server_has_no_token() {
-        use crate::schema::{Column, DefaultKind};
-        let col = |n: &str| Column::plain(n, crate::types::parse_type("UInt64").unwrap());
-        let data = vec![col("n"), col("s")];
-        let err = unique_blocks("db.t", v("18.16.1"), &data, 1).unwrap_err();
-        assert!(
-            err.contains("ALTER TABLE db.t ADD COLUMN _partition Int32, ADD COLUMN _offset UInt64"),
-            "{err}"
-        );
-        assert!(!err.contains("_topic"), "one topic needs no _topic: {err}");
-        let coords = vec![col("n"), col("_partition"), col("_offset")];
-        assert_eq!(unique_blocks("db.t", v("18.16.1"), &coords, 1), Ok(()));
-        let err = unique_blocks("db.t", v("18.16.1"), &coords, 2).unwrap_err();
-        assert!(err.contains("ADD COLUMN _topic"), "{err}");
-        // A MATERIALIZED _offset is not spate's to fill.
-        let mut materialized = coords.clone();
-        materialized[2].default_kind = DefaultKind::Materialized;
-        assert!(unique_blocks("db.t", v("18.16.1"), &materialized, 1).is_err());
-        // The token tells blocks apart by their offsets on 22.2+.
-        assert_eq!(unique_blocks("db.t", v("22.2.2.1"), &data, 3), Ok(()));
-    }
-
-    #[test]
-    fn parses_intent_rows_and_settings() {
+    fn parses_intent_rows() {
         assert_eq!(
             parse_rows("10\t19\t0\t3\n-1\t4\t0\t4\n").unwrap(),
             vec![Row::intent(10, 19, 0, 3), Row::fence(4)]
         );
         assert!(parse_rows("x\t1\t0\t0\n").is_err());
         assert!(parse_rows("10\t19\n").unwrap_err().contains("2 fields"));
-        assert_eq!(
-            table_setting("X SETTINGS a_window = 5, b = 1", "a_window"),
-            Some(5)
-        );
-        assert_eq!(table_setting("X SETTINGS b = 1", "a_window"), None);
-        assert_eq!(
-            table_setting("X SETTINGS non_a_window = 3, a_window = 4", "a_window"),
-            Some(4),
-            "a longer name is not the setting"
-        );
-        assert_eq!(tsv("a\tb"), "a\\tb");
-        assert_eq!(untsv(&tsv("a\tb\\c")), "a\tb\\c");
-        assert_eq!(untsv("M(\\'/p\\', \\'r\\')"), "M('/p', 'r')");
-        assert_eq!(quote("it's"), "'it\\'s'");
     }
 }

@@ -1,6 +1,7 @@
 //! Tables that change while spate runs: [`LiveSchema`] holds every schema
 //! version the sink has used (its columns, encoder factory and insert
-//! statement), [`watch`] re-reads the columns of every replica.
+//! statement); `super::watch` re-reads the columns of every replica and
+//! applies a change.
 //!
 //! Threads: the watch task (tokio, one per sink) publishes new versions;
 //! encoders on the driver threads ([`LiveRowEncoder`]) load the current
@@ -17,16 +18,12 @@
 //! replicas. A change spate cannot encode (a column of an unsupported
 //! type, a dropped shard key column) also stays unapplied and is reported.
 
-use super::encoder::{EncoderFactory, WirePlan};
-use super::shard::Shard;
-use super::target::InsertQuery;
-use crate::client::ChClient;
 use crate::encode::NativeLayout;
 use crate::schema::{Column, ServerFeatures};
+use crate::sink::insert::target::InsertQuery;
+use crate::sink::start::encoder::{EncoderFactory, WirePlan};
 use prometheus::IntCounterVec;
 use spate_core::metrics::Metrics;
-use spate_core::record::Message;
-use spate_core::sink::{EncodeFailure, RowEncode};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
@@ -57,7 +54,7 @@ pub(crate) struct Version {
 
 /// Every schema version of one sink, and how to make the next.
 pub struct LiveSchema {
-    current: AtomicU64,
+    pub(super) current: AtomicU64,
     versions: RwLock<Vec<Arc<Version>>>,
     /// Why the table's current columns are not applied (replicas disagree,
     /// or a change spate cannot encode); for `/readyz`.
@@ -66,17 +63,17 @@ pub struct LiveSchema {
     /// have yet to agree): waiting will not clear it.
     lasting: std::sync::atomic::AtomicBool,
     /// Asks the watch task for an immediate re-read.
-    poke: Notify,
+    pub(super) poke: Notify,
     /// Completed re-reads.
-    rounds: tokio_watch::Sender<u64>,
+    pub(super) rounds: tokio_watch::Sender<u64>,
     /// Whether a watch task runs (else [`refresh_now`](Self::refresh_now)
     /// returns at once).
-    watched: std::sync::atomic::AtomicBool,
+    pub(super) watched: std::sync::atomic::AtomicBool,
     features: ServerFeatures,
     native: bool,
-    table: String,
-    changes: IntCounterVec,
-    watcher: Mutex<Option<tokio::task::AbortHandle>>,
+    pub(super) table: String,
+    pub(super) changes: IntCounterVec,
+    pub(super) watcher: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
 impl std::fmt::Debug for LiveSchema {
@@ -167,20 +164,19 @@ impl LiveSchema {
         }
     }
 
-    fn set_problem(&self, p: Option<String>, lasting: bool) {
+    pub(super) fn set_problem(&self, p: Option<String>, lasting: bool) {
         *self.problem.lock().unwrap_or_else(PoisonError::into_inner) = p;
         self.lasting.store(lasting, Ordering::Release);
     }
 
-    /// Whether inserts in `format` need [`super::guard`]'s check on this
-    /// server.
-    pub(crate) fn guards(&self, format: &str) -> bool {
-        super::guard::guarded(format, self.features)
+    /// The server's features every version's wire plan is chosen for.
+    pub(crate) fn features(&self) -> ServerFeatures {
+        self.features
     }
 
     /// Build the version for `columns` (with the first version's options,
     /// shard key and renames) and make it current.
-    fn apply(&self, columns: Vec<Column>) -> Result<Arc<Version>, String> {
+    pub(super) fn apply(&self, columns: Vec<Column>) -> Result<Arc<Version>, String> {
         let base = self.current();
         let factory = EncoderFactory {
             columns: columns.clone(),
@@ -260,183 +256,4 @@ pub(crate) fn build_version(
         factory: wire.factory,
         insert_types,
     })
-}
-
-/// What changed between two column lists, for the log line.
-fn describe_change(old: &[Column], new: &[Column]) -> String {
-    let mut parts = Vec::new();
-    for c in new {
-        match old.iter().find(|o| o.name == c.name) {
-            None => parts.push(format!("added `{}` {}", c.name, c.ty)),
-            Some(o) if o.ty != c.ty => parts.push(format!("`{}` {} -> {}", c.name, o.ty, c.ty)),
-            Some(o)
-                if o.default_kind != c.default_kind
-                    || o.default_expression != c.default_expression =>
-            {
-                parts.push(format!(
-                    "`{}` default now {:?} {}",
-                    c.name, c.default_kind, c.default_expression
-                ));
-            }
-            Some(_) => {}
-        }
-    }
-    for o in old.iter().filter(|o| !new.iter().any(|c| c.name == o.name)) {
-        parts.push(format!("dropped `{}`", o.name));
-    }
-    if parts.is_empty() {
-        "column order".to_owned()
-    } else {
-        parts.join(", ")
-    }
-}
-
-/// Re-read every replica's columns every [`SCHEMA_REFRESH`] (and when a
-/// worker asks), apply a change every replica agrees on, report the rest.
-pub(crate) fn spawn_watch(
-    live: &Arc<LiveSchema>,
-    shards: Arc<[Arc<Shard<ChClient>>]>,
-    db: String,
-    table: String,
-    io: &tokio::runtime::Handle,
-) {
-    live.watched.store(true, Ordering::Release);
-    let task = io.spawn(watch(live.clone(), shards, db, table));
-    *live.watcher.lock().unwrap_or_else(PoisonError::into_inner) = Some(task.abort_handle());
-}
-
-async fn watch(
-    live: Arc<LiveSchema>,
-    shards: Arc<[Arc<Shard<ChClient>>]>,
-    db: String,
-    table: String,
-) {
-    loop {
-        tokio::select! {
-            () = tokio::time::sleep(SCHEMA_REFRESH) => {}
-            () = live.poke.notified() => {}
-        }
-        refresh_once(&live, &shards, &db, &table).await;
-        live.rounds.send_modify(|r| *r += 1);
-    }
-}
-
-async fn refresh_once(live: &LiveSchema, shards: &[Arc<Shard<ChClient>>], db: &str, table: &str) {
-    let mut set = tokio::task::JoinSet::new();
-    for shard in shards {
-        for replica in &shard.replicas {
-            let (client, url, label) = (
-                replica.client.clone(),
-                replica.url.clone(),
-                shard.label.clone(),
-            );
-            let (db, table) = (db.to_owned(), table.to_owned());
-            set.spawn(async move { (label, url, client.describe(&db, &table).await) });
-        }
-    }
-    let mut answers: Vec<(String, String, Vec<Column>)> = Vec::new();
-    while let Some(joined) = set.join_next().await {
-        // An unreachable replica is the probe's business, not a change.
-        if let Ok((label, url, Ok(columns))) = joined {
-            answers.push((label, url, columns));
-        }
-    }
-    answers.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
-    let Some((_, first_url, reference)) = answers.first() else {
-        return;
-    };
-    let disagree: Vec<String> = (answers.iter())
-        .filter(|(_, _, c)| c != reference)
-        .map(|(label, url, _)| format!("shard {label} ({url})"))
-        .collect();
-    if !disagree.is_empty() {
-        let msg = format!(
-            "table {}.{} has other columns on {} than on {first_url}; every replica must have the same columns (the previous columns stay in use)",
-            db,
-            table,
-            disagree.join(", ")
-        );
-        // Logged when it starts or changes, not at every re-read.
-        if live.problem().as_deref() != Some(msg.as_str()) {
-            tracing::warn!(table = %live.table, problem = %msg, "replicas disagree on the table's columns");
-        }
-        live.set_problem(Some(msg), false);
-        return;
-    }
-    let current = live.current();
-    if *reference == current.columns {
-        live.set_problem(None, false);
-        return;
-    }
-    let change = describe_change(&current.columns, reference);
-    match live.apply(reference.clone()) {
-        Ok(v) => {
-            live.set_problem(None, false);
-            live.changes.with_label_values(&[&live.table]).inc();
-            tracing::info!(
-                table = %live.table,
-                version = v.id,
-                change = %change,
-                columns = v.query.columns.len(),
-                format = v.query.format,
-                "table schema changed; applied"
-            );
-        }
-        Err(e) => {
-            tracing::error!(table = %live.table, change = %change, error = %e, "table schema changed; cannot apply");
-            live.set_problem(Some(e), true);
-        }
-    }
-}
-
-/// An encoder that follows the [`LiveSchema`] (when its factory has one):
-/// one per driver thread.
-pub struct LiveRowEncoder {
-    inner: crate::formats::FormatEncoder,
-    live: Option<Arc<LiveSchema>>,
-    version: u64,
-}
-
-impl LiveRowEncoder {
-    pub(crate) fn new(factory: &EncoderFactory) -> Result<Self, crate::encode::SchemaError> {
-        let Some(live) = &factory.live else {
-            return Ok(LiveRowEncoder {
-                inner: factory.build_format()?,
-                live: None,
-                version: 0,
-            });
-        };
-        let v = live.current();
-        Ok(LiveRowEncoder {
-            inner: v.factory.build_format()?,
-            version: v.id,
-            live: Some(live.clone()),
-        })
-    }
-}
-
-impl RowEncode for LiveRowEncoder {
-    fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<(), EncodeFailure> {
-        self.inner.encode(msg, out)
-    }
-
-    fn routes_by_key(&self) -> bool {
-        self.inner.routes_by_key()
-    }
-
-    fn route_hash(&self, row: &[u8]) -> Option<u64> {
-        self.inner.route_hash(row)
-    }
-
-    fn schema_switch(&mut self) -> Option<u64> {
-        let live = self.live.as_ref()?;
-        if live.current.load(Ordering::Acquire) == self.version {
-            return None;
-        }
-        let v = live.current();
-        self.version = v.id;
-        // A published version's factory was built once already: it builds.
-        self.inner = v.factory.build_format().ok()?;
-        Some(v.id)
-    }
 }

@@ -6,8 +6,15 @@
 use super::*;
 use crate::classify::ErrorClass;
 use crate::client::ClientError;
-use crate::sink::shard::Replica;
-use crate::sink::target::InsertQuery;
+use crate::client::InsertError;
+use crate::sink::insert::outcome::{lock, Prepared};
+use crate::sink::insert::pace::Pace;
+use crate::sink::insert::retry::RetryPolicy;
+use crate::sink::insert::settings::{dedup_token, DEDUP_TOKEN};
+use crate::sink::insert::shard::Replica;
+use crate::sink::insert::target::InsertQuery;
+use attempt::CLIENT_GRACE;
+use bytes::Bytes;
 use spate_core::checkpoint::AckRange;
 use spate_core::metrics::Metrics;
 use spate_core::policy::{ErrorPolicy, OnError, Rejections};
@@ -16,7 +23,8 @@ use spate_core::sink::{ack_channel, AckReceiver, ChunkSpan, ShardQueues};
 use spate_core::source::LaneId;
 use std::collections::VecDeque;
 use std::sync::Mutex as StdMutex;
-use tokio::sync::Notify;
+use std::time::Duration;
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 /// One scripted answer of a replica.
@@ -214,14 +222,12 @@ impl Harness {
             index: 0,
             rx: Arc::new(Mutex::new(receivers.remove(0))),
             acks: ack_tx,
-            abandon: abandon_rx,
             shared: shared.clone(),
-            retry,
             intents: None,
             rejections,
-            stalls,
             depths: queues.depth_view(),
             scratch: Arc::default(),
+            pace: Pace::new(abandon_rx, retry, stalls, ("db.t", "1", 0)),
         };
         Harness {
             queues: Some(queues),
@@ -540,9 +546,9 @@ async fn timed_out_attempts_grow_their_timeout_and_keep_the_token() {
         max_insert_timeout: secs(4),
         ..no_jitter(100, 100)
     };
-    let settings = crate::sink::settings::insert_settings(
+    let settings = crate::sink::insert::settings::insert_settings(
         crate::schema::ServerFeatures::from_version("26.9.1.1").unwrap(),
-        crate::sink::settings::Delivery::AtLeastOnce,
+        crate::sink::insert::settings::Delivery::AtLeastOnce,
     );
     let script = vec![
         Answer::Hang,
@@ -589,13 +595,13 @@ async fn timed_out_attempts_grow_their_timeout_and_keep_the_token() {
 /// messages are unknown.
 #[tokio::test(start_paused = true)]
 async fn no_token_without_server_support_or_spans() {
-    let old = crate::sink::settings::insert_settings(
+    let old = crate::sink::insert::settings::insert_settings(
         crate::schema::ServerFeatures::from_version("21.11.1.1").unwrap(),
-        crate::sink::settings::Delivery::AtLeastOnce,
+        crate::sink::insert::settings::Delivery::AtLeastOnce,
     );
-    let new = crate::sink::settings::insert_settings(
+    let new = crate::sink::insert::settings::insert_settings(
         crate::schema::ServerFeatures::from_version("26.9.1.1").unwrap(),
-        crate::sink::settings::Delivery::AtLeastOnce,
+        crate::sink::insert::settings::Delivery::AtLeastOnce,
     );
     let spans = vec![ChunkSpan {
         partition: spate_core::record::PartitionId::new("t", 0),
@@ -778,6 +784,7 @@ async fn a_retried_intent_is_reported_stuck_until_it_clears() {
         tokio::spawn(async move {
             let mut calls = 0;
             let got = w
+                .pace
                 .retrying(
                     "recording an exactly-once intent",
                     || {

@@ -1,11 +1,11 @@
 //! What the user asks the sink for: the target [`TableRef`] and the
 //! [`SinkSpec`] the binary builds from its flags. Plain data, read by
-//! start-up code (`SinkPool::prepare`, [`super::discover()`]) only.
+//! start-up code (`SinkPool::prepare`, [`super::discover::discover()`]) only.
 
 use super::error::SinkError;
-use super::retry::RetryPolicy;
 use super::topology::TopologySource;
 use crate::client::ChClientOptions;
+use crate::sink::insert::retry::RetryPolicy;
 use crate::transport::{Secret, TlsFiles};
 use std::fmt;
 

@@ -1,0 +1,212 @@
+//! One insert worker: a tokio task that takes chunks from its shard's
+//! queue and inserts each until it is in, or the error says retrying cannot
+//! help.
+//!
+//! A chunk is acknowledged only after ClickHouse confirmed the insert.
+//! Retriable failures are retried with the same bytes and, where the
+//! server takes one, the same deduplication token (so a retry whose
+//! earlier attempt did land is recognised: replicated block deduplication,
+//! or the token's; see [`super::settings`]). Each attempt has its own
+//! timeout, doubled after every attempt of the chunk that timed out
+//! ([`RetryPolicy::attempt_timeout`]), because a timed-out insert keeps
+//! running on the server and a fixed timeout shorter than the server's
+//! insert time would retry forever, each attempt landing again; what
+//! follows a failure is [`Attempts::next`]'s decision, what is logged and
+//! counted goes through [`super::events`]. A non-retriable failure fails
+//! the chunk's ranges and reports a fatal error; afterwards the worker
+//! abandons every chunk it takes, so nothing past the failure can be
+//! acknowledged. When the drain deadline passes (`abandon`), the worker
+//! abandons what it holds and stops.
+//!
+//! A data error (the server blames rows: [`InsertError::is_row_error`])
+//! is not the end of the chunk: the worker bisects it
+//! ([`super::isolate::Bisection`]) until the rows that fail alone are
+//! isolated, inserting every other row once, and hands each isolated row
+//! to the pipeline's error policy ([`Rejections`]): under `skip` the chunk
+//! is then acknowledged whole; under `fail` (or without a policy) the
+//! first isolated row fails the pipeline, named by topic, partition and
+//! offset.
+//!
+//! Receives `Chunk`s from its `ShardReceiver` (shared with the shard's
+//! other workers), sends `AckEvent`s to the controller.
+
+use super::exactly_once::IntentLog;
+use super::shared::PoolShared;
+use crate::encode::NativeScratch;
+use crate::sink::insert::events::ChunkInserted;
+use crate::sink::insert::outcome::Attempt;
+use crate::sink::insert::pace::Pace;
+use crate::sink::insert::shard::Shard;
+use crate::sink::insert::target::InsertTarget;
+use spate_core::error::FatalError;
+use spate_core::policy::Rejections;
+use spate_core::sink::{AckEvent, AckSender, Chunk, QueueDepths, ShardReceiver, Spare};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tokio::sync::Mutex;
+use tracing::Instrument;
+
+mod attempt;
+mod body;
+mod reject;
+
+use body::in_flight_charge;
+
+/// Copies of a chunk's size an insert worker holds while it inserts the
+/// chunk, besides the chunk itself (which stays for retries and for
+/// isolating rejected rows). Native: the transposition's column buffers
+/// and the body they are written into, both at once while it runs, the
+/// body alone afterwards. RowBinary: the body, and the client's compressed
+/// slices ([`crate::client::send_buffer_bytes`], never more than the
+/// body). The budget ([`spate_core::sink::ShardQueues`]'s high water, set
+/// by the binary) leaves room for this per worker: lanes cannot be paused
+/// for a chunk a worker already took.
+pub const IN_FLIGHT_COPIES: usize = 2;
+
+pub(crate) struct Worker<C> {
+    pub(crate) shard: Arc<Shard<C>>,
+    pub(crate) index: usize,
+    pub(crate) rx: Arc<Mutex<ShardReceiver>>,
+    pub(crate) acks: AckSender,
+    pub(crate) shared: Arc<PoolShared>,
+    /// Exactly-once: record each chunk's intent before its first attempt.
+    pub(crate) intents: Option<Arc<IntentLog>>,
+    /// The pipeline's error policy for rows the server rejects (`None`:
+    /// fail on the first).
+    pub(crate) rejections: Option<Arc<Rejections>>,
+    /// Where the body of the chunk in flight is counted (see `insert`).
+    pub(crate) depths: QueueDepths,
+    /// The transposition's buffers and the last body, kept for the next
+    /// insert within the worker's room ([`QueueDepths::worker_room`]).
+    pub(crate) scratch: Arc<std::sync::Mutex<NativeScratch>>,
+    /// How the worker waits: the drain deadline ends every wait, retried
+    /// errors are reported in the stall table `/readyz` reads.
+    pub(crate) pace: Pace,
+}
+
+/// How the insert of a whole chunk ended.
+enum Outcome {
+    /// Every row is in, or was rejected and taken care of by the policy
+    /// (`rejected` of them).
+    Inserted {
+        rejected: u64,
+    },
+    Failed(FatalError),
+    Abandoned,
+    /// Exactly-once: a later owner fenced the partition; never sent.
+    Fenced,
+}
+
+impl<C: InsertTarget> Worker<C> {
+    pub(crate) async fn run(mut self) {
+        let span = tracing::info_span!("shard_worker", table = %self.shared.table, shard = %self.shard.label, worker = self.index);
+        async move {
+            while let Some(chunk) = self.next().await {
+                if self.pace.is_abandoned() || self.shared.failed.load(Ordering::Acquire) {
+                    self.abandon_chunk(chunk);
+                    continue;
+                }
+                if chunk.rows == 0 {
+                    // Offsets the error policy skipped, with no row to
+                    // insert: done with as soon as they arrive here.
+                    let _ = self.acks.send(AckEvent::Acked(chunk.acks));
+                    continue;
+                }
+                match self.insert(&chunk).await {
+                    Outcome::Inserted { rejected } => self.acknowledge(chunk, rejected),
+                    Outcome::Failed(error) => {
+                        self.shared.failed.store(true, Ordering::Release);
+                        let _ = self.acks.send(AckEvent::Fatal {
+                            ranges: chunk.acks,
+                            error,
+                        });
+                    }
+                    Outcome::Abandoned => self.abandon_chunk(chunk),
+                    // Not the drain's abandonment: the rows replay on the
+                    // partition's new owner, this member has nothing to
+                    // answer for.
+                    Outcome::Fenced => {
+                        let _ = self.acks.send(AckEvent::Abandoned(chunk.acks));
+                    }
+                }
+            }
+        }
+        .instrument(span)
+        .await;
+    }
+
+    /// The next chunk, or `None` when the queue is closed and empty or the
+    /// drain deadline passed.
+    async fn next(&mut self) -> Option<Chunk> {
+        let mut rx = self.rx.lock().await;
+        if self.pace.is_abandoned() {
+            return rx.try_recv();
+        }
+        tokio::select! {
+            chunk = rx.recv() => chunk,
+            () = self.pace.deadline() => rx.try_recv(),
+        }
+    }
+
+    fn acknowledge(&self, chunk: Chunk, rejected: u64) {
+        let rows = chunk.rows - rejected;
+        ChunkInserted {
+            site: self.shared.site(&self.shard.label),
+            rows,
+            bytes: chunk.data.len(),
+        }
+        .emit();
+        self.shared.inserted_chunks.fetch_add(1, Ordering::AcqRel);
+        self.shared.inserted_rows.fetch_add(rows, Ordering::AcqRel);
+        let Chunk {
+            shard,
+            data,
+            acks,
+            ticket,
+            index,
+            ..
+        } = chunk;
+        let _ = self.acks.send(AckEvent::Acked(acks));
+        // Out of the depth first, then back to the shard's next seal.
+        drop(ticket);
+        let rows = index.rows;
+        self.depths.recycle(shard, Spare { data, rows });
+    }
+
+    fn abandon_chunk(&self, chunk: Chunk) {
+        self.shared.abandoned_chunks.fetch_add(1, Ordering::AcqRel);
+        self.shared
+            .abandoned_rows
+            .fetch_add(chunk.rows, Ordering::AcqRel);
+        let _ = self.acks.send(AckEvent::Abandoned(chunk.acks));
+    }
+
+    /// Insert `chunk`, isolating the rows the server rejects.
+    async fn insert(&mut self, chunk: &Chunk) -> Outcome {
+        // The chunk is counted in its queue's depth until acknowledged;
+        // what the worker makes of it lives as long. Copies that fit in the
+        // room the budget sets aside for this worker (where it keeps them
+        // between inserts too) are counted there; larger ones, or all of
+        // them when the queues reserve no room, are counted in the depth
+        // from before the transposition (see [`IN_FLIGHT_COPIES`]), or the
+        // budget would miss two copies per insert in flight.
+        let _in_flight = in_flight_charge(&self.depths, chunk.data.len())
+            .map(|bytes| self.depths.charge(chunk.shard, bytes));
+        let body = match self.body(chunk, &chunk.data) {
+            Ok(body) => body,
+            Err(e) => return Outcome::Failed(e),
+        };
+        match self.attempt(chunk, body, None).await {
+            Attempt::Inserted => Outcome::Inserted { rejected: 0 },
+            Attempt::RowError(e) if chunk.is_indexed() => self.isolate(chunk, e).await,
+            Attempt::RowError(e) => Outcome::Failed(self.rejected(chunk, &e)),
+            Attempt::Failed(e) => Outcome::Failed(e),
+            Attempt::Abandoned => Outcome::Abandoned,
+            Attempt::Fenced => Outcome::Fenced,
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "worker_tests.rs"]
+mod tests;
