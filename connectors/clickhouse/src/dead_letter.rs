@@ -22,6 +22,7 @@
 
 use crate::classify::ErrorClass;
 use crate::client::{ChClient, ClientError};
+use crate::rowbinary::leb128;
 use crate::sink::{RetryPolicy, TableRef};
 use bytes::Bytes;
 use spate_core::health::TransientStalls;
@@ -164,16 +165,7 @@ fn row(letter: &DeadLetter) -> Vec<u8> {
 
 /// A length in RowBinary (of a string or an array): LEB128.
 fn varint(out: &mut Vec<u8>, n: usize) {
-    let mut n = n as u64;
-    loop {
-        let byte = (n & 0x7f) as u8;
-        n >>= 7;
-        if n == 0 {
-            out.push(byte);
-            break;
-        }
-        out.push(byte | 0x80);
-    }
+    leb128::put(out, n as u64);
 }
 
 impl DeadLetterSink for ChDeadLetters {

@@ -30,6 +30,7 @@ pub mod dead_letter;
 pub mod encode;
 pub mod formats;
 pub mod metrics;
+pub(crate) mod rowbinary;
 pub mod schema;
 pub mod shard_hash;
 pub mod sink;

@@ -38,6 +38,8 @@
 //! pseudo-random values per supported type, multi-column keys and
 //! `LowCardinality` columns of a real table with the server's answers.
 
+use crate::rowbinary::leb128;
+
 /// How one key column's RowBinary bytes are hashed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KeyHash {
@@ -119,18 +121,8 @@ impl KeyHash {
 
 /// An unsigned LEB128 varint at the start of `b`: (value, bytes used).
 fn read_varint(b: &[u8]) -> Option<(u64, usize)> {
-    let mut value = 0u64;
-    for (i, &byte) in b.iter().enumerate().take(10) {
-        let bits = u64::from(byte & 0x7f);
-        if i == 9 && bits > 1 {
-            return None; // more than 64 bits
-        }
-        value |= bits << (7 * i);
-        if byte & 0x80 == 0 {
-            return Some((value, i + 1));
-        }
-    }
-    None
+    let mut pos = 0;
+    leb128::read(b, &mut pos).ok().map(|n| (n, pos))
 }
 
 /// Fold the hash of the next `cityHash64` argument into the hash so far:

@@ -1,5 +1,5 @@
 //! The `JSON`, `Variant(..)` and `Dynamic` column types in RowBinary
-//! (ClickHouse >= 24.x). Called by [`super::value::write_value`] on the
+//! (ClickHouse >= 24.x). Called by `super::value::write_value` on the
 //! lane thread that encodes the row; pure functions, no shared state.
 //!
 //! Encodings (as ClickHouse 26.9 writes them with `FORMAT RowBinary`, and
@@ -23,8 +23,8 @@
 //! JSON path count must precede the paths.
 
 use super::json::{for_each_item, for_each_member, unescape_into, Walk};
-use super::number::{parse_f64, parse_i128};
-use super::value::{fail, put_varint, write_value, write_zero, Fail};
+use crate::rowbinary::number::{parse_f64, parse_i128};
+use crate::rowbinary::{fail, leb128, write_zero, Fail};
 use crate::types::{ChType, JsonSpec};
 
 const NOTHING: u8 = 0x00;
@@ -42,6 +42,11 @@ const JSON: u8 = 0x30;
 const NESTED_MAX_TYPES: u8 = 32;
 const NESTED_MAX_PATHS: u64 = 1024;
 const VARIANT_NULL: u8 = 255;
+
+/// The writer of one JSON value as a column type (`value::write_value`),
+/// passed in so that a typed JSON path or a Variant alternative is written
+/// like any column while this file stays below the one that calls it.
+pub(crate) type WriteValue = fn(&ChType, &[u8], &mut Vec<u8>, &mut Vec<u8>) -> Result<(), Fail>;
 
 fn walk_fail(v: &[u8], e: Walk<Fail>) -> Fail {
     match e {
@@ -108,7 +113,7 @@ fn write_scalar(v: &[u8], tag: bool, out: &mut Vec<u8>, scratch: &mut Vec<u8>) -
             if tag {
                 out.push(STRING);
             }
-            put_varint(out, text.len() as u64);
+            leb128::put(out, text.len() as u64);
             out.extend_from_slice(text);
         }
         Kind::Null | Kind::Array | Kind::Object => {
@@ -127,6 +132,12 @@ fn write_float(v: &[u8], tag: bool, out: &mut Vec<u8>) -> Result<(), Fail> {
     Ok(())
 }
 
+/// The value writer of a nested `JSON` (under `Dynamic`): it has no typed
+/// paths, so this is never called.
+fn untyped(ty: &ChType, v: &[u8], _: &mut Vec<u8>, _: &mut Vec<u8>) -> Result<(), Fail> {
+    Err(fail(v, format!("a nested JSON has no typed path of {ty}")))
+}
+
 /// One JSON value as a `Dynamic` value (type tag, then value).
 pub(crate) fn write_dynamic(
     v: &[u8],
@@ -141,10 +152,10 @@ pub(crate) fn write_dynamic(
         Kind::Array => write_dynamic_array(v, out, scratch),
         Kind::Object => {
             out.extend_from_slice(&[JSON, 0]);
-            put_varint(out, NESTED_MAX_PATHS);
+            leb128::put(out, NESTED_MAX_PATHS);
             // max_dynamic_types, then no typed paths, skips or skip regexps
             out.extend_from_slice(&[NESTED_MAX_TYPES, 0, 0, 0]);
-            write_json(&JsonSpec::default(), v, out, scratch)
+            write_json(&JsonSpec::default(), v, out, scratch, untyped)
         }
         _ => write_scalar(v, true, out, scratch),
     }
@@ -181,7 +192,7 @@ fn write_dynamic_array(v: &[u8], out: &mut Vec<u8>, scratch: &mut Vec<u8>) -> Re
             _ => FLOAT64,
         };
         out.extend_from_slice(&[ARRAY, NULLABLE, tag]);
-        put_varint(out, n);
+        leb128::put(out, n);
         let res = for_each_item(v, 0, 1, |s, e| {
             let item = &v[s..e];
             if kind(item) == Kind::Null {
@@ -209,7 +220,7 @@ fn write_dynamic_array(v: &[u8], out: &mut Vec<u8>, scratch: &mut Vec<u8>) -> Re
         out.truncate(start);
     }
     out.extend_from_slice(&[ARRAY, DYNAMIC, NESTED_MAX_TYPES]);
-    put_varint(out, n);
+    leb128::put(out, n);
     for_each_item(v, 0, 1, |s, e| write_dynamic(&v[s..e], out, scratch))
         .map_err(|e| walk_fail(v, e))?;
     Ok(())
@@ -230,6 +241,7 @@ pub(crate) fn write_json(
     v: &[u8],
     out: &mut Vec<u8>,
     scratch: &mut Vec<u8>,
+    write_value: WriteValue,
 ) -> Result<(), Fail> {
     if v.first() != Some(&b'{') {
         return Err(fail(v, "a JSON column takes a JSON object"));
@@ -240,6 +252,7 @@ pub(crate) fn write_json(
         count: 0,
         paths: Vec::with_capacity(v.len() + 16),
         path: String::new(),
+        write_value,
     };
     w.object(v, scratch)?;
     // Typed paths are always present: a missing one holds its type's zero.
@@ -249,7 +262,7 @@ pub(crate) fn write_json(
             write_zero(ty, &mut w.paths);
         }
     }
-    put_varint(out, w.count);
+    leb128::put(out, w.count);
     out.extend_from_slice(&w.paths);
     Ok(())
 }
@@ -265,13 +278,15 @@ struct PathWriter<'a> {
     paths: Vec<u8>,
     /// The dotted path of the member being written.
     path: String,
+    /// Writes a typed path's value.
+    write_value: WriteValue,
 }
 
 impl PathWriter<'_> {
     /// Start a path entry: count it and write its name.
     fn name(&mut self, path: &str) {
         self.count += 1;
-        put_varint(&mut self.paths, path.len() as u64);
+        leb128::put(&mut self.paths, path.len() as u64);
         self.paths.extend_from_slice(path.as_bytes());
     }
 
@@ -323,7 +338,7 @@ impl PathWriter<'_> {
                 write_zero(ty, &mut self.paths);
                 return Ok(());
             }
-            return write_value(ty, value, &mut self.paths, scratch).map_err(|f| Fail {
+            return (self.write_value)(ty, value, &mut self.paths, scratch).map_err(|f| Fail {
                 reason: format!("path `{path}`: {}", f.reason),
                 ..f
             });
@@ -371,6 +386,7 @@ pub(crate) fn write_variant(
     v: &[u8],
     out: &mut Vec<u8>,
     scratch: &mut Vec<u8>,
+    write_value: WriteValue,
 ) -> Result<(), Fail> {
     let k = kind(v);
     if k == Kind::Null {

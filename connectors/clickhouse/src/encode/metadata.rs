@@ -5,7 +5,7 @@
 //! with no allocation.
 
 use super::encoder::{strip, Source};
-use super::value::{put_int, write_text, write_zero, Fail};
+use crate::rowbinary::{leb128, put_int, write_text, write_zero, Fail};
 use crate::types::ChType;
 use spate_core::record::Message;
 
@@ -103,7 +103,7 @@ fn write_headers(
         _ => return Ok(()),
     };
     let n = msg.headers.map_or(0, |h| h.count());
-    super::value::put_varint(out, n as u64);
+    leb128::put(out, n as u64);
     let Some(headers) = msg.headers else {
         return Ok(());
     };

@@ -7,8 +7,8 @@
 //!
 //! Layout:
 //! - `json`: zero-copy scanner (validates, reports value spans);
-//! - `number`, `time`: exact text → integer/decimal/float/temporal parsing;
-//! - `value`: per-type RowBinary writers and zero values;
+//! - `value`: one JSON value as a column type (the text, number, zero
+//!   writers it calls live in `crate::rowbinary`, shared by every format);
 //! - `dynamic`: the `JSON`, `Variant` and `Dynamic` types (allocates per
 //!   object; the other types do not);
 //! - `names`: key path → column (dotted names, renames, Nested prefixes):
@@ -29,8 +29,6 @@ mod metadata;
 mod names;
 mod native;
 mod nested;
-pub(crate) mod number;
-pub(crate) mod time;
 pub(crate) mod value;
 
 pub use encoder::{EncoderOptions, RowEncoder, RowError, SchemaError};

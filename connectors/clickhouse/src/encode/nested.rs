@@ -16,7 +16,8 @@
 
 use super::json::{for_each_item, for_each_member, unescape_into, Walk};
 use super::names::{Hints, NameTable, PathTarget};
-use super::value::{fail, put_varint, write_value, write_zero, Fail};
+use super::value::write_value;
+use crate::rowbinary::{fail, leb128, write_zero, Fail};
 use crate::types::ChType;
 
 /// A span of the payload: `(start, end)` byte offsets.
@@ -148,7 +149,7 @@ pub(crate) fn write_from_items(
     scratch: &mut Vec<u8>,
 ) -> Result<(), Fail> {
     let n = count_items(items).ok_or_else(|| fail(items, "not an array"))?;
-    put_varint(out, n);
+    leb128::put(out, n);
     let nullable = matches!(member.elem, ChType::Nullable(_));
     let walked = for_each_item(items, 0, 2, |s, e| {
         let item = &items[s..e];
@@ -195,7 +196,7 @@ fn walk_fail(v: &[u8], e: Walk<Fail>) -> Fail {
 /// `n` zeros of the element type: an array the message lacks, sized like
 /// its group's other arrays.
 pub(crate) fn write_zeros(elem: &ChType, n: u64, out: &mut Vec<u8>) {
-    put_varint(out, n);
+    leb128::put(out, n);
     for _ in 0..n {
         write_zero(elem, out);
     }

@@ -330,7 +330,7 @@ fn long_arrays_and_maps_get_multi_byte_counts() {
     for n in [127usize, 128, 129, 300, 16_383, 16_384] {
         let items = (0..n).map(|i| (i % 200).to_string()).collect::<Vec<_>>();
         let mut want = Vec::new();
-        super::value::put_varint(&mut want, n as u64);
+        crate::rowbinary::leb128::put(&mut want, n as u64);
         want.extend((0..n).map(|i| (i % 200) as u8));
         assert_eq!(
             ok("Array(UInt8)", &format!("[{}]", items.join(","))),
@@ -341,7 +341,7 @@ fn long_arrays_and_maps_get_multi_byte_counts() {
             .map(|i| format!("\"k{i}\": {}", i % 200))
             .collect::<Vec<_>>();
         let mut want = Vec::new();
-        super::value::put_varint(&mut want, n as u64);
+        crate::rowbinary::leb128::put(&mut want, n as u64);
         for i in 0..n {
             let key = format!("k{i}");
             want.push(key.len() as u8);

@@ -11,8 +11,9 @@
 
 use super::row::{payload, RowLayout, RowSlots};
 use crate::encode::encoder::strip;
-use crate::encode::value::{write_text, write_value, Fail};
+use crate::encode::value::write_value;
 use crate::encode::{RowError, SchemaError};
+use crate::rowbinary::{write_text, Fail};
 use crate::types::ChType;
 use spate_core::record::Message;
 

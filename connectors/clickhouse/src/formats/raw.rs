@@ -3,8 +3,8 @@
 //! its DEFAULT or zero. One [`RawEncoder`] per driver thread.
 
 use super::row::{payload, RowLayout, RowSlots};
-use crate::encode::value::write_text;
 use crate::encode::{RowError, SchemaError};
+use crate::rowbinary::write_text;
 use crate::types::ChType;
 use spate_core::record::Message;
 

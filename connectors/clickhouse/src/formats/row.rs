@@ -11,8 +11,8 @@
 //! thread (inside its encoder); no allocation per row once warm.
 
 use crate::encode::encoder::{check_type, metadata_source, strip, write_metadata, Source};
-use crate::encode::value::write_zero;
 use crate::encode::{EncoderOptions, RowError, SchemaError};
+use crate::rowbinary::write_zero;
 use crate::schema::{Column, DefaultKind};
 use crate::shard_hash::{combine, KeyHash};
 use crate::types::ChType;

@@ -1,11 +1,72 @@
-//! The leaf value writers of a plan: numbers, times, strings, decimals,
-//! fixed and enums, one Avro value in, one RowBinary value out. Called by
-//! [`super::plan`] on the driver thread decoding a message.
+//! The value writers of a plan: [`W`], what one (Avro type, column type)
+//! pair compiles to, and the leaf writers that run it for numbers, times,
+//! strings, decimals, fixed and enums, one Avro value in, one RowBinary
+//! value out. Compiled and called by `super::plan` on the driver thread
+//! decoding a message.
 
-use super::plan::W;
 use super::read::{truncated, Reader};
-use super::schema::Decimal;
-use crate::encode::value::{decimal_width, put_int, put_varint, write_text, Fail};
+use super::schema::{Avro, Decimal};
+use crate::rowbinary::{decimal_width, leb128, put_int, write_text, Fail};
+use crate::types::ChType;
+
+/// How one Avro value becomes one column value. `write` returns `false`
+/// when the value is a null for a column that is not Nullable: the column
+/// is then left to its DEFAULT (or zero), as a JSON null is.
+#[derive(Debug)]
+pub(crate) enum W {
+    /// A null: the column is missing.
+    Null,
+    /// A null into a Nullable column.
+    NullValue,
+    /// The non-null value of a Nullable column.
+    Nullable(Box<W>),
+    /// `boolean` into Bool or an integer.
+    Bool,
+    /// `int`/`long` into an integer type (range-checked).
+    Int(ChType),
+    /// `int`/`long` into Float32 (`false`) or Float64 (`true`).
+    IntToFloat(bool),
+    /// `float` into Float32 (`false`) or Float64 (`true`).
+    Float(bool),
+    /// `double` into Float64.
+    Double,
+    /// `date` into Date.
+    Date,
+    /// Ticks of `10^-from` s into DateTime (`to: None`) or DateTime64(to).
+    Time { from: u8, to: Option<u8> },
+    /// `string`/`bytes` into String.
+    Str,
+    /// `string`/`bytes` as text into any other type (numbers, UUID, dates,
+    /// enum names, FixedString, IPs, decimals).
+    Text(ChType),
+    /// `decimal` (bytes, or fixed of `size`) into Decimal(P, S).
+    Decimal {
+        fixed: Option<usize>,
+        from: Decimal,
+        precision: u8,
+        scale: u8,
+    },
+    /// `decimal` into a String as its exact text.
+    DecimalText { fixed: Option<usize>, from: Decimal },
+    /// `fixed(size)` as text into String or FixedString.
+    Fixed(usize, ChType),
+    /// `fixed(16)` into UUID.
+    FixedUuid,
+    /// `enum` by symbol into Enum8/16: each symbol's value, little endian.
+    EnumValue(Vec<Result<(i16, bool), String>>),
+    /// `enum` symbol as text into String (or LowCardinality(String)).
+    EnumText(Vec<String>, ChType),
+    /// `array` into Array(T).
+    Array(Box<W>, ChType),
+    /// `map` into Map(K, V).
+    Map(ChType, Box<W>, ChType),
+    /// One writer per union branch.
+    Union(Vec<W>),
+    /// Any value as JSON text into a String column.
+    Json(Avro),
+    /// A type that cannot go into the column: skip it and fail the row.
+    Fail(Avro, String),
+}
 
 /// Write one leaf value (anything but null, unions and collections).
 pub(super) fn write(w: &W, r: &mut Reader<'_>, out: &mut Vec<u8>) -> Result<(), Fail> {
@@ -71,7 +132,7 @@ fn text(w: &W, r: &mut Reader<'_>, out: &mut Vec<u8>) -> Result<(), Fail> {
     match w {
         W::Str => {
             let s = r.bytes()?;
-            put_varint(out, s.len() as u64);
+            leb128::put(out, s.len() as u64);
             out.extend_from_slice(s);
         }
         W::Text(ty) => {
@@ -90,7 +151,7 @@ fn text(w: &W, r: &mut Reader<'_>, out: &mut Vec<u8>) -> Result<(), Fail> {
         W::DecimalText { fixed, from } => {
             let raw = decimal_bytes(r, *fixed)?;
             let text = decimal_text(unscaled(raw)?, from.scale);
-            put_varint(out, text.len() as u64);
+            leb128::put(out, text.len() as u64);
             out.extend_from_slice(text.as_bytes());
         }
         W::Fixed(size, ty) => {

@@ -1,76 +1,18 @@
 //! The decoding plan of one (writer schema, table) pair: [`compile`] walks
 //! the writer schema once and pairs each field with its column (by name;
-//! nested records onto dotted columns) and a [`W`], the value writer for
+//! nested records onto dotted columns) and a [`W`](super::leaf::W), the value writer for
 //! that pair of types; [`Plan::decode`] then runs the plan per message,
 //! reading Avro binary and writing RowBinary into the row's slots with no
 //! value tree and no allocation. Compiled on the driver thread that first
 //! meets a schema id; each driver keeps its own plans.
 
+use super::leaf::W;
 use super::read::{skip, to_json, Reader};
-use super::schema::{Avro, Decimal, Named, Schema, Temporal};
-use crate::encode::value::{put_varint, write_text, write_zero, Fail};
+use super::schema::{Avro, Named, Schema, Temporal};
 use crate::formats::row::{RowLayout, RowSlots};
+use crate::rowbinary::{leb128, write_text, write_zero, Fail};
 use crate::types::ChType;
 use std::sync::Arc;
-
-/// How one Avro value becomes one column value. `write` returns `false`
-/// when the value is a null for a column that is not Nullable: the column
-/// is then left to its DEFAULT (or zero), as a JSON null is.
-#[derive(Debug)]
-pub(crate) enum W {
-    /// A null: the column is missing.
-    Null,
-    /// A null into a Nullable column.
-    NullValue,
-    /// The non-null value of a Nullable column.
-    Nullable(Box<W>),
-    /// `boolean` into Bool or an integer.
-    Bool,
-    /// `int`/`long` into an integer type (range-checked).
-    Int(ChType),
-    /// `int`/`long` into Float32 (`false`) or Float64 (`true`).
-    IntToFloat(bool),
-    /// `float` into Float32 (`false`) or Float64 (`true`).
-    Float(bool),
-    /// `double` into Float64.
-    Double,
-    /// `date` into Date.
-    Date,
-    /// Ticks of `10^-from` s into DateTime (`to: None`) or DateTime64(to).
-    Time { from: u8, to: Option<u8> },
-    /// `string`/`bytes` into String.
-    Str,
-    /// `string`/`bytes` as text into any other type (numbers, UUID, dates,
-    /// enum names, FixedString, IPs, decimals).
-    Text(ChType),
-    /// `decimal` (bytes, or fixed of `size`) into Decimal(P, S).
-    Decimal {
-        fixed: Option<usize>,
-        from: Decimal,
-        precision: u8,
-        scale: u8,
-    },
-    /// `decimal` into a String as its exact text.
-    DecimalText { fixed: Option<usize>, from: Decimal },
-    /// `fixed(size)` as text into String or FixedString.
-    Fixed(usize, ChType),
-    /// `fixed(16)` into UUID.
-    FixedUuid,
-    /// `enum` by symbol into Enum8/16: each symbol's value, little endian.
-    EnumValue(Vec<Result<(i16, bool), String>>),
-    /// `enum` symbol as text into String (or LowCardinality(String)).
-    EnumText(Vec<String>, ChType),
-    /// `array` into Array(T).
-    Array(Box<W>, ChType),
-    /// `map` into Map(K, V).
-    Map(ChType, Box<W>, ChType),
-    /// One writer per union branch.
-    Union(Vec<W>),
-    /// Any value as JSON text into a String column.
-    Json(Avro),
-    /// A type that cannot go into the column: skip it and fail the row.
-    Fail(Avro, String),
-}
 
 /// What to do with one field of a record.
 #[derive(Debug)]
@@ -412,7 +354,7 @@ impl Plan {
                 let mut json = std::mem::take(&mut st.json);
                 json.clear();
                 let res = to_json(ty, &self.named, r, &mut json, depth);
-                put_varint(out, json.len() as u64);
+                leb128::put(out, json.len() as u64);
                 out.extend_from_slice(&json);
                 st.json = json;
                 res?;
@@ -463,7 +405,7 @@ impl Plan {
             count += n as u64;
         })();
         if res.is_ok() {
-            put_varint(out, count);
+            leb128::put(out, count);
             out.extend_from_slice(&buf);
         }
         st.levels[depth] = buf;

@@ -4,7 +4,7 @@
 //! driver thread decoding the message; no allocation beyond `out`.
 
 use super::schema::{Avro, Named};
-use crate::encode::value::Fail;
+use crate::rowbinary::{leb128, Fail};
 
 /// Deepest nesting of values walked (recursive records in the data).
 const MAX_DEPTH: usize = 64;
@@ -33,19 +33,10 @@ impl<'a> Reader<'a> {
     /// A zig-zag varint `long`.
     #[inline]
     pub(crate) fn long(&mut self) -> Result<i64, Fail> {
-        let mut n: u64 = 0;
-        let mut shift = 0;
-        loop {
-            let &c = self.b.get(self.pos).ok_or_else(truncated)?;
-            self.pos += 1;
-            if shift == 63 && c > 1 {
-                return Err(invalid("an Avro varint longer than 64 bits"));
-            }
-            n |= u64::from(c & 0x7f) << shift;
-            if c & 0x80 == 0 {
-                return Ok((n >> 1) as i64 ^ -((n & 1) as i64));
-            }
-            shift += 7;
+        match leb128::read(self.b, &mut self.pos) {
+            Ok(n) => Ok((n >> 1) as i64 ^ -((n & 1) as i64)),
+            Err(leb128::Bad::Ends) => Err(truncated()),
+            Err(leb128::Bad::TooLong) => Err(invalid("an Avro varint longer than 64 bits")),
         }
     }
 
@@ -219,6 +210,32 @@ fn json_number(f: f64, out: &mut Vec<u8>) {
     }
 }
 
+/// An Avro array or map (blocks of items until an empty block) as a JSON
+/// array or object between `brackets`, one `item` call per item.
+fn json_blocks(
+    r: &mut Reader<'_>,
+    out: &mut Vec<u8>,
+    brackets: [u8; 2],
+    mut item: impl FnMut(&mut Reader<'_>, &mut Vec<u8>) -> Result<(), Fail>,
+) -> Result<(), Fail> {
+    out.push(brackets[0]);
+    let mut first = true;
+    loop {
+        let n = r.block()?;
+        if n == 0 {
+            break;
+        }
+        for _ in 0..n {
+            if !std::mem::take(&mut first) {
+                out.push(b',');
+            }
+            item(r, out)?;
+        }
+    }
+    out.push(brackets[1]);
+    Ok(())
+}
+
 /// Decode one value of `ty` as JSON text into `out`.
 pub(crate) fn to_json(
     ty: &Avro,
@@ -237,42 +254,14 @@ pub(crate) fn to_json(
         Avro::Float => json_number(f64::from(r.f32()?), out),
         Avro::Double => json_number(r.f64()?, out),
         Avro::Bytes(_) | Avro::String(_) => json_string(r.bytes()?, out),
-        Avro::Array(item) => {
-            out.push(b'[');
-            let mut first = true;
-            loop {
-                let n = r.block()?;
-                if n == 0 {
-                    break;
-                }
-                for _ in 0..n {
-                    if !std::mem::take(&mut first) {
-                        out.push(b',');
-                    }
-                    to_json(item, named, r, out, depth + 1)?;
-                }
-            }
-            out.push(b']');
-        }
-        Avro::Map(v) => {
-            out.push(b'{');
-            let mut first = true;
-            loop {
-                let n = r.block()?;
-                if n == 0 {
-                    break;
-                }
-                for _ in 0..n {
-                    if !std::mem::take(&mut first) {
-                        out.push(b',');
-                    }
-                    json_string(r.bytes()?, out);
-                    out.push(b':');
-                    to_json(v, named, r, out, depth + 1)?;
-                }
-            }
-            out.push(b'}');
-        }
+        Avro::Array(item) => json_blocks(r, out, *b"[]", |r, out| {
+            to_json(item, named, r, out, depth + 1)
+        })?,
+        Avro::Map(v) => json_blocks(r, out, *b"{}", |r, out| {
+            json_string(r.bytes()?, out);
+            out.push(b':');
+            to_json(v, named, r, out, depth + 1)
+        })?,
         Avro::Union(bs) => {
             let i = r.branch(bs.len())?;
             to_json(&bs[i], named, r, out, depth + 1)?;

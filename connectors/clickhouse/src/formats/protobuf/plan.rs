@@ -9,8 +9,8 @@
 //! in per-column buffers and become one Array/Map value at the end.
 //! Compiled and run on the driver thread that owns the encoder.
 
-use crate::encode::value::{put_int, put_varint, write_text, write_zero, Fail};
 use crate::formats::row::{RowLayout, RowSlots};
+use crate::rowbinary::{leb128, put_int, write_text, write_zero, Fail};
 use crate::types::ChType;
 use prost_reflect::{FieldDescriptor, Kind, MessageDescriptor};
 
@@ -293,18 +293,10 @@ enum Wire<'a> {
 }
 
 fn varint(b: &[u8], pos: &mut usize) -> Result<u64, Fail> {
-    let mut n = 0u64;
-    for shift in (0..64).step_by(7) {
-        let &c = b
-            .get(*pos)
-            .ok_or_else(|| fail("", "the Protobuf data ends early"))?;
-        *pos += 1;
-        n |= u64::from(c & 0x7f) << shift;
-        if c & 0x80 == 0 {
-            return Ok(n);
-        }
-    }
-    Err(fail("", "a Protobuf varint longer than 64 bits"))
+    leb128::read(b, pos).map_err(|bad| match bad {
+        leb128::Bad::Ends => fail("", "the Protobuf data ends early"),
+        leb128::Bad::TooLong => fail("", "a Protobuf varint longer than 64 bits"),
+    })
 }
 
 fn take<'a>(b: &'a [u8], pos: &mut usize, n: usize) -> Result<&'a [u8], Fail> {
@@ -533,7 +525,7 @@ impl Lists {
         for (col, n, items) in &self.items {
             if *col != usize::MAX {
                 let _ = slots.put(*col, |buf| {
-                    put_varint(buf, *n);
+                    leb128::put(buf, *n);
                     buf.extend_from_slice(items);
                     Ok::<(), ()>(())
                 });
@@ -581,7 +573,7 @@ fn write(conv: &Conv, v: Val<'_>, out: &mut Vec<u8>) -> Result<bool, Fail> {
             }
         }
         (Conv::Str, Val::Bytes(b)) => {
-            put_varint(out, b.len() as u64);
+            leb128::put(out, b.len() as u64);
             {
                 out.extend_from_slice(b);
                 Ok(true)

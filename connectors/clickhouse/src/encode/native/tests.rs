@@ -11,8 +11,8 @@ fn layout(cols: &[(&str, &str)]) -> Option<NativeLayout> {
 }
 
 fn header(out: &mut Vec<u8>, cols: u64, rows: u64) {
-    put_varint(out, cols);
-    put_varint(out, rows);
+    crate::rowbinary::leb128::put(out, cols);
+    crate::rowbinary::leb128::put(out, rows);
 }
 
 #[test]
@@ -271,7 +271,7 @@ fn reuse_row(i: u64, out: &mut Vec<u8>) {
         out.push(0);
         out.extend_from_slice(&(i as i32).to_le_bytes());
     }
-    put_varint(out, i % 4);
+    crate::rowbinary::leb128::put(out, i % 4);
     for k in 0..i % 4 {
         if k % 2 == 0 {
             out.push(1);
