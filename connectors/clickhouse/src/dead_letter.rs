@@ -26,7 +26,7 @@ use crate::rowbinary::leb128;
 use crate::sink::{RetryPolicy, TableRef};
 use bytes::Bytes;
 use spate_core::health::TransientStalls;
-use spate_core::policy::{Abandoned, DeadLetter, DeadLetterSink};
+use spate_core::policy::{Abandoned, DeadLetter, DeadLetterSink, StoreError};
 use std::sync::Arc;
 
 /// The columns spate writes (in order), as `name type`.
@@ -169,7 +169,7 @@ fn varint(out: &mut Vec<u8>, n: usize) {
 }
 
 impl DeadLetterSink for ChDeadLetters {
-    fn store(&self, letter: &DeadLetter) -> Result<(), String> {
+    fn store(&self, letter: &DeadLetter) -> Result<(), StoreError> {
         let body = Bytes::from(row(letter));
         let columns: Vec<String> = COLUMNS.iter().map(|(n, _)| (*n).to_owned()).collect();
         let mut settings = self.insert_settings.clone();
@@ -187,7 +187,7 @@ impl DeadLetterSink for ChDeadLetters {
         let mut attempt = 0u32;
         let done = loop {
             if self.abandoned.is_set() {
-                break Err(Abandoned::ERROR.to_owned());
+                break Err(StoreError::Abandoned);
             }
             attempt += 1;
             let insert = self.client.insert(
@@ -200,7 +200,7 @@ impl DeadLetterSink for ChDeadLetters {
             );
             match self.io.block_on(insert) {
                 Ok(()) => break Ok(()),
-                Err(e) if e.class == ErrorClass::Fatal => break Err(e.to_string()),
+                Err(e) if e.class == ErrorClass::Fatal => break Err(StoreError::refused(e)),
                 Err(e) => {
                     let delay = self.retry.delay(attempt, rand::random::<f64>());
                     tracing::warn!(table = %self.table, attempt, error = %e, backoff_ms = delay.as_millis() as u64, "dead letter not stored yet; retrying");
@@ -208,7 +208,7 @@ impl DeadLetterSink for ChDeadLetters {
                         s.failing(&who, &e.to_string());
                     }
                     if !self.abandoned.pause(delay) {
-                        break Err(Abandoned::ERROR.to_owned());
+                        break Err(StoreError::Abandoned);
                     }
                 }
             }

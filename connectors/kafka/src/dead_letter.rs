@@ -18,7 +18,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
 use rdkafka::ClientContext;
 use spate_core::health::TransientStalls;
-use spate_core::policy::{Abandoned, DeadLetter, DeadLetterSink};
+use spate_core::policy::{Abandoned, DeadLetter, DeadLetterSink, StoreError};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -141,24 +141,24 @@ impl KafkaDeadLetters {
 }
 
 impl DeadLetterSink for KafkaDeadLetters {
-    fn store(&self, letter: &DeadLetter) -> Result<(), String> {
+    fn store(&self, letter: &DeadLetter) -> Result<(), StoreError> {
         let who = format!("dead-letter {}", self.describe());
         let mut attempt = 0u32;
         let done = loop {
             if self.abandoned.is_set() {
-                break Err(Abandoned::ERROR.to_owned());
+                break Err(StoreError::Abandoned);
             }
             attempt += 1;
             match self.send_once(letter) {
                 Ok(()) => break Ok(()),
-                Err(e) if is_permanent(&e) => break Err(e.to_string()),
+                Err(e) if is_permanent(&e) => break Err(StoreError::refused(e)),
                 Err(e) => {
                     tracing::warn!(topic = %self.topic, attempt, error = %e, "dead letter not stored yet; retrying");
                     if let Some(s) = &self.stalls {
                         s.failing(&who, &e.to_string());
                     }
                     if !self.abandoned.pause(RETRY_PAUSE) {
-                        break Err(Abandoned::ERROR.to_owned());
+                        break Err(StoreError::Abandoned);
                     }
                 }
             }

@@ -652,7 +652,10 @@ mod tests {
     struct Letters(std::sync::Mutex<Vec<crate::policy::DeadLetter>>);
 
     impl crate::policy::DeadLetterSink for Letters {
-        fn store(&self, letter: &crate::policy::DeadLetter) -> Result<(), String> {
+        fn store(
+            &self,
+            letter: &crate::policy::DeadLetter,
+        ) -> Result<(), crate::policy::StoreError> {
             self.0.lock().unwrap().push(letter.clone());
             Ok(())
         }

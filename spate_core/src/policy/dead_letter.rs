@@ -73,6 +73,36 @@ impl DeadLetter {
     }
 }
 
+/// Why a dead letter was not stored. Its message is then not acknowledged:
+/// it replays after a restart, or the pipeline stops naming it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// [`DeadLetterSink::abandon`] came first (the shutdown deadline).
+    #[error(
+        "abandoned at the shutdown deadline before the destination stored it; the message replays"
+    )]
+    Abandoned,
+    /// The destination refused the letter for good (the topic does not
+    /// exist or may not be written, the table's columns do not fit).
+    #[error("{0}")]
+    Refused(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// One of several destinations ([`AllOf`]) did not store it.
+    #[error("{destination}: {source}")]
+    In {
+        destination: String,
+        #[source]
+        source: Box<StoreError>,
+    },
+}
+
+impl StoreError {
+    /// A refusal for good, from the destination's own error.
+    pub fn refused(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        StoreError::Refused(Box::new(e))
+    }
+}
+
 /// A dead-letter destination.
 pub trait DeadLetterSink: Send + Sync {
     /// Store `letter`, returning once the destination acknowledged it,
@@ -82,7 +112,7 @@ pub trait DeadLetterSink: Send + Sync {
     /// # Errors
     /// Only when the letter can never be stored (e.g. the topic does not
     /// exist or may not be written); the pipeline then stops.
-    fn store(&self, letter: &DeadLetter) -> Result<(), String>;
+    fn store(&self, letter: &DeadLetter) -> Result<(), StoreError>;
 
     /// What the destination is, for logs and errors (`topic dlq`).
     fn describe(&self) -> String;
@@ -102,10 +132,6 @@ pub trait DeadLetterSink: Send + Sync {
 pub struct Abandoned(std::sync::atomic::AtomicBool);
 
 impl Abandoned {
-    /// The error a store returns once abandoned.
-    pub const ERROR: &'static str =
-        "abandoned at the shutdown deadline before the destination stored it; the message replays";
-
     /// Abandon every wait, now and later.
     pub fn set(&self) {
         self.0.store(true, std::sync::atomic::Ordering::Release);
@@ -139,10 +165,12 @@ impl Abandoned {
 pub struct AllOf(pub Vec<std::sync::Arc<dyn DeadLetterSink>>);
 
 impl DeadLetterSink for AllOf {
-    fn store(&self, letter: &DeadLetter) -> Result<(), String> {
+    fn store(&self, letter: &DeadLetter) -> Result<(), StoreError> {
         self.0.iter().try_for_each(|d| {
-            d.store(letter)
-                .map_err(|e| format!("{}: {e}", d.describe()))
+            d.store(letter).map_err(|e| StoreError::In {
+                destination: d.describe(),
+                source: Box::new(e),
+            })
         })
     }
 
@@ -228,5 +256,79 @@ mod tests {
         let l = DeadLetter::of(&msg, Stage::Decode, "e", None);
         assert_eq!(l.original_headers, want);
         assert_eq!(crate::sink::Original::of(&msg).headers, want);
+    }
+
+    /// A destination of `AllOf` that refuses names itself, keeps the
+    /// refusal as the error's source, and the ones after it are not asked.
+    #[test]
+    fn all_of_names_the_destination_that_refused_and_keeps_the_cause() {
+        struct Dest(
+            &'static str,
+            Option<std::io::ErrorKind>,
+            std::sync::atomic::AtomicU32,
+        );
+        impl DeadLetterSink for Dest {
+            fn store(&self, _: &DeadLetter) -> Result<(), StoreError> {
+                self.2.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                match self.1 {
+                    None => Ok(()),
+                    Some(k) => Err(StoreError::refused(std::io::Error::new(k, "no such topic"))),
+                }
+            }
+            fn describe(&self) -> String {
+                self.0.into()
+            }
+        }
+        let dests = [
+            std::sync::Arc::new(Dest("topic dlq", None, Default::default())),
+            std::sync::Arc::new(Dest(
+                "table db.dlq",
+                Some(std::io::ErrorKind::NotFound),
+                Default::default(),
+            )),
+            std::sync::Arc::new(Dest("topic later", None, Default::default())),
+        ];
+        let all = AllOf(
+            dests
+                .iter()
+                .map(|d| d.clone() as std::sync::Arc<dyn DeadLetterSink>)
+                .collect(),
+        );
+        let msg = Message {
+            topic: "events",
+            partition: 0,
+            offset: 1,
+            timestamp_ms: None,
+            key: None,
+            payload: Some(b"x"),
+            headers: None,
+        };
+        let err = all
+            .store(&DeadLetter::of(&msg, Stage::Decode, "e", None))
+            .unwrap_err();
+        assert_eq!(err.to_string(), "table db.dlq: no such topic");
+        let StoreError::In {
+            destination,
+            source,
+        } = &err
+        else {
+            panic!("{err:?}")
+        };
+        assert_eq!(destination, "table db.dlq");
+        assert!(matches!(**source, StoreError::Refused(_)), "{source:?}");
+        let io =
+            std::error::Error::source(&**source).and_then(|e| e.downcast_ref::<std::io::Error>());
+        assert_eq!(
+            io.map(std::io::Error::kind),
+            Some(std::io::ErrorKind::NotFound)
+        );
+        let asked: Vec<u32> = dests
+            .iter()
+            .map(|d| d.2.load(std::sync::atomic::Ordering::Relaxed))
+            .collect();
+        assert_eq!(asked, [1, 1, 0]);
+        assert!(StoreError::Abandoned
+            .to_string()
+            .contains("the message replays"));
     }
 }

@@ -29,7 +29,7 @@ mod dead_letter;
 mod limit;
 mod rejections;
 
-pub use dead_letter::{cut, Abandoned, AllOf, DeadLetter, DeadLetterSink};
+pub use dead_letter::{cut, Abandoned, AllOf, DeadLetter, DeadLetterSink, StoreError};
 pub use limit::{LimitTripped, Limiter, RejectLimit};
 pub use rejections::{decode_reason, Action, Rejection, Rejections, Stage};
 

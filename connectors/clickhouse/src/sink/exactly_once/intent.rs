@@ -41,6 +41,62 @@ use crate::sink::insert::retry::RetryPolicy;
 /// which `/healthz` reports the thread stalled.
 const PLAN_READ_BUDGET: Duration = Duration::from_secs(45);
 
+/// Why an assignment could not read or write its partition's state.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum IntentError {
+    /// No replica of the state table answered within the plan budget, or
+    /// one refused for good.
+    #[error("{source} (attempt {attempts}, {elapsed:.1?} after the first)")]
+    Unanswered {
+        #[source]
+        source: ClientError,
+        attempts: u32,
+        elapsed: Duration,
+    },
+    /// An answer of the state table spate cannot read (a hand-edited
+    /// table, or a bug).
+    #[error("bad {what} from {STATE_TABLE} {text:?}: {why}")]
+    BadAnswer {
+        what: &'static str,
+        text: String,
+        why: String,
+    },
+    /// Every epoch of this generation is taken.
+    #[error(
+        "{partition}: 65,535 owners of generation {generation} fenced it already \
+         (a static member restarted that often without a rebalance)"
+    )]
+    EpochsSpent {
+        partition: PartitionId,
+        generation: u64,
+    },
+    /// A fence of a later generation that is old: the consumer group was
+    /// re-created and its generations started again.
+    #[error(
+        "a later owner fenced the partition {age_s} s ago (generation {fence_generation} > this \
+         assignment's {generation}): the consumer group was re-created and its generations \
+         restarted; with no pipeline running, {fix}"
+    )]
+    GroupRecreated {
+        age_s: i64,
+        fence_generation: u64,
+        generation: u64,
+        /// The statement that clears the old fences.
+        fix: String,
+    },
+}
+
+impl IntentError {
+    fn bad(what: &'static str, text: &str, why: impl std::fmt::Display) -> Self {
+        IntentError::BadAnswer {
+            what,
+            text: text.to_owned(),
+            why: why.to_string(),
+        }
+    }
+}
+
 /// The intent records of one target table.
 pub struct IntentLog {
     /// One client per replica of the state's shard, with the state
@@ -174,14 +230,15 @@ impl IntentLog {
         partition: &PartitionId,
         generation: u64,
         by: Instant,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, IntentError> {
         let text = self.select_blocking(&self.fence_sql(partition), by)?;
-        let fence = parse_fence(partition, &text).map_err(|e| e.to_string())?;
+        let fence =
+            parse_fence(partition, &text).map_err(|e| IntentError::bad("fence", &text, e))?;
         fencing::owner_epoch(generation, fence, self.nonce).ok_or_else(|| {
-            format!(
-                "{partition}: 65,535 owners of generation {generation} fenced it already \
-                 (a static member restarted that often without a rebalance)"
-            )
+            IntentError::EpochsSpent {
+                partition: partition.clone(),
+                generation,
+            }
         })
     }
 
@@ -246,7 +303,7 @@ impl IntentLog {
         rows: &[Row],
         what: &'static str,
         by: Instant,
-    ) -> Result<(), String> {
+    ) -> Result<(), IntentError> {
         let rows: Vec<(&PartitionId, Row)> = rows.iter().map(|&r| (partition, r)).collect();
         read_with_retries(&self.retry, left(by), |timeout| {
             // Every replica's attempt within the one timeout.
@@ -271,7 +328,7 @@ impl IntentLog {
 
     /// `sql`'s TabSeparated answer, from a driver thread, retried while
     /// ClickHouse does not answer (see [`read_with_retries`]).
-    fn select_blocking(&self, sql: &str, by: Instant) -> Result<String, String> {
+    fn select_blocking(&self, sql: &str, by: Instant) -> Result<String, IntentError> {
         read_with_retries(&self.retry, left(by), |timeout| {
             // Every replica's attempt within the one timeout.
             let all = self
@@ -290,7 +347,7 @@ impl IntentLog {
         partition: &PartitionId,
         from: Offset,
         by: Instant,
-    ) -> Result<Vec<Row>, String> {
+    ) -> Result<Vec<Row>, IntentError> {
         let sql = format!(
             "SELECT first, last, shard, epoch FROM {} WHERE {} AND (first < 0 OR last >= {})",
             self.state(),
@@ -340,20 +397,33 @@ impl BlockPlans for IntentLog {
         from: Offset,
         generation: Option<u64>,
     ) -> Result<Replay, String> {
-        let unreachable = |e: String| {
-            format!("{e}; is ClickHouse up? the partition's replay cannot start until it answers")
-        };
+        self.replay(partition, from, generation).map_err(|e| match e {
+            IntentError::Unanswered { .. } => {
+                format!("{e}; is ClickHouse up? the partition's replay cannot start until it answers")
+            }
+            e => e.to_string(),
+        })
+    }
+}
+
+impl IntentLog {
+    /// [`BlockPlans::replayed`], with its typed error.
+    fn replay(
+        &self,
+        partition: &PartitionId,
+        from: Offset,
+        generation: Option<u64>,
+    ) -> Result<Replay, IntentError> {
         let by = Instant::now() + PLAN_READ_BUDGET;
         let epoch = match generation {
-            Some(g) => Some(self.owner_epoch(partition, g, by).map_err(unreachable)?),
+            Some(g) => Some(self.owner_epoch(partition, g, by)?),
             None => None,
         };
         if let Some(e) = epoch {
-            self.insert_blocking(partition, &[Row::fence(e)], "fencing the partition", by)
-                .map_err(unreachable)?;
+            self.insert_blocking(partition, &[Row::fence(e)], "fencing the partition", by)?;
             tracing::debug!(%partition, generation = fencing::generation_of(e), epoch = e, "exactly-once: fenced the partition");
         }
-        let rows = self.read_rows(partition, from, by).map_err(unreachable)?;
+        let rows = self.read_rows(partition, from, by)?;
         let plan = match fencing::plan(&rows, epoch) {
             Ok(plan) => plan,
             Err(stale) => {
@@ -367,8 +437,7 @@ impl BlockPlans for IntentLog {
                 &fencing::adoption(&plan, e),
                 "sealing the partition",
                 by,
-            )
-            .map_err(unreachable)?;
+            )?;
             self.prune(partition, e, from);
         }
         let blocks = (plan.blocks().into_iter())
@@ -420,7 +489,7 @@ impl IntentLog {
         mine: u64,
         fence: u64,
         by: Instant,
-    ) -> Result<Vec<(Offset, Offset)>, String> {
+    ) -> Result<Vec<(Offset, Offset)>, IntentError> {
         let sql = format!(
             "SELECT toInt64(now()) - toInt64(max(at)) FROM {} WHERE {} AND first = {} AND epoch = {fence}",
             self.state(),
@@ -428,22 +497,23 @@ impl IntentLog {
             fencing::FENCE
         );
         let text = self.select_blocking(&sql, by)?;
-        let age: i64 = text
-            .trim()
-            .parse()
-            .map_err(|e| format!("the age of the fence of {partition}: {text:?}: {e}"))?;
+        let age: i64 =
+            (text.trim().parse()).map_err(|e| IntentError::bad("fence age", &text, e))?;
         let (gen_fence, gen_mine) = (fencing::generation_of(fence), fencing::generation_of(mine));
         if !fencing::generations_restarted(age) {
             tracing::warn!(%partition, generation = gen_mine, epoch = mine, fence, fence_generation = gen_fence, age_s = age, "exactly-once: a later owner fenced the partition before this assignment read it; this member lost it, none of its blocks is sent");
             return Ok(Vec::new());
         }
-        Err(format!(
-            "a later owner fenced the partition {age} s ago (generation {gen_fence} > this assignment's \
-             {gen_mine}): the consumer group was re-created and its generations restarted; with no \
-             pipeline running, ALTER TABLE {} DELETE WHERE {} AND first < 0",
-            self.state(),
-            self.of(partition)
-        ))
+        Err(IntentError::GroupRecreated {
+            age_s: age,
+            fence_generation: gen_fence,
+            generation: gen_mine,
+            fix: format!(
+                "ALTER TABLE {} DELETE WHERE {} AND first < 0",
+                self.state(),
+                self.of(partition)
+            ),
+        })
     }
 }
 
@@ -460,7 +530,7 @@ fn read_with_retries<T>(
     policy: &RetryPolicy,
     budget: Duration,
     mut read: impl FnMut(Duration) -> Result<T, ClientError>,
-) -> Result<T, String> {
+) -> Result<T, IntentError> {
     let started = Instant::now();
     let mut attempt = 0u32;
     loop {
@@ -477,21 +547,22 @@ fn read_with_retries<T>(
         let unit = f64::from(started.elapsed().subsec_nanos() % 1000) / 1000.0;
         let backoff = policy.delay(attempt, unit);
         if !retriable || started.elapsed() + backoff >= budget {
-            return Err(format!(
-                "{error} (attempt {attempt}, {:.1?} after the first)",
-                started.elapsed()
-            ));
+            return Err(IntentError::Unanswered {
+                source: error,
+                attempts: attempt,
+                elapsed: started.elapsed(),
+            });
         }
         tracing::warn!(error = %error, attempt, backoff_ms = backoff.as_millis() as u64, "exactly-once: reading the recorded blocks failed; retrying");
         std::thread::sleep(backoff);
     }
 }
 
-fn parse_rows(text: &str) -> Result<Vec<Row>, String> {
+fn parse_rows(text: &str) -> Result<Vec<Row>, IntentError> {
     text.lines()
         .filter(|l| !l.is_empty())
         .map(|l| {
-            let bad = |why: String| format!("bad row of {STATE_TABLE} {l:?}: {why}");
+            let bad = |why: String| IntentError::bad("row", l, why);
             let f: Vec<&str> = l.split('\t').map(str::trim).collect();
             let [first, last, shard, epoch] = f[..] else {
                 return Err(bad(format!("{} fields, want 4", f.len())));
@@ -541,7 +612,7 @@ mod tests {
                 Ok(7)
             }
         });
-        assert_eq!(got, Ok(7));
+        assert_eq!(got.unwrap(), 7);
         // Each attempt after a failure waits longer for its answer, capped.
         let ms: Vec<u128> = timeouts.iter().map(Duration::as_millis).collect();
         assert_eq!(ms, vec![50, 100, 200, 400]);
@@ -555,7 +626,12 @@ mod tests {
             Err(failure(ErrorClass::Fatal))
         });
         assert_eq!(calls, 1);
-        assert!(got.unwrap_err().contains("attempt 1"));
+        let err = got.unwrap_err();
+        assert!(
+            matches!(err, IntentError::Unanswered { attempts: 1, .. }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("attempt 1"), "{err}");
     }
 
     #[test]
@@ -568,7 +644,16 @@ mod tests {
         });
         let err = got.unwrap_err();
         assert!(calls > 1, "retried before giving up: {calls}");
-        assert!(err.contains("timed out"), "{err}");
+        let IntentError::Unanswered {
+            source, attempts, ..
+        } = &err
+        else {
+            panic!("{err:?}")
+        };
+        assert_eq!(*attempts as usize, calls);
+        assert!(source.to_string().contains("timed out"), "{err}");
+        // The cause stays reachable as the error's source.
+        assert!(std::error::Error::source(&err).is_some());
         assert!(started.elapsed() < Duration::from_secs(2));
     }
 
@@ -579,6 +664,11 @@ mod tests {
             vec![Row::intent(10, 19, 0, 3), Row::fence(4)]
         );
         assert!(parse_rows("x\t1\t0\t0\n").is_err());
-        assert!(parse_rows("10\t19\n").unwrap_err().contains("2 fields"));
+        let err = parse_rows("10\t19\n").unwrap_err();
+        assert!(
+            matches!(err, IntentError::BadAnswer { what: "row", .. }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("2 fields"), "{err}");
     }
 }

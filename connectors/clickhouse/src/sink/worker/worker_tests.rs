@@ -829,7 +829,10 @@ async fn a_retried_intent_is_reported_stuck_until_it_clears() {
 struct Letters(StdMutex<Vec<spate_core::policy::DeadLetter>>);
 
 impl spate_core::policy::DeadLetterSink for Letters {
-    fn store(&self, letter: &spate_core::policy::DeadLetter) -> Result<(), String> {
+    fn store(
+        &self,
+        letter: &spate_core::policy::DeadLetter,
+    ) -> Result<(), spate_core::policy::StoreError> {
         self.0.lock().unwrap().push(letter.clone());
         Ok(())
     }
