@@ -10,7 +10,12 @@
 //!   objects must be caught;
 //! - `deploy/systemd/spate.service`: `systemd-analyze verify` with no
 //!   warning, a stop timeout above the shutdown timeout, readiness, restart
-//!   policy and hardening.
+//!   policy and hardening;
+//! - `deploy/compose_check.py` (and its `--self-test`): docker-compose.yml
+//!   parses, every file it mounts exists (or make-certs.sh makes it), every
+//!   spate command, flag, variable and config key exists, and the
+//!   Dockerfile is multi-stage, stripped, non-root, with `spate probe` as
+//!   its HEALTHCHECK.
 //!
 //! They need `kubectl` (1.21 or later, for kustomize 4+), python3 with
 //! PyYAML and systemd-analyze, and fail, naming what is missing, without
@@ -166,4 +171,12 @@ fn systemd_unit_verifies_and_outlasts_the_shutdown_timeout() {
             "{UNIT}: no {hardening}"
         );
     }
+}
+
+#[test]
+fn docker_compose_and_dockerfile_reference_what_exists() {
+    let out = python("deploy/compose_check.py", &[]);
+    assert!(out.contains("and Dockerfile: ok"), "{out}");
+    let out = python("deploy/compose_check.py", &["--self-test"]);
+    assert!(out.contains("breaks caught"), "{out}");
 }
