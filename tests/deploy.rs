@@ -5,7 +5,9 @@
 //!   object against the vendored Kubernetes 1.32 schemas and checks what spate
 //!   needs of its pods (probes, non-root, grace period above the shutdown
 //!   timeout, static membership, memory limit, secrets as files, alerts on
-//!   real metrics, KEDA capped at the partition count);
+//!   real metrics, KEDA capped at the partition count and on spate's own
+//!   group), and has this build's spate read each pod's command line,
+//!   variables and config file (`--print-config`);
 //! - the same script's `--self-test`: every deliberate break of the rendered
 //!   objects must be caught;
 //! - `deploy/systemd/spate.service`: `systemd-analyze verify` with no
@@ -47,9 +49,14 @@ fn python(script: &str, args: &[&str]) -> String {
     text
 }
 
+/// This build's binary, for `check.py --spate`: it runs `spate ...
+/// --print-config` on each StatefulSet's command line, environment and
+/// config file.
+const SPATE: &str = env!("CARGO_BIN_EXE_spate");
+
 #[test]
 fn kubernetes_manifests_render_and_pass_the_schema_and_spate_checks() {
-    let out = python("deploy/kubernetes/test/check.py", &[]);
+    let out = python("deploy/kubernetes/test/check.py", &["--spate", SPATE]);
     for target in ["deploy/kubernetes:", "base:", "examples/production:"] {
         assert!(out.contains(target), "{target} not checked:\n{out}");
     }
@@ -70,8 +77,15 @@ fn kubernetes_manifests_render_and_pass_the_schema_and_spate_checks() {
 
 #[test]
 fn kubernetes_check_catches_every_deliberate_break() {
-    let out = python("deploy/kubernetes/test/check.py", &["--self-test"]);
+    let out = python(
+        "deploy/kubernetes/test/check.py",
+        &["--self-test", "--spate", SPATE],
+    );
     assert!(out.contains("breaks caught"), "{out}");
+    assert!(
+        out.contains("caught: a config value spate refuses"),
+        "spate's own breaks not run:\n{out}"
+    );
 }
 
 const UNIT: &str = "deploy/systemd/spate.service";
@@ -81,7 +95,7 @@ const UNIT: &str = "deploy/systemd/spate.service";
 /// status and what it printed. It exits 0 on an unknown key or a bad value,
 /// only warning, so the caller asserts an empty output too.
 fn verify_unit(unit: &str) -> (bool, String) {
-    let exe = env!("CARGO_BIN_EXE_spate");
+    let exe = SPATE;
     let dir = std::env::temp_dir().join(format!("spate-deploy-unit-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("spate.service");

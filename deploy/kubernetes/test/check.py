@@ -3,6 +3,7 @@
 
     python3 deploy/kubernetes/test/check.py              # check; exit 1 on any finding
     python3 deploy/kubernetes/test/check.py --self-test  # prove each check can fail
+    ... --spate target/release/spate                    # also run spate --print-config on each pod's command line
 
 Renders the top-level kustomization, the base and the example overlay with
 `kubectl kustomize` (kustomize 4 or later), then:
@@ -19,7 +20,12 @@ Renders the top-level kustomization, the base and the example overlay with
   memory limit of at least --max-buffered-bytes plus the documented
   overhead, secrets only as mounted files, every flag, variable and config
   key one spate has, every alert on metrics spate exports, and KEDA's
-  replicas capped at the topic's partition count.
+  replicas capped at the topic's partition count, scaling on spate's own
+  group and topic;
+- with --spate BIN, runs that spate with each StatefulSet's arguments,
+  variables and config file (laid out in a temporary directory, secrets as
+  placeholders) and --print-config: spate's own validation of what the pod
+  would start with.
 
 --self-test renders once, applies deliberate breaks to copies of the
 rendered objects, and fails unless every break is reported by the check
@@ -27,11 +33,13 @@ meant to catch it (and the unbroken objects pass).
 """
 import copy
 import json
+import os
 import pathlib
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -233,6 +241,22 @@ def check_scaledobject(o, objs):
     for t in triggers or []:
         if not t.get("type") or not isinstance(t.get("metadata"), dict):
             e.append("ScaledObject: a trigger needs type and metadata")
+    # a kafka trigger measures the lag of spate's own group and topics
+    configs = [tomllib.loads(x["data"]["spate.toml"]) for x in objs if x["kind"] == "ConfigMap"
+               and x["metadata"].get("namespace") == o["metadata"].get("namespace")
+               and "spate.toml" in (x.get("data") or {})]
+    for t in triggers or []:
+        md = t.get("metadata") or {}
+        if t.get("type") != "kafka" or not configs:
+            continue
+        cfg = configs[0]
+        if md.get("consumerGroup") != cfg.get("group"):
+            e.append(f"ScaledObject: kafka trigger consumerGroup {md.get('consumerGroup')!r} "
+                     f"is not spate's group {cfg.get('group')!r}")
+        if md.get("topic") and md["topic"] not in (cfg.get("topics") or []):
+            e.append(f"ScaledObject: kafka trigger topic {md['topic']!r} is not one of spate's {cfg.get('topics')}")
+        if md.get("bootstrapServers") != cfg.get("brokers"):
+            e.append("ScaledObject: kafka trigger bootstrapServers differ from spate's brokers")
     parts = (o["metadata"].get("annotations") or {}).get(PARTITIONS_ANNOTATION)
     mx, mn = spec.get("maxReplicaCount"), spec.get("minReplicaCount", 0)
     if parts is None or not str(parts).isdigit():
@@ -437,7 +461,11 @@ def check_statefulset(sts, objs, flags):
 
     # shutdown within the grace period
     grace = pod.get("terminationGracePeriodSeconds", 30)
-    shutdown = ref.parse_duration(value("shutdown-timeout"))
+    try:
+        shutdown = ref.parse_duration(value("shutdown-timeout"))
+    except ValueError as err:
+        e.append(f"StatefulSet {name}: --shutdown-timeout: {err}")
+        shutdown = float("inf")
     if not grace > shutdown:
         e.append(f"StatefulSet {name}: terminationGracePeriodSeconds {grace} is not above "
                  f"--shutdown-timeout {shutdown:g}s")
@@ -461,7 +489,11 @@ def check_statefulset(sts, objs, flags):
 
     # memory: the budget plus the documented overhead
     limit = ((c.get("resources") or {}).get("limits") or {}).get("memory")
-    need = ref.parse_bytes(value("max-buffered-bytes")) + ref.documented_overhead_bytes()
+    try:
+        need = ref.parse_bytes(value("max-buffered-bytes")) + ref.documented_overhead_bytes()
+    except ValueError as err:
+        e.append(f"StatefulSet {name}: --max-buffered-bytes: {err}")
+        need = 0
     if limit is None:
         e.append(f"StatefulSet {name}: no memory limit")
     elif quantity(limit) < need:
@@ -501,13 +533,67 @@ def quantity(q):
                                 "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}[m.group(2)]
 
 
+# ---- the real binary reads what the pod would give it ----------------------
+
+def print_config(spate, sts, objs):
+    """Run `spate <the container's args> --print-config` with the container's
+    environment and its ConfigMap and Secret files laid out in a temporary
+    directory (secrets as placeholders): spate's own validation of the
+    flags, variables and config file the pod would start with. Findings."""
+    name = sts["metadata"]["name"]
+    ns = sts["metadata"].get("namespace")
+    pod = sts["spec"]["template"]["spec"]
+    c = spate_container(sts)
+    vols = {v["name"]: v for v in pod.get("volumes") or []}
+    with tempfile.TemporaryDirectory(prefix="spate-check-") as tmp:
+        mounts = sorted((m["mountPath"] for m in c.get("volumeMounts") or []), key=len, reverse=True)
+
+        pattern = re.compile("|".join(re.escape(m) for m in mounts)) if mounts else None
+
+        def local(text):  # one pass: tmp itself may start with a mount path
+            return pattern.sub(lambda m: tmp + m.group(0), text) if pattern else text
+
+        for m in c.get("volumeMounts") or []:
+            v = vols.get(m["name"]) or {}
+            files = {}
+            if "configMap" in v:
+                cm = [o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == v["configMap"]["name"]
+                      and o["metadata"].get("namespace") == ns]
+                files = {k: local(d) for k, d in ((cm[0].get("data") or {}) if cm else {}).items()}
+            elif "secret" in v:
+                files = {it["path"]: "placeholder\n" for it in v["secret"].get("items") or []}
+            for key, data in files.items():
+                if m.get("subPath") and m["subPath"] != key:
+                    continue
+                path = pathlib.Path(tmp + m["mountPath"]) if m.get("subPath") else pathlib.Path(tmp + m["mountPath"]) / key
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(data)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        for v in c.get("env") or []:
+            if "value" in v:
+                env[v["name"]] = local(str(v["value"]))
+            elif ((v.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath") == "metadata.name":
+                env[v["name"]] = f"{name}-0"
+        args = [local(re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), a))
+                for a in c.get("args") or []]
+        out = subprocess.run([spate, *args, "--print-config"], env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        return [f"StatefulSet {name}: spate {' '.join(args[:1])} ... --print-config exits "
+                f"{out.returncode}: {out.stderr.strip().replace(tmp, '')}"]
+    if f'"group.instance.id" = "{name}-0"' not in out.stdout:
+        return [f"StatefulSet {name}: spate's effective [kafka] has no group.instance.id = {name}-0"]
+    return []
+
+
 # ---- the whole check -------------------------------------------------------
 
 CUSTOM = {"ServiceMonitor", "PrometheusRule", "ScaledObject", "TriggerAuthentication"}
 
 
-def check(rendered, schemas, flags, metrics):
-    """Findings for every rendered target: {target: [message, ...]}."""
+def check(rendered, schemas, flags, metrics, spate=None):
+    """Findings for every rendered target: {target: [message, ...]}. With
+    `spate` (the binary), also what spate says of each StatefulSet's
+    command line."""
     findings = {}
     for target, objs in rendered.items():
         e = []
@@ -530,6 +616,8 @@ def check(rendered, schemas, flags, metrics):
         for s in stss:
             if "spec" in s and "template" in s["spec"]:
                 e += check_statefulset(s, objs, flags)
+                if spate:
+                    e += print_config(spate, s, objs)
         for kind in ("Service", "PodDisruptionBudget", "ServiceMonitor", "PrometheusRule"):
             if not any(o.get("kind") == kind for o in objs):
                 e.append(f"no {kind} rendered")
@@ -653,6 +741,12 @@ BREAKS = [
      "is not a StatefulSet"),
     ("examples/production", "replicas fixed under KEDA",
      lambda o: find(o, "StatefulSet")["spec"].update(replicas=2), "sets spec.replicas"),
+    ("examples/production", "KEDA measuring another group's lag",
+     lambda o: find(o, "ScaledObject")["spec"]["triggers"][0]["metadata"].update(consumerGroup="spate"),
+     "is not spate's group"),
+    ("examples/production", "KEDA measuring another topic",
+     lambda o: find(o, "ScaledObject")["spec"]["triggers"][0]["metadata"].update(topic="event"),
+     "is not one of spate's"),
     ("examples/production", "ScaledObject without triggers",
      lambda o: find(o, "ScaledObject")["spec"].pop("triggers"), "spec.triggers missing"),
     ("examples/production", "ScaledObject wrong apiVersion",
@@ -660,14 +754,33 @@ BREAKS = [
 ]
 
 
-def self_test(rendered, schemas, flags, metrics):
-    base = check(rendered, schemas, flags, metrics)
+def set_toml(objs, old, new):
+    cm = find(objs, "ConfigMap")
+    key = next(iter(cm["data"]))
+    assert old in cm["data"][key], old
+    cm["data"][key] = cm["data"][key].replace(old, new)
+
+
+# Breaks only spate itself can see (with --spate): values it refuses.
+SPATE_BREAKS = [
+    ("base", "a config value spate refuses",
+     lambda o: set_toml(o, 'log_format = "json"', 'log_format = "xml"'), "--print-config exits 2"),
+    ("examples/production", "dead-lettering without a destination",
+     lambda o: set_toml(o, 'dead_letter_topic = "events-dead-letters"', ''), "--print-config exits 2"),
+    ("base", "a size spate cannot read",
+     lambda o: env(o, "SPATE_MAX_BUFFERED_BYTES").update(value="256MB!"), "--print-config exits 2"),
+]
+
+
+def self_test(rendered, schemas, flags, metrics, spate):
+    base = check(rendered, schemas, flags, metrics, spate)
     failures = [f"unbroken {t}: {x}" for t, xs in base.items() for x in xs]
     caught = 0
-    for target, what, brk, expect in BREAKS:
+    breaks = BREAKS + (SPATE_BREAKS if spate else [])
+    for target, what, brk, expect in breaks:
         objs = copy.deepcopy(rendered[target])
         brk(objs)
-        found = check({target: objs}, schemas, flags, metrics)[target]
+        found = check({target: objs}, schemas, flags, metrics, spate)[target]
         if any(expect in x for x in found):
             caught += 1
             print(f"  caught: {what}")
@@ -675,16 +788,20 @@ def self_test(rendered, schemas, flags, metrics):
             failures.append(f"break not caught: {what} (wanted a finding with {expect!r}; got {found})")
     for f in failures:
         print(f"FAIL {f}")
-    print(f"self-test: {caught} of {len(BREAKS)} breaks caught")
+    print(f"self-test: {caught} of {len(breaks)} breaks caught")
     return not failures
 
 
 def main():
+    argv = sys.argv[1:]
+    spate = None
+    if "--spate" in argv:
+        spate = argv[argv.index("--spate") + 1]
     schemas, flags, metrics = Schemas(), ref.Flags("run"), ref.metric_names()
     rendered = {t: render(p) for t, p in TARGETS.items()}
-    if "--self-test" in sys.argv[1:]:
-        sys.exit(0 if self_test(rendered, schemas, flags, metrics) else 1)
-    findings = check(rendered, schemas, flags, metrics)
+    if "--self-test" in argv:
+        sys.exit(0 if self_test(rendered, schemas, flags, metrics, spate) else 1)
+    findings = check(rendered, schemas, flags, metrics, spate)
     bad = 0
     for target, xs in findings.items():
         kinds = ", ".join(sorted({o["kind"] for o in rendered[target]}))
