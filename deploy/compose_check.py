@@ -23,6 +23,7 @@ import shlex
 import sys
 import tomllib
 
+sys.dont_write_bytecode = True  # no __pycache__ in the work tree
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "kubernetes" / "test"))
 import spate_reference as ref  # noqa: E402
 
