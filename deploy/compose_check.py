@@ -4,6 +4,7 @@ Docker engine can:
 
     python3 deploy/compose_check.py              # exit 1 on any finding
     python3 deploy/compose_check.py --self-test  # prove each check can fail
+    ... --spate target/release/spate             # also have spate read each command
 
 docker-compose.yml: it parses (anchors and merge keys included); every file
 or directory it mounts, reads as env_file or builds from exists in the
@@ -15,11 +16,16 @@ flags, SPATE_* variables and --config keys spate has (docs/flags.md).
 Dockerfile: multi-stage, the binary stripped, a final stage with a numeric
 non-root USER, ENTRYPOINT ["spate"], the admin port exposed and a
 HEALTHCHECK that runs `spate probe` on /healthz at that port.
+
+With --spate BIN, that spate reads every run/check command of the compose
+file (--print-config) and the HEALTHCHECK's probe arguments.
 """
 import copy
+import os
 import pathlib
 import re
 import shlex
+import subprocess
 import sys
 import tomllib
 
@@ -161,6 +167,40 @@ def check_compose(compose, dockerfile_text, flags):
     return e
 
 
+def spate_says(compose, dockerfile_text, spate):
+    """With a spate binary: `--print-config` on every run/check command of
+    the compose file (its --config mapped to the file mounted there, the
+    service's environment), and the HEALTHCHECK's `spate probe` arguments
+    parsed (exit 1, nothing listens, is fine; 2 is a usage error)."""
+    e = []
+    for name, svc in (compose.get("services") or {}).items():
+        argv = spate_argv(svc) if str(svc.get("image", "")).startswith("spate:") else None
+        if not argv or argv[0] not in ("run", "check"):
+            continue
+        mounts = {}
+        for v in svc.get("volumes") or []:
+            if isinstance(v, str) and v.startswith("."):
+                src, dst = v.split(":")[:2]
+                mounts[dst] = str(ROOT / src)
+        argv = [mounts.get(a, a) for a in argv]
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        raw = svc.get("environment") or {}
+        env.update({k: str(v) for k, v in raw.items()} if isinstance(raw, dict) else
+                   dict(x.split("=", 1) for x in raw if "=" in x))
+        out = subprocess.run([spate, *argv, "--print-config"], env=env, capture_output=True, text=True)
+        if out.returncode != 0:
+            e.append(f"{name}: spate {argv[0]} ... --print-config exits {out.returncode}: {out.stderr.strip()}")
+    hc = re.search(r"(?ims)^HEALTHCHECK\s.*?CMD\s+(\[.*?\])", final_stage(dockerfile_text))
+    if hc:
+        cmd = yaml.safe_load(hc.group(1))
+        if cmd[:2] == ["spate", "probe"]:
+            out = subprocess.run([spate, *cmd[1:], "--timeout=1s"], capture_output=True, text=True)
+            if out.returncode not in (0, 1):
+                e.append(f"Dockerfile: HEALTHCHECK: spate {' '.join(cmd[1:])} exits {out.returncode}: "
+                         f"{out.stderr.strip()}")
+    return e
+
+
 def final_stage(text):
     return re.split(r"(?im)^FROM\s", text)[-1]
 
@@ -237,12 +277,30 @@ BREAKS = [
 ]
 
 
+# Breaks only spate itself can see (with --spate): values it refuses.
+SPATE_BREAKS = [
+    ("an address spate cannot read", lambda c, d: (svc(c, "spate")["command"].__setitem__(
+        svc(c, "spate")["command"].index("0.0.0.0:9187"), "0.0.0.0"), d)[1], "--print-config exits 2"),
+    ("a bad SPATE_* value in the secure profile", lambda c, d: (svc(c, "spate-secure")["environment"].update(
+        SPATE_FORMAT="yaml"), d)[1], "--print-config exits 2"),
+    ("a probe URL spate refuses", lambda c, d: d.replace("http://127.0.0.1:9187/healthz", "https://127.0.0.1:9187/healthz"),
+     "HEALTHCHECK: spate probe"),
+]
+
+
+def findings_of(compose, dockerfile, flags, spate):
+    found = check_compose(compose, dockerfile, flags) + check_dockerfile(dockerfile, flags)
+    return found + (spate_says(compose, dockerfile, spate) if spate else [])
+
+
 def main():
+    argv = sys.argv[1:]
+    spate = argv[argv.index("--spate") + 1] if "--spate" in argv else None
     flags = {sub: ref.Flags(sub) for sub in SUBCOMMANDS}
     compose = yaml.safe_load(COMPOSE.read_text())
     dockerfile = DOCKERFILE.read_text()
-    findings = check_compose(compose, dockerfile, flags) + check_dockerfile(dockerfile, flags)
-    if "--self-test" not in sys.argv[1:]:
+    findings = findings_of(compose, dockerfile, flags, spate)
+    if "--self-test" not in argv:
         for f in findings:
             print(f)
         print(f"docker-compose.yml ({len(compose['services'])} services) and Dockerfile: "
@@ -250,10 +308,11 @@ def main():
         sys.exit(1 if findings else 0)
     failures = [f"unbroken: {f}" for f in findings]
     caught = 0
-    for what, brk, expect in BREAKS:
+    breaks = BREAKS + (SPATE_BREAKS if spate else [])
+    for what, brk, expect in breaks:
         c = copy.deepcopy(compose)
         d = brk(c, dockerfile)
-        found = check_compose(c, d, flags) + check_dockerfile(d, flags)
+        found = findings_of(c, d, flags, spate)
         if any(expect in f for f in found):
             caught += 1
             print(f"  caught: {what}")
@@ -261,7 +320,7 @@ def main():
             failures.append(f"break not caught: {what} (wanted {expect!r}; got {found})")
     for f in failures:
         print(f"FAIL {f}")
-    print(f"self-test: {caught} of {len(BREAKS)} breaks caught")
+    print(f"self-test: {caught} of {len(breaks)} breaks caught")
     sys.exit(1 if failures else 0)
 
 

@@ -15,9 +15,9 @@
 //!   policy and hardening;
 //! - `deploy/compose_check.py` (and its `--self-test`): docker-compose.yml
 //!   parses, every file it mounts exists (or make-certs.sh makes it), every
-//!   spate command, flag, variable and config key exists, and the
-//!   Dockerfile is multi-stage, stripped, non-root, with `spate probe` as
-//!   its HEALTHCHECK.
+//!   spate command, flag, variable and config key exists (and this build's
+//!   spate accepts each run command), and the Dockerfile is multi-stage,
+//!   stripped, non-root, with `spate probe` as its HEALTHCHECK.
 //!
 //! They need `kubectl` (1.21 or later, for kustomize 4+), python3 with
 //! PyYAML and systemd-analyze, and fail, naming what is missing, without
@@ -189,8 +189,15 @@ fn systemd_unit_verifies_and_outlasts_the_shutdown_timeout() {
 
 #[test]
 fn docker_compose_and_dockerfile_reference_what_exists() {
-    let out = python("deploy/compose_check.py", &[]);
+    let out = python("deploy/compose_check.py", &["--spate", SPATE]);
     assert!(out.contains("and Dockerfile: ok"), "{out}");
-    let out = python("deploy/compose_check.py", &["--self-test"]);
+    let out = python(
+        "deploy/compose_check.py",
+        &["--self-test", "--spate", SPATE],
+    );
     assert!(out.contains("breaks caught"), "{out}");
+    assert!(
+        out.contains("caught: a probe URL spate refuses"),
+        "spate's own breaks not run:\n{out}"
+    );
 }
