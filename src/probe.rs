@@ -201,6 +201,49 @@ mod tests {
         );
     }
 
+    /// Against spate's own admin server: /healthz is 200 with no stalled
+    /// thread; /readyz is 503 until the consumer joined and the sinks
+    /// answer, and `--wait` sees it turn 200.
+    #[test]
+    fn against_the_admin_server() {
+        use spate_core::admin::{start, AdminConfig, Readiness};
+        use std::sync::atomic::Ordering;
+        use std::sync::Arc;
+        let io = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let readiness = Arc::new(Readiness::default());
+        let metrics = Arc::new(spate_core::metrics::Metrics::new());
+        let server = io
+            .block_on(start(
+                "127.0.0.1:0".parse().unwrap(),
+                AdminConfig::default(),
+                metrics,
+                readiness.clone(),
+            ))
+            .unwrap();
+        let base = format!("http://{}", server.local_addr());
+        probe(&format!("{base}/healthz"), None).unwrap();
+        let e = probe(&format!("{base}/readyz"), None).unwrap_err();
+        assert!(
+            e.message().contains("answered 503: {\"ready\":false"),
+            "{}",
+            e.message()
+        );
+
+        let ready = readiness.clone();
+        let waiter = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            ready.source.joined.store(true, Ordering::Release);
+            ready.sinks_connected.store(true, Ordering::Release);
+        });
+        probe(&format!("{base}/readyz"), Some(Duration::from_secs(10))).unwrap();
+        waiter.join().unwrap();
+        io.block_on(server.shutdown());
+    }
+
     #[test]
     fn fails_when_nothing_listens_even_after_waiting() {
         let port = TcpListener::bind("127.0.0.1:0")
