@@ -37,6 +37,8 @@ command -v apt-get >/dev/null 2>&1 || { echo "[prereqs] no apt-get: install the 
 # python3-yaml: deploy/kubernetes/test/check.py and deploy/compose_check.py
 #   read YAML (tests/deploy.rs).
 # systemd: systemd-analyze, which tests/deploy.rs runs on the systemd unit.
+# prometheus: promtool, which tests/deploy.rs runs on the alerts (check and
+#   unit tests); the package's server is not started.
 # kubectl (1.21 or later, for kustomize 4+) renders the Kubernetes manifests
 #   in tests/deploy.rs; Debian's kubernetes-client is 1.20, too old, so it is
 #   not installed here: the test fails naming it when kubectl is missing.
@@ -56,6 +58,7 @@ command -v flock >/dev/null 2>&1 || need+=(util-linux)
 [[ -s /usr/share/java/zookeeper.jar ]] || need+=(zookeeper)
 python3 -c 'import yaml' >/dev/null 2>&1 || need+=(python3-yaml)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v kubectl >/dev/null 2>&1 || echo "[prereqs] kubectl not found: tests/deploy.rs needs kubectl 1.21+ (not in Debian's packages)" >&2
 if ((${#need[@]})); then
     echo "[prereqs] installing ${need[*]}"

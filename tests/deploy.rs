@@ -6,8 +6,9 @@
 //!   needs of its pods (probes, non-root, grace period above the shutdown
 //!   timeout, static membership, memory limit, secrets as files, alerts on
 //!   real metrics, KEDA capped at the partition count and on spate's own
-//!   group), and has this build's spate read each pod's command line,
-//!   variables and config file (`--print-config`);
+//!   group), has this build's spate read each pod's command line,
+//!   variables and config file (`--print-config`), and promtool check and
+//!   unit-test the alerts (`alerts.test.yaml`);
 //! - the same script's `--self-test`: every deliberate break of the rendered
 //!   objects must be caught;
 //! - `deploy/systemd/spate.service`: `systemd-analyze verify` with no
@@ -20,8 +21,9 @@
 //!   stripped, non-root, with `spate probe` as its HEALTHCHECK.
 //!
 //! They need `kubectl` (1.21 or later, for kustomize 4+), python3 with
-//! PyYAML and systemd-analyze, and fail, naming what is missing, without
-//! them: a check that skips itself where it cannot run proves nothing.
+//! PyYAML, promtool and systemd-analyze, and fail, naming what is missing,
+//! without them: a check that skips itself where it cannot run proves
+//! nothing.
 
 use std::path::Path;
 use std::process::Command;
@@ -56,7 +58,10 @@ const SPATE: &str = env!("CARGO_BIN_EXE_spate");
 
 #[test]
 fn kubernetes_manifests_render_and_pass_the_schema_and_spate_checks() {
-    let out = python("deploy/kubernetes/test/check.py", &["--spate", SPATE]);
+    let out = python(
+        "deploy/kubernetes/test/check.py",
+        &["--spate", SPATE, "--promtool", "promtool"],
+    );
     for target in ["deploy/kubernetes:", "base:", "examples/production:"] {
         assert!(out.contains(target), "{target} not checked:\n{out}");
     }
@@ -79,13 +84,18 @@ fn kubernetes_manifests_render_and_pass_the_schema_and_spate_checks() {
 fn kubernetes_check_catches_every_deliberate_break() {
     let out = python(
         "deploy/kubernetes/test/check.py",
-        &["--self-test", "--spate", SPATE],
+        &["--self-test", "--spate", SPATE, "--promtool", "promtool"],
     );
     assert!(out.contains("breaks caught"), "{out}");
-    assert!(
-        out.contains("caught: a config value spate refuses"),
-        "spate's own breaks not run:\n{out}"
-    );
+    for only in [
+        "a config value spate refuses",
+        "a lag threshold no lag reaches",
+    ] {
+        assert!(
+            out.contains(&format!("caught: {only}")),
+            "{only}: not run\n{out}"
+        );
+    }
 }
 
 const UNIT: &str = "deploy/systemd/spate.service";
@@ -193,7 +203,7 @@ fn docker_compose_and_dockerfile_reference_what_exists() {
     assert!(out.contains("and Dockerfile: ok"), "{out}");
     let out = python(
         "deploy/compose_check.py",
-        &["--self-test", "--spate", SPATE],
+        &["--self-test", "--spate", SPATE, "--promtool", "promtool"],
     );
     assert!(out.contains("breaks caught"), "{out}");
     assert!(

@@ -1,7 +1,8 @@
 """The deliberate breaks check.py --self-test applies to copies of the
 rendered objects: (target, what it breaks, the break, a substring the
 finding meant to catch it must contain). SPATE_BREAKS are values only spate
-itself refuses (check.py --spate).
+itself refuses (check.py --spate), PROMTOOL_BREAKS what only the alerts'
+tests see (check.py --promtool).
 """
 from crds import PARTITIONS_ANNOTATION
 from pods import spate_container
@@ -151,4 +152,27 @@ SPATE_BREAKS = [
      lambda o: set_toml(o, 'dead_letter_topic = "events-dead-letters"', ''), "--print-config exits 2"),
     ("base", "a size spate cannot read",
      lambda o: env(o, "SPATE_MAX_BUFFERED_BYTES").update(value="256MB!"), "--print-config exits 2"),
+]
+
+
+def set_expr(objs, alert, old, new):
+    rule = next(r for r in rules(objs) if r["alert"] == alert)
+    assert old in rule["expr"], old
+    rule["expr"] = rule["expr"].replace(old, new)
+
+
+# Breaks only the alerts' tests catch (with --promtool).
+PROMTOOL_BREAKS = [
+    ("base", "an alert expression that does not parse",
+     lambda o: set_expr(o, "SpateConsumerLagGrowing", "sum by (namespace, topic) (spate", "sum by (namespace, topic (spate"),
+     "could not parse expression"),
+    ("base", "stalled-shard alert blind to a shard that never inserted",
+     lambda o: set_expr(o, "SpateShardStalled", "unless on", "and on"),
+     'promtool test rules alerts.test.yaml failed:\nUnit Testing:  alerts.test.yaml'),
+    ("base", "a lag threshold no lag reaches",
+     lambda o: set_expr(o, "SpateConsumerLagGrowing", "> 100000", "> 100000000"),
+     'exp: {__name__="ALERTS", alertname="SpateConsumerLagGrowing"'),
+    ("base", "the dead-letter alert counting tombstones",
+     lambda o: set_expr(o, "SpateDeadLetters", ', reason!="tombstone"', ""),
+     'got: {__name__="ALERTS", alertname="SpateDeadLetters"'),
 ]

@@ -4,6 +4,7 @@
     python3 deploy/kubernetes/test/check.py              # check; exit 1 on any finding
     python3 deploy/kubernetes/test/check.py --self-test  # prove each check can fail
     ... --spate target/release/spate                    # also run spate --print-config on each pod's command line
+    ... --promtool promtool                             # also promtool check/test the alerts (alerts.test.yaml)
 
 Renders the top-level kustomization, the base and the example overlay with
 `kubectl kustomize` (kustomize 4 or later), then:
@@ -45,8 +46,10 @@ import sys
 sys.dont_write_bytecode = True  # no __pycache__ in the work tree
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import spate_reference as ref  # noqa: E402
-from breaks import BREAKS, SPATE_BREAKS  # noqa: E402
-from crds import check_prometheusrule, check_scaledobject, check_servicemonitor, check_triggerauth  # noqa: E402
+from breaks import BREAKS, PROMTOOL_BREAKS, SPATE_BREAKS  # noqa: E402
+from crds import (  # noqa: E402
+    check_alerts_with_promtool, check_prometheusrule, check_scaledobject, check_servicemonitor,
+    check_triggerauth, promtool)
 from k8s_schema import Schemas  # noqa: E402
 from pods import check_statefulset, print_config  # noqa: E402
 
@@ -83,10 +86,18 @@ def render(path):
 
 # ---- the whole check -------------------------------------------------------
 
-def check(rendered, schemas, flags, metrics, spate=None):
-    """Findings for every rendered target: {target: [message, ...]}. With
-    `spate` (the binary), also what spate says of each StatefulSet's
-    command line."""
+class Context:
+    """What the checks read: the vendored schemas, spate's flags and metric
+    names from the repository, and the optional tools (a spate binary for
+    --print-config, promtool for the alerts' tests)."""
+
+    def __init__(self, spate=None, promtool_exe=None):
+        self.schemas, self.flags, self.metrics = Schemas(), ref.Flags("run"), ref.metric_names()
+        self.spate, self.promtool = spate, promtool_exe
+
+
+def check(rendered, ctx):
+    """Findings for every rendered target: {target: [message, ...]}."""
     findings = {}
     for target, objs in rendered.items():
         e = []
@@ -96,37 +107,46 @@ def check(rendered, schemas, flags, metrics, spate=None):
             if kind == "ServiceMonitor":
                 e += check_servicemonitor(o)
             elif kind == "PrometheusRule":
-                e += check_prometheusrule(o, metrics)
+                e += check_prometheusrule(o, ctx.metrics)
             elif kind == "ScaledObject":
                 e += check_scaledobject(o, objs)
             elif kind == "TriggerAuthentication":
                 e += check_triggerauth(o)
             else:
-                e += [f"{where}: schema: {x}" for x in schemas.validate(o)]
+                e += [f"{where}: schema: {x}" for x in ctx.schemas.validate(o)]
         stss = [o for o in objs if o.get("kind") == "StatefulSet"]
         if not stss:
             e.append("no StatefulSet rendered")
         for s in stss:
             if "spec" in s and "template" in s["spec"]:
-                e += check_statefulset(s, objs, flags)
-                if spate:
-                    e += print_config(spate, s, objs)
+                e += check_statefulset(s, objs, ctx.flags)
+                if ctx.spate:
+                    e += print_config(ctx.spate, s, objs)
         for kind in ("Service", "PodDisruptionBudget", "ServiceMonitor", "PrometheusRule"):
             if not any(o.get("kind") == kind for o in objs):
                 e.append(f"no {kind} rendered")
+        if ctx.promtool:
+            e += check_alerts_with_promtool(ctx.promtool, objs)
         findings[target] = e
     return findings
 
 
-def self_test(rendered, schemas, flags, metrics, spate):
-    base = check(rendered, schemas, flags, metrics, spate)
+def self_test(rendered, ctx):
+    base = check(rendered, ctx)
     failures = [f"unbroken {t}: {x}" for t, xs in base.items() for x in xs]
     caught = 0
-    breaks = BREAKS + (SPATE_BREAKS if spate else [])
+    breaks = BREAKS + (SPATE_BREAKS if ctx.spate else []) + (PROMTOOL_BREAKS if ctx.promtool else [])
+    # each break checked with the tools it needs only: promtool is slow
+    names_only = copy.copy(ctx)
+    names_only.spate = names_only.promtool = None
+    with_spate = copy.copy(names_only)
+    with_spate.spate = ctx.spate
     for target, what, brk, expect in breaks:
         objs = copy.deepcopy(rendered[target])
         brk(objs)
-        found = check({target: objs}, schemas, flags, metrics, spate)[target]
+        tools = ctx if (target, what, brk, expect) in PROMTOOL_BREAKS else (
+            with_spate if (target, what, brk, expect) in SPATE_BREAKS else names_only)
+        found = check({target: objs}, tools)[target]
         if any(expect in x for x in found):
             caught += 1
             print(f"  caught: {what}")
@@ -140,14 +160,15 @@ def self_test(rendered, schemas, flags, metrics, spate):
 
 def main():
     argv = sys.argv[1:]
-    spate = None
-    if "--spate" in argv:
-        spate = argv[argv.index("--spate") + 1]
-    schemas, flags, metrics = Schemas(), ref.Flags("run"), ref.metric_names()
+
+    def option(name):
+        return argv[argv.index(name) + 1] if name in argv else None
+
+    ctx = Context(option("--spate"), promtool(option("--promtool")) if "--promtool" in argv else None)
     rendered = {t: render(p) for t, p in TARGETS.items()}
     if "--self-test" in argv:
-        sys.exit(0 if self_test(rendered, schemas, flags, metrics, spate) else 1)
-    findings = check(rendered, schemas, flags, metrics, spate)
+        sys.exit(0 if self_test(rendered, ctx) else 1)
+    findings = check(rendered, ctx)
     bad = 0
     for target, xs in findings.items():
         kinds = ", ".join(sorted({o["kind"] for o in rendered[target]}))

@@ -3,8 +3,16 @@ the Prometheus operator and KEDA: apiVersion, kind, the fields their
 controllers require, and how they fit spate (alerts on metrics spate
 exports, KEDA on spate's own group and capped at the partition count).
 """
+import pathlib
 import re
+import shutil
+import subprocess
+import tempfile
 import tomllib
+
+import yaml
+
+ALERT_TESTS = pathlib.Path(__file__).resolve().parent / "alerts.test.yaml"
 
 REQUIRED_ALERTS = {
     "SpateConsumerLagGrowing": "lag growing",
@@ -117,4 +125,32 @@ def check_triggerauth(o):
     for r in (o.get("spec") or {}).get("secretTargetRef") or []:
         if not all(r.get(k) for k in ("parameter", "name", "key")):
             e.append("TriggerAuthentication: a secretTargetRef needs parameter, name and key")
+    return e
+
+
+def promtool(path):
+    exe = shutil.which(path)
+    if not exe:
+        raise SystemExit(f"check.py: {path} not found: the alerts' tests need promtool "
+                         "(Debian package prometheus; scripts/prereqs.sh installs it)")
+    return exe
+
+
+def check_alerts_with_promtool(exe, objs):
+    """`promtool check rules` on the rendered PrometheusRules' groups, then
+    `promtool test rules` with alerts.test.yaml: each alert fires on its
+    failure and not on a healthy series."""
+    groups = [g for o in objs if o["kind"] == "PrometheusRule" for g in (o.get("spec") or {}).get("groups") or []]
+    if not groups:
+        return []
+    e = []
+    with tempfile.TemporaryDirectory(prefix="spate-alerts-") as tmp:
+        (pathlib.Path(tmp) / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}))
+        shutil.copy(ALERT_TESTS, pathlib.Path(tmp) / "alerts.test.yaml")
+        for cmd in (["check", "rules", "rules.yaml"], ["test", "rules", "alerts.test.yaml"]):
+            out = subprocess.run([exe, *cmd], cwd=tmp, capture_output=True, text=True)
+            if out.returncode != 0:
+                text = (out.stdout + out.stderr).strip().replace(tmp, "")
+                e.append(f"PrometheusRule: promtool {' '.join(cmd)} failed:\n{text}")
+                break
     return e
