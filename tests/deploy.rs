@@ -184,6 +184,7 @@ fn systemd_unit_verifies_and_outlasts_the_shutdown_timeout() {
     );
     assert!(start.contains("--admin-addr=127.0.0.1:9187"), "{start}");
     assert_eq!(unit_value(&unit, "Restart"), "on-failure");
+    spate_reads_the_units_command_line(&start);
     for hardening in [
         "NoNewPrivileges=yes",
         "ProtectSystem=strict",
@@ -209,5 +210,47 @@ fn docker_compose_and_dockerfile_reference_what_exists() {
     assert!(
         out.contains("caught: a probe URL spate refuses"),
         "spate's own breaks not run:\n{out}"
+    );
+}
+
+/// The unit's ExecStart, its specifiers filled in (%d the credentials
+/// directory, %H the host name) and its config file the example beside it,
+/// as this build's spate reads it (`--print-config`): flags and values it
+/// accepts, static membership from the host name.
+fn spate_reads_the_units_command_line(exec_start: &str) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let creds = std::env::temp_dir().join(format!("spate-deploy-creds-{}", std::process::id()));
+    std::fs::create_dir_all(&creds).unwrap();
+    for name in ["clickhouse-password", "kafka-password"] {
+        std::fs::write(creds.join(name), "placeholder\n").unwrap();
+    }
+    let config = root.join("deploy/systemd/spate.toml");
+    let args: Vec<String> = exec_start
+        .split_whitespace()
+        .skip(1) // the binary
+        .map(|a| {
+            a.replace("%d", &creds.display().to_string())
+                .replace("%H", "host-a")
+                .replace("/etc/spate/spate.toml", &config.display().to_string())
+        })
+        .collect();
+    let out = Command::new(SPATE)
+        .args(&args)
+        .arg("--print-config")
+        .env_clear()
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&creds);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "spate {} --print-config: {}\n{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("\"group.instance.id\" = \"host-a\""),
+        "{text}"
     );
 }
