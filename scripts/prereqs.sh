@@ -34,6 +34,14 @@ command -v apt-get >/dev/null 2>&1 || { echo "[prereqs] no apt-get: install the 
 #   in front of a test broker, since nisshi cannot require client certificates.
 # util-linux: flock, so two clones never build the nisshi broker at once.
 # ca-certificates: HTTPS to the package registries (crates.io for nisshi).
+# python3-yaml: deploy/kubernetes/test/check.py and deploy/compose_check.py
+#   read YAML (tests/deploy.rs).
+# systemd: systemd-analyze, which tests/deploy.rs runs on the systemd unit.
+# prometheus: promtool, which tests/deploy.rs runs on the alerts (check and
+#   unit tests); the package's server is not started.
+# kubectl (1.21 or later, for kustomize 4+) renders the Kubernetes manifests
+#   in tests/deploy.rs; Debian's kubernetes-client is 1.20, too old, so it is
+#   not installed here: the test fails naming it when kubectl is missing.
 need=()
 command -v cc >/dev/null 2>&1 || need+=(build-essential)
 command -v make >/dev/null 2>&1 || need+=(make)
@@ -48,6 +56,10 @@ command -v flock >/dev/null 2>&1 || need+=(util-linux)
 [[ -d /etc/ssl/certs ]] && ls /etc/ssl/certs/*.pem >/dev/null 2>&1 || need+=(ca-certificates)
 # ZooKeeper for the 18.16 server's ReplicatedMergeTree (exactly-once tests)
 [[ -s /usr/share/java/zookeeper.jar ]] || need+=(zookeeper)
+python3 -c 'import yaml' >/dev/null 2>&1 || need+=(python3-yaml)
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+command -v kubectl >/dev/null 2>&1 || echo "[prereqs] kubectl not found: tests/deploy.rs needs kubectl 1.21+ (not in Debian's packages)" >&2
 if ((${#need[@]})); then
     echo "[prereqs] installing ${need[*]}"
     sudo=""

@@ -1,4 +1,4 @@
-//! Command line: `spate run`, `spate check` and `spate gen`. Every flag also reads an
+//! Command line: `spate run`, `spate check`, `spate gen` and `spate probe`. Every flag also reads an
 //! environment variable `SPATE_<FLAG>`; flags win over the environment.
 
 use crate::events::Schema;
@@ -33,6 +33,30 @@ pub enum Command {
     Check(CheckArgs),
     /// Produce generated demo events (JSON or Avro) into a topic.
     Gen(GenArgs),
+    /// GET one admin endpoint of a running spate (/healthz, /readyz) and
+    /// exit 0 when it answers 200, 1 otherwise: a health check for images
+    /// and hosts without curl (the Dockerfile's HEALTHCHECK, the systemd
+    /// unit's readiness wait).
+    Probe(ProbeArgs),
+}
+
+/// `spate probe`: one plain-HTTP GET, or several until `--wait` runs out.
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// URL to GET, http:// only (the admin server of --admin-addr)
+    #[arg(
+        long,
+        env = "SPATE_PROBE_URL",
+        default_value = "http://127.0.0.1:9187/healthz"
+    )]
+    pub url: String,
+    /// Timeout of one attempt (connecting, asking, reading the answer)
+    #[arg(long, env = "SPATE_PROBE_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Ask again every half second until the answer is 200 or this long
+    /// has passed [default: ask once]
+    #[arg(long, env = "SPATE_PROBE_WAIT", value_parser = parse_duration)]
+    pub wait: Option<Duration>,
 }
 
 /// `spate check`: the flags of `spate run`, plus the sample size.

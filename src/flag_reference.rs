@@ -1,5 +1,5 @@
-//! `docs/flags.md`, the reference of every flag of `spate run`, `check`
-//! and `gen`, rendered from the clap definitions in `crate::cli` (and
+//! `docs/flags.md`, the reference of every flag of `spate run`, `check`,
+//! `gen` and `probe`, rendered from the clap definitions in `crate::cli` (and
 //! `crate::tls_files`): each flag's long (and short) name, value,
 //! environment variable, `--config` key, default, possible values and help
 //! text, and `run`'s notes on Kafka properties.
@@ -23,7 +23,7 @@ pub(crate) fn render() -> String {
          <!-- Generated from the flag definitions (src/cli.rs, src/tls_files.rs);\n     \
          do not edit. Regenerate with\n     \
          SPATE_BLESS=1 cargo test -p spate flag_reference -->\n\n\
-         Every flag of `spate run`, `spate check` and `spate gen`, as `spate <command> --help`\n\
+         Every flag of `spate run`, `spate check`, `spate gen` and `spate probe`, as `spate <command> --help`\n\
          describes it. A flag wins over its environment variable, which wins over\n\
          the `--config` file; a file key of a pipeline setting may also be set per\n\
          `[[pipeline]]`, a process-wide one only at the top level. The other pages\n\
@@ -37,6 +37,7 @@ pub(crate) fn render() -> String {
         !run_ids.contains(&a.get_id().as_str())
     });
     section(&mut out, "gen", subcommand(&cli, "gen"), |_| true);
+    section(&mut out, "probe", subcommand(&cli, "probe"), |_| true);
     while out.ends_with("\n\n") {
         out.pop();
     }
@@ -115,8 +116,10 @@ fn config_key(a: &Arg) -> String {
 
 fn flag(out: &mut String, command: &str, a: &Arg) {
     let _ = write!(out, "### `{}`\n\n", title(a));
+    // only `run` and `check` read --config
+    let reads_config = matches!(command, "run" | "check");
     if a.is_required_set() {
-        out.push_str(if command == "gen" {
+        out.push_str(if !reads_config {
             "- required: on the command line or in the environment\n"
         } else {
             "- required: on the command line, in the environment or in the config file\n"
@@ -125,7 +128,7 @@ fn flag(out: &mut String, command: &str, a: &Arg) {
     if let Some(env) = a.get_env() {
         let _ = writeln!(out, "- environment: `{}`", env.to_string_lossy());
     }
-    if command != "gen" {
+    if reads_config {
         let _ = writeln!(out, "- config file: {}", config_key(a));
     }
     let defaults: Vec<String> = a

@@ -18,6 +18,7 @@ mod flag_reference;
 mod gen;
 mod kafka_help;
 mod print_config;
+mod probe;
 mod run;
 mod secret;
 mod settings;
@@ -117,6 +118,7 @@ fn dispatch(argv: Vec<String>) -> Result<(), Exit> {
                 init_logging(&args.log_level, LogFormat::Text);
                 return gen::run(args);
             }
+            Command::Probe(args) => return probe::run(args),
         }
     }
     if let Some((_, first)) = runs.first() {
