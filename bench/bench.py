@@ -53,12 +53,6 @@ Suites (BENCH_SUITE, comma-separated; default "e2e,formats,delivery", so
   log); then each figure's growth as the median ratio between runs that
   differ in one dimension only.
 
-- binaries: this build against another spate binary (BENCH_SPATE_OLD, e.g.
-  an earlier commit's release build), alternated BENCH_REPEAT times on the
-  same topic with default flags: new / old ratios of the medians of steady
-  rows/s, CPU s per million rows and peak RSS. For structural changes.
-  `make bench BENCH_SUITE=binaries BENCH_SPATE_OLD=../old/target/release/spate`.
-
 Measurement, for spate and the consume ceiling alike:
 - steady rows/s: the rate between 10% and 90% of the rows (for spate from
   the rows of the table's active parts in system.parts, sampled every
@@ -321,14 +315,13 @@ def steady_rate(samples, total):
 # ---------------------------------------------------------------- runs ----
 
 def run_spate(topic, label, extra, keep=False, replicated=False, servers=LOCAL, schema=None, messages=None,
-              log_level="warn", wrap=(), exe=None):
+              log_level="warn", wrap=()):
     """One `spate run --until-end` into a fresh table on `servers` (default
     the bench's server) with the columns of `schema` (default small), the
     topic holding `messages` events (default BENCH_MESSAGES); figures of
     the run (server CPU: the sum over `servers`). With a `log_level` other
     than warn, the result has spate's log (its stderr) as "log". `wrap`
-    is a command to run spate under (e.g. `perf record ... --`); `exe`
-    another spate binary (default SPATE)."""
+    is a command to run spate under (e.g. `perf record ... --`)."""
     schema, messages = schema or SMALL, messages or MESSAGES
     label_table = label.replace("-", "_")
     if servers is LOCAL:
@@ -336,7 +329,7 @@ def run_spate(topic, label, extra, keep=False, replicated=False, servers=LOCAL, 
     else:
         table, check = servers.create(label_table, replicated, schema)
     group = f"bench_{label}_{int(time.time() * 1000)}"
-    args = list(wrap) + [exe or SPATE, "run", "--brokers", BROKERS, "--topic", topic, "--group", group,
+    args = list(wrap) + [SPATE, "run", "--brokers", BROKERS, "--topic", topic, "--group", group,
             "--table", table, "--until-end", "-X", "session.timeout.ms=6000",
             "--log-level", log_level] + servers.flags + extra
     errlog = tempfile.TemporaryFile(mode="w+")
@@ -880,38 +873,6 @@ def suite_formats(topic, date):
     return "\n".join(md) + "\n", summary, []
 
 
-def suite_binaries(topic, date):
-    """This build against another spate binary (BENCH_SPATE_OLD, e.g. the
-    release build of an earlier commit), alternated BENCH_REPEAT times on
-    the same topic with default flags: the ratio of the medians, new to old,
-    of steady rows/s, CPU s per million rows and peak RSS. For structural
-    changes, which must not cost speed."""
-    old = os.environ.get("BENCH_SPATE_OLD", "")
-    if not os.access(old, os.X_OK):
-        sys.exit("bench: the binaries suite needs BENCH_SPATE_OLD, the path of the other spate binary")
-    runs = {"old": [], "new": []}
-    for i in range(REPEAT):
-        for name, exe in (("old", old), ("new", SPATE)):
-            runs[name].append(run_spate(topic, f"bin-{name}-{i}", [], exe=exe))
-        log(f"  round {i}: " + ", ".join(f"{n} {runs[n][-1]['rows_per_s']:,.0f}/s" for n in runs))
-    keys = ("rows_per_s", "cpu_s_per_million", "peak_rss_mib")
-    med = {n: {k: statistics.median(r[k] for r in runs[n]) for k in keys} for n in runs}
-    ratio = {k: med["new"][k] / med["old"][k] for k in keys}
-    md = [f"# spate bench: binaries\n\n{date}, {os.cpu_count()} cores, ClickHouse {ch('SELECT version()')}; "
-          f"{MESSAGES:,} small events on {PARTITIONS} partitions, medians of {REPEAT} alternated rounds, "
-          f"default flags. new = `{os.path.relpath(SPATE, ROOT)}`, old = `{old}`. Ratios are new / old "
-          "(rows/s: above 1 is faster; CPU and RSS: below 1 is cheaper).\n",
-          "| binary | rows/s | CPU s per million rows | peak RSS MiB |", "|---|---:|---:|---:|"]
-    for n in runs:
-        md.append(f"| {n} | {med[n]['rows_per_s']:,.0f} | {med[n]['cpu_s_per_million']:.2f} | "
-                  f"{med[n]['peak_rss_mib']:.0f} |")
-    md.append(f"| new / old | {ratio['rows_per_s']:.3f} | {ratio['cpu_s_per_million']:.3f} | "
-              f"{ratio['peak_rss_mib']:.3f} |")
-    summary = (f"bench: binaries rate_ratio={ratio['rows_per_s']:.3f} cpu_ratio={ratio['cpu_s_per_million']:.3f} "
-               f"rss_ratio={ratio['peak_rss_mib']:.3f}")
-    return "\n".join(md) + "\n", summary, []
-
-
 SCALING_PARTITIONS = [int(x) for x in os.environ.get("BENCH_SCALING_PARTITIONS", "8,64,256").split(",") if x]
 SCALING_MESSAGES = int(os.environ.get("BENCH_SCALING_MESSAGES", "2000000"))
 # A wide event is ~1 KB of JSON against ~200 B, and costs spate and the
@@ -1050,8 +1011,7 @@ TARGETS = []
 # Suites that preload topics of their own (the shared one is not made for them).
 OWN_TOPICS = {"scaling"}
 
-SUITES = {"e2e": None, "backpressure": None, "delivery": None, "formats": None, "scaling": None,
-          "binaries": None}
+SUITES = {"e2e": None, "backpressure": None, "delivery": None, "formats": None, "scaling": None}
 
 
 def main():
@@ -1097,7 +1057,7 @@ def run_suites(suites, topic, date):
         try:
             md, summary, checks = {"e2e": suite_e2e, "backpressure": suite_backpressure,
                                    "delivery": suite_delivery, "formats": suite_formats,
-                                   "scaling": suite_scaling, "binaries": suite_binaries}[suite](topic, date)
+                                   "scaling": suite_scaling}[suite](topic, date)
         finally:
             drop_tables()
         path = os.path.join(ROOT, "bench", "results", f"{suite}-{date}.md")
