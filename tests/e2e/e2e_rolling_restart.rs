@@ -7,9 +7,11 @@
 //! (`session.timeout.ms=30000`) long enough to ride out a restart. While a
 //! paced producer writes `N` distinct messages (`{"n":i,...}`, `n` unique),
 //! and once the group has settled, each member in turn is stopped with
-//! SIGTERM, must exit 0, and is started again with the same instance id
-//! within the session timeout; the next one is stopped only when the group
-//! has settled again (every partition owned, once, the same for a second).
+//! SIGTERM, must exit 0, stays down for `DOWN_FOR` (8 s, longer than the
+//! suite's usual 6 s session timeout) and is started again with the same
+//! instance id within the session timeout; the next one is stopped only
+//! when the group has settled again (every partition owned, once, the same
+//! for a second).
 //! The producer must still be running when the roll ends. Afterwards: wait
 //! (bounded) until the committed offsets equal the end offsets, then stop
 //! both members with SIGTERM.
@@ -27,14 +29,17 @@
 //!   final stops.
 //!
 //! Negative control: the same roll with dynamic members (no
-//! `group.instance.id`) must show a revocation or a new generation, so the
-//! membership checks above can fail; its rows are still checked for loss.
-//! What it shows is new generations and no revocation: each stopped
-//! member leaves the group (its own release at close is logged at debug
-//! only), and its replacement joins fast enough that cooperative-sticky
-//! hands it the unowned partitions in the next generation without taking
-//! any from the survivor. A check on revocation lines alone would pass
-//! with dynamic members too; the generation check is what catches them.
+//! `group.instance.id`) must show both a revocation and an assignment of a
+//! new generation, so each membership check above can fail on real logs;
+//! its rows are still checked for loss.
+//! Each stopped dynamic member leaves the group (its own release at close
+//! is logged at debug only, never as a revocation), the survivor is
+//! assigned everything in a new generation, and the replacement's join
+//! revokes half of it again. Without the down time the replacement joins
+//! before the survivor is given anything, and cooperative-sticky hands it
+//! the unowned partitions with no revocation at all: only the generation
+//! check would then see the rebalance, which is why it is part of the
+//! check.
 //!
 //! On ClickHouse 26.9 only: what is under test is the consumer group, which
 //! does not depend on the server; the sink path is the same one every other
@@ -53,11 +58,18 @@ use std::time::{Duration, Instant};
 const N: usize = 30_000;
 const PARTITIONS: i32 = 8;
 /// The producer's duration: longer than the initial settling plus two
-/// restarts (14 s measured on an idle machine, twice that leaves room for
-/// a loaded one), so the whole roll happens under load (asserted).
-const PRODUCE_FOR: Duration = Duration::from_secs(30);
+/// restarts (22 s measured on an idle machine; the rest leaves room for a
+/// loaded one), so the whole roll happens under load (asserted).
+const PRODUCE_FOR: Duration = Duration::from_secs(45);
 /// Long enough for a SIGTERM (drain, final commit) and a restart to fit.
 const SESSION_TIMEOUT_MS: u64 = 30_000;
+/// How long a member stays down between its exit and its restart, as a
+/// pod does between termination and start: longer than the suite's usual
+/// session timeout (`SESSION_TIMEOUT_MS` of the support module, 6 s), so
+/// that only the longer one keeps the member in the group. A SIGTERM
+/// alone takes well under a second, and a restart that quick would not
+/// show that the group waits for an absent member.
+const DOWN_FOR: Duration = Duration::from_secs(8);
 /// A bound on every wait for the group to settle.
 const SETTLE_WITHIN: Duration = Duration::from_secs(45);
 /// A bound on a SIGTERM's drain and exit.
@@ -73,7 +85,7 @@ fn rolling_restart_of_static_members_moves_no_partition() {
     assert!(
         roll.membership_changes.is_empty(),
         "static members: the roll moved partitions:\n{}",
-        roll.membership_changes.join("\n")
+        describe(&roll.membership_changes)
     );
     for r in &roll.restarts {
         assert_eq!(
@@ -94,10 +106,16 @@ fn rolling_restart_of_dynamic_members_rebalances() {
     };
     let _timer = Timer::start("e2e_rolling_restart (dynamic members)");
     let roll = roll(&svc, false);
+    let revocations = roll
+        .membership_changes
+        .iter()
+        .filter(|(_, e)| matches!(e, GroupEvent::Revoked(_) | GroupEvent::Lost(_)))
+        .count();
+    let assignments = roll.membership_changes.len() - revocations;
     assert!(
-        !roll.membership_changes.is_empty(),
-        "dynamic members rolled without a revocation or a new generation: \
-         the membership checks cannot see a rebalance"
+        revocations > 0 && assignments > 0,
+        "dynamic members rolled with {revocations} revocations and {assignments} \
+         assignments of a new generation: the membership checks cannot see a rebalance"
     );
     assert_eq!(roll.distinct, N as u64, "distinct ids (zero loss)");
 }
@@ -114,8 +132,9 @@ struct Restart {
 struct Roll {
     /// Revocations, lost assignments, assignments to a member that kept
     /// running and assignments of another generation than the settled
-    /// group's, from the settled point to the end, one line each.
-    membership_changes: Vec<String>,
+    /// group's, from the settled point to the end: the process's label and
+    /// the event.
+    membership_changes: Vec<(String, GroupEvent)>,
     restarts: Vec<Restart>,
     rows: u64,
     distinct: u64,
@@ -231,6 +250,8 @@ fn roll(svc: &Services, static_members: bool) -> Roll {
             fin.tail(20)
         );
         logs.push((incarnations.remove(k), fin.stderr));
+        // The scenario's down time, not a wait for a condition.
+        std::thread::sleep(DOWN_FOR);
         let down = stopped_at.elapsed();
         assert!(
             down < Duration::from_millis(SESSION_TIMEOUT_MS),
@@ -319,7 +340,7 @@ fn roll(svc: &Services, static_members: bool) -> Roll {
          {} membership changes:\n{}",
         started.elapsed(),
         membership_changes.len(),
-        membership_changes.join("\n")
+        describe(&membership_changes)
     );
     ch.drop_database_of(&table);
     Roll {
@@ -335,7 +356,10 @@ fn roll(svc: &Services, static_members: bool) -> Roll {
 /// lost assignments anywhere, an assignment to a process that was running
 /// before the roll, and an assignment of another generation than
 /// `generation` (the settled group's).
-fn membership_changes(logs: &[(Incarnation, String)], generation: Option<u64>) -> Vec<String> {
+fn membership_changes(
+    logs: &[(Incarnation, String)],
+    generation: Option<u64>,
+) -> Vec<(String, GroupEvent)> {
     let mut out = Vec::new();
     for (inc, stderr) in logs {
         let tail: String = stderr
@@ -349,9 +373,18 @@ fn membership_changes(logs: &[(Incarnation, String)], generation: Option<u64>) -
                 GroupEvent::Assigned { generation: g, .. } => !inc.restarted || *g != generation,
             };
             if change {
-                out.push(format!("{}: {event:?}", inc.label));
+                out.push((inc.label.clone(), event));
             }
         }
     }
     out
+}
+
+/// One line per change, for messages.
+fn describe(changes: &[(String, GroupEvent)]) -> String {
+    changes
+        .iter()
+        .map(|(label, event)| format!("{label}: {event:?}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
