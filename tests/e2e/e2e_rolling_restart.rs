@@ -58,9 +58,11 @@ use std::time::{Duration, Instant};
 const N: usize = 30_000;
 const PARTITIONS: i32 = 8;
 /// The producer's duration: longer than the initial settling plus two
-/// restarts (22 s measured on an idle machine; the rest leaves room for a
-/// loaded one), so the whole roll happens under load (asserted).
-const PRODUCE_FOR: Duration = Duration::from_secs(45);
+/// restarts, so the whole roll happens under load (asserted). Measured on
+/// an idle machine: the roll ends 20 to 28 s in with static members, 30 to
+/// 37 s in with dynamic ones (each of their restarts waits for two
+/// rebalances); the rest leaves room for a loaded machine.
+const PRODUCE_FOR: Duration = Duration::from_secs(55);
 /// Long enough for a SIGTERM (drain, final commit) and a restart to fit.
 const SESSION_TIMEOUT_MS: u64 = 30_000;
 /// How long a member stays down between its exit and its restart, as a
@@ -180,8 +182,128 @@ fn member_args(
     args
 }
 
-fn line_count(member: &Running) -> usize {
-    member.stderr_so_far().lines().count()
+/// The running members, which of their processes' log lines belong to the
+/// roll, and the logs of the processes that finished.
+struct Members {
+    running: Vec<Running>,
+    incarnations: Vec<Incarnation>,
+    logs: Vec<(Incarnation, String)>,
+}
+
+impl Members {
+    fn start(labels_and_args: Vec<(String, Vec<String>)>) -> Members {
+        let running: Vec<Running> = labels_and_args
+            .iter()
+            .map(|(label, args)| spawn(label, args))
+            .collect();
+        let incarnations = running
+            .iter()
+            .map(|m| Incarnation {
+                label: m.label.clone(),
+                from_line: 0,
+                restarted: false,
+            })
+            .collect();
+        Members {
+            running,
+            incarnations,
+            logs: Vec::new(),
+        }
+    }
+
+    /// From here on the logs count: the lines written so far do not.
+    fn mark(&mut self) {
+        for (m, inc) in self.running.iter().zip(&mut self.incarnations) {
+            inc.from_line = m.stderr_so_far().lines().count();
+        }
+    }
+
+    /// The newest generation any assignment so far carried: the settled
+    /// group's.
+    fn generation(&self) -> Option<u64> {
+        self.running
+            .iter()
+            .flat_map(|m| group_events(&m.stderr_so_far()))
+            .filter_map(|e| match e {
+                GroupEvent::Assigned { generation, .. } => generation,
+                _ => None,
+            })
+            .max()
+    }
+
+    /// SIGTERM member `k`, check its clean exit, keep it down for
+    /// `DOWN_FOR` and start it again as `label` with `args`; how long it
+    /// was gone.
+    fn restart(&mut self, k: usize, label: &str, args: &[String]) -> Duration {
+        let old = self.running.remove(k);
+        let stopped_at = Instant::now();
+        old.sigterm();
+        let fin = old.wait(STOP_WITHIN);
+        fin.assert_code(0);
+        assert!(
+            fin.stderr.contains("pipeline finished"),
+            "{}: exit report missing:\n{}",
+            fin.label,
+            fin.tail(20)
+        );
+        self.logs.push((self.incarnations.remove(k), fin.stderr));
+        // The scenario's down time, not a wait for a condition.
+        std::thread::sleep(DOWN_FOR);
+        let down = stopped_at.elapsed();
+        assert!(
+            down < Duration::from_millis(SESSION_TIMEOUT_MS),
+            "{}: its stop took {down:.1?}, past the session timeout: not a restart the group can ride out",
+            fin.label
+        );
+        self.running.insert(k, spawn(label, args));
+        self.incarnations.insert(
+            k,
+            Incarnation {
+                label: label.to_owned(),
+                from_line: 0,
+                restarted: true,
+            },
+        );
+        down
+    }
+
+    /// SIGTERM every member, all at once (with dynamic members, one at a
+    /// time would rebalance the other's last seconds for nothing); each
+    /// must exit 0. Every process's log, with the line it counts from.
+    fn stop_all(self) -> Vec<(Incarnation, String)> {
+        let mut logs = self.logs;
+        for m in &self.running {
+            m.sigterm();
+        }
+        for (m, inc) in self.running.into_iter().zip(self.incarnations) {
+            let fin = m.wait(STOP_WITHIN);
+            fin.assert_code(0);
+            logs.push((inc, fin.stderr));
+        }
+        logs
+    }
+}
+
+/// Wait (bounded) until the group's committed offsets equal the end
+/// offsets, which must add up to `N`; the end offsets.
+fn wait_committed_ends(svc: &Services, group: &str, topic: &str) -> Vec<Option<i64>> {
+    let ends = end_offsets(&svc.brokers, topic, PARTITIONS);
+    assert_eq!(ends.iter().sum::<i64>(), N as i64, "end offsets {ends:?}");
+    let want: Vec<Option<i64>> = ends.iter().map(|&e| Some(e)).collect();
+    wait_for(
+        "committed offsets to reach the end offsets",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || {
+            let c = committed(&svc.brokers, group, topic, PARTITIONS);
+            if c == want {
+                Ok(())
+            } else {
+                Err(format!("committed {c:?}, ends {ends:?}"))
+            }
+        },
+    );
+    want
 }
 
 /// Run the roll; `static_members` gives each member its
@@ -205,79 +327,34 @@ fn roll(svc: &Services, static_members: bool) -> Roll {
         numbered(PARTITIONS),
     );
     let started = Instant::now();
-    let mut members: Vec<Running> = (0..2).map(|k| spawn(&label(k, 0), &args(k))).collect();
+    let mut members = Members::start((0..2).map(|k| (label(k, 0), args(k))).collect());
     let mut owned = wait_settled(
-        &members,
+        &members.running,
         PARTITIONS,
         SETTLE_WITHIN,
         "the two members to share the partitions",
     );
-    // From here on nothing may move. The settled group's generation is the
-    // newest any assignment so far carried.
-    let mut incarnations: Vec<Incarnation> = members
-        .iter()
-        .map(|m| Incarnation {
-            label: m.label.clone(),
-            from_line: line_count(m),
-            restarted: false,
-        })
-        .collect();
-    let generation = members
-        .iter()
-        .flat_map(|m| group_events(&m.stderr_so_far()))
-        .filter_map(|e| match e {
-            GroupEvent::Assigned { generation, .. } => generation,
-            _ => None,
-        })
-        .max();
+    // From here on nothing may move.
+    members.mark();
+    let generation = members.generation();
     eprintln!(
         "[e2e_rolling_restart] {kind}: settled after {:.1?} at generation {generation:?}: {owned:?}",
         started.elapsed()
     );
 
-    let mut logs: Vec<(Incarnation, String)> = Vec::new();
     let mut restarts = Vec::new();
     for k in 0..2 {
-        let old = members.remove(k);
-        let stopped_at = Instant::now();
-        old.sigterm();
-        let fin = old.wait(STOP_WITHIN);
-        fin.assert_code(0);
-        assert!(
-            fin.stderr.contains("pipeline finished"),
-            "{}: exit report missing:\n{}",
-            fin.label,
-            fin.tail(20)
-        );
-        logs.push((incarnations.remove(k), fin.stderr));
-        // The scenario's down time, not a wait for a condition.
-        std::thread::sleep(DOWN_FOR);
-        let down = stopped_at.elapsed();
-        assert!(
-            down < Duration::from_millis(SESSION_TIMEOUT_MS),
-            "{}: its stop took {down:.1?}, past the session timeout: not a restart the group can ride out",
-            fin.label
-        );
-        let new = spawn(&label(k, 1), &args(k));
-        incarnations.insert(
-            k,
-            Incarnation {
-                label: new.label.clone(),
-                from_line: 0,
-                restarted: true,
-            },
-        );
-        members.insert(k, new);
+        let down = members.restart(k, &label(k, 1), &args(k));
         let now = wait_settled(
-            &members,
+            &members.running,
             PARTITIONS,
             SETTLE_WITHIN,
             &format!("the group to settle after the restart of spate-{k}"),
         );
         eprintln!(
             "[e2e_rolling_restart] {kind}: spate-{k} restarted {down:.1?} after its SIGTERM; \
-             settled {:.1?} after it: {now:?}",
-            stopped_at.elapsed()
+             settled {:.1?} into the test: {now:?}",
+            started.elapsed()
         );
         restarts.push(Restart {
             member: format!("spate-{k}"),
@@ -299,35 +376,11 @@ fn roll(svc: &Services, static_members: bool) -> Roll {
         &delivered.errors[..delivered.errors.len().min(3)]
     );
 
-    let ends = end_offsets(&svc.brokers, &topic, PARTITIONS);
-    assert_eq!(ends.iter().sum::<i64>(), N as i64, "end offsets {ends:?}");
-    let want: Vec<Option<i64>> = ends.iter().map(|&e| Some(e)).collect();
-    wait_for(
-        "committed offsets to reach the end offsets",
-        Duration::from_secs(60),
-        Duration::from_millis(500),
-        || {
-            let c = committed(&svc.brokers, &group, &topic, PARTITIONS);
-            if c == want {
-                Ok(())
-            } else {
-                Err(format!("committed {c:?}, ends {ends:?}"))
-            }
-        },
-    );
-    // Both at once: with dynamic members, one at a time would rebalance
-    // the other's last seconds for nothing.
-    for m in &members {
-        m.sigterm();
-    }
-    for (m, inc) in members.into_iter().zip(incarnations) {
-        let fin = m.wait(STOP_WITHIN);
-        fin.assert_code(0);
-        logs.push((inc, fin.stderr));
-    }
+    let ends = wait_committed_ends(svc, &group, &topic);
+    let logs = members.stop_all();
     assert_eq!(
         committed(&svc.brokers, &group, &topic, PARTITIONS),
-        want,
+        ends,
         "committed = end offsets after the final stops"
     );
 
