@@ -48,6 +48,7 @@ mod e2e_policy_dead_letter_table;
 mod e2e_policy_headers;
 mod e2e_policy_stall;
 mod e2e_replay_bound;
+mod e2e_rolling_restart;
 mod e2e_rows;
 mod e2e_schema_change;
 mod e2e_schema_race;

@@ -116,43 +116,6 @@ fn produce_paced(
     })
 }
 
-/// Partitions a member owns according to its JSON log: assigned minus
-/// revoked or lost, in log order.
-fn owned_partitions(stderr: &str) -> BTreeSet<i32> {
-    let mut owned = BTreeSet::new();
-    for line in stderr.lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        let fields = &v["fields"];
-        let number = |s: &str| {
-            s.rsplit('/')
-                .next()
-                .and_then(|n| n.trim().parse::<i32>().ok())
-        };
-        match fields["message"].as_str() {
-            Some("partition assigned") => {
-                if let Some(p) = fields["partition"].as_str().and_then(number) {
-                    owned.insert(p);
-                }
-            }
-            // A lost assignment (session timeout) takes partitions too.
-            Some(m) if m == "partitions revoked" || m.starts_with("assignment lost") => {
-                let list = fields["partitions"].as_str().unwrap_or("");
-                for p in list
-                    .trim_matches(|c| c == '[' || c == ']')
-                    .split(',')
-                    .filter_map(number)
-                {
-                    owned.remove(&p);
-                }
-            }
-            _ => {}
-        }
-    }
-    owned
-}
-
 /// Rows spate reports it could not get acknowledged before a deadline
 /// (revocation or shutdown): the only source of duplicates after clean stops.
 fn reported_unacknowledged(stderr: &str) -> u64 {
@@ -200,46 +163,6 @@ fn member_args(svc: &Services, topic: &str, group: &str, table: &str) -> Vec<Str
         .map(String::from),
     );
     args
-}
-
-/// Each member's owned partitions, or why the group is not settled: every
-/// member owns partitions, none twice, all of them between them.
-fn settled(members: &[Running]) -> Result<Vec<BTreeSet<i32>>, String> {
-    let owned: Vec<BTreeSet<i32>> = members
-        .iter()
-        .map(|m| owned_partitions(&m.stderr_so_far()))
-        .collect();
-    let all: BTreeSet<i32> = owned.iter().flatten().copied().collect();
-    let total: usize = owned.iter().map(BTreeSet::len).sum();
-    if owned.iter().all(|o| !o.is_empty())
-        && all.len() == PARTITIONS as usize
-        && total == PARTITIONS as usize
-    {
-        Ok(owned)
-    } else {
-        Err(format!("members own {owned:?}"))
-    }
-}
-
-/// Wait (bounded) until the group is settled: the same full assignment
-/// (see [`settled`]) seen twice, a second apart.
-fn wait_settled(members: &[Running], what: &str) -> Vec<BTreeSet<i32>> {
-    let mut last: Option<Vec<BTreeSet<i32>>> = None;
-    wait_for(
-        what,
-        Duration::from_secs(60),
-        Duration::from_secs(1),
-        || {
-            let now = settled(members);
-            let stable = matches!((&now, &last), (Ok(a), Some(b)) if a == b);
-            last = now.clone().ok();
-            match now {
-                Ok(o) if stable => Ok(o),
-                Ok(o) => Err(format!("members own {o:?}, not yet stable")),
-                Err(e) => Err(e),
-            }
-        },
-    )
 }
 
 /// Log lines of partitions taken away without a revocation: their
@@ -343,7 +266,12 @@ fn storm(svc: &Services, ch: &Ch, table: &str, extra: &[&str]) -> u64 {
         // Stop the member that has run longest; a kill only in a settled
         // group (see the top of this file).
         if KILL_CYCLES.contains(&cycle) {
-            wait_settled(&members, &format!("a settled group before cycle {cycle}"));
+            wait_settled(
+                &members,
+                PARTITIONS,
+                Duration::from_secs(60),
+                &format!("a settled group before cycle {cycle}"),
+            );
             let victim = members.remove(0);
             let owned = owned_partitions(&victim.stderr_so_far());
             let during_produce = !produced.load(Ordering::Acquire);

@@ -27,7 +27,8 @@
 
 //! Layout: `admin` (admin server and /proc probes of a running spate), `env` (service addresses, unique names, the ClickHouse lock,
 //! the shared runtime, `wait_for`), `clickhouse` (`Ch`), `kafka` (topics,
-//! producing, committed offsets), `process` (running the binary), `secure`
+//! producing, committed offsets), `group_log` (a member's assignments and
+//! revocations, from its JSON log), `process` (running the binary), `secure`
 //! (the TLS/SASL/mutual-TLS brokers), `tls` (the HTTPS ClickHouse), `registry`
 //! (a test schema registry) and `checks` (assertions shared by several tests).
 
@@ -38,6 +39,7 @@ mod admin;
 mod checks;
 mod clickhouse;
 mod env;
+mod group_log;
 mod kafka;
 mod process;
 mod registry;
@@ -48,6 +50,7 @@ pub use admin::*;
 pub use checks::*;
 pub use clickhouse::*;
 pub use env::*;
+pub use group_log::*;
 pub use kafka::*;
 pub use process::*;
 pub use registry::*;
