@@ -319,13 +319,7 @@ fn roll(svc: &Services, static_members: bool) -> Roll {
     let kind = if static_members { "static" } else { "dynamic" };
     let label = |k: usize, run: usize| format!("rolling-{kind}-spate-{k}-run{run}");
 
-    let producer = produce_paced(
-        &svc.brokers,
-        &topic,
-        N,
-        PRODUCE_FOR,
-        numbered(PARTITIONS),
-    );
+    let producer = produce_paced(&svc.brokers, &topic, N, PRODUCE_FOR, numbered(PARTITIONS));
     let started = Instant::now();
     let mut members = Members::start((0..2).map(|k| (label(k, 0), args(k))).collect());
     let mut owned = wait_settled(

@@ -234,21 +234,26 @@ mod tests {
         assert!(l.original_headers.is_empty());
     }
 
-    /// The original's headers travel with the letter (and with the row
-    /// kept for an insert-stage letter), in order, a null value kept null.
-    #[test]
-    fn a_letter_keeps_the_original_headers() {
-        let pairs: [(&[u8], Option<&[u8]>); 2] = [(b"trace", Some(b"t-1")), (b"none", None)];
-        let headers = crate::record::SliceHeaders(&pairs);
-        let msg = Message {
+    /// Message `x` at offset 1 of `events` partition 0.
+    fn offset_1<'a>(headers: Option<&'a dyn crate::record::Headers>) -> Message<'a> {
+        Message {
             topic: "events",
             partition: 0,
             offset: 1,
             timestamp_ms: None,
             key: None,
             payload: Some(b"x"),
-            headers: Some(&headers),
-        };
+            headers,
+        }
+    }
+
+    /// The original's headers travel with the letter (and with the row
+    /// kept for an insert-stage letter), in order, a null value kept null.
+    #[test]
+    fn a_letter_keeps_the_original_headers() {
+        let pairs: [(&[u8], Option<&[u8]>); 2] = [(b"trace", Some(b"t-1")), (b"none", None)];
+        let headers = crate::record::SliceHeaders(&pairs);
+        let msg = offset_1(Some(&headers));
         let want = vec![
             (b"trace".to_vec(), Some(b"t-1".to_vec())),
             (b"none".to_vec(), None),
@@ -294,15 +299,7 @@ mod tests {
                 .map(|d| d.clone() as std::sync::Arc<dyn DeadLetterSink>)
                 .collect(),
         );
-        let msg = Message {
-            topic: "events",
-            partition: 0,
-            offset: 1,
-            timestamp_ms: None,
-            key: None,
-            payload: Some(b"x"),
-            headers: None,
-        };
+        let msg = offset_1(None);
         let err = all
             .store(&DeadLetter::of(&msg, Stage::Decode, "e", None))
             .unwrap_err();

@@ -25,22 +25,8 @@ pub(crate) fn write_zero(ty: &ChType, out: &mut Vec<u8>) {
         ChType::Decimal { precision, .. } => zeros(out, decimal_width(*precision)),
         ChType::FixedString(n) => zeros(out, *n),
         ChType::String | ChType::Array(_) | ChType::Map(..) => out.push(0),
-        ChType::Enum8(items) => {
-            let v = items
-                .iter()
-                .find(|(_, v)| *v == 0)
-                .or(items.first())
-                .map_or(0, |(_, v)| *v);
-            out.extend_from_slice(&v.to_le_bytes());
-        }
-        ChType::Enum16(items) => {
-            let v = items
-                .iter()
-                .find(|(_, v)| *v == 0)
-                .or(items.first())
-                .map_or(0, |(_, v)| *v);
-            out.extend_from_slice(&v.to_le_bytes());
-        }
+        ChType::Enum8(items) => out.extend_from_slice(&enum_zero(items).to_le_bytes()),
+        ChType::Enum16(items) => out.extend_from_slice(&enum_zero(items).to_le_bytes()),
         ChType::Tuple(items) => {
             for (_, t) in items {
                 write_zero(t, out);
@@ -50,6 +36,13 @@ pub(crate) fn write_zero(ty: &ChType, out: &mut Vec<u8>) {
         // outside Nullable/Array); writes nothing.
         ChType::Nothing => {}
     }
+}
+
+/// An enum's zero: its value 0 if declared, else its first value.
+fn enum_zero<T: Copy + Default + PartialEq>(items: &[(String, T)]) -> T {
+    (items.iter().find(|(_, v)| *v == T::default()))
+        .or(items.first())
+        .map_or(T::default(), |(_, v)| *v)
 }
 
 /// RowBinary width of a Decimal with this precision.
