@@ -89,11 +89,14 @@ impl Target {
         let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
         stream.set_read_timeout(Some(timeout))?;
         stream.set_write_timeout(Some(timeout))?;
-        write!(
-            stream,
+        // One write: `write!` on the stream would send each piece of the
+        // format as its own segment, and a server that answers after the
+        // first one and closes turns the next write into a broken pipe.
+        let request = format!(
             "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: spate-probe\r\nConnection: close\r\n\r\n",
             self.path, self.authority
-        )?;
+        );
+        stream.write_all(request.as_bytes())?;
         let mut answer = Vec::new();
         stream.take(MAX_ANSWER).read_to_end(&mut answer)?;
         let answer = String::from_utf8_lossy(&answer);
@@ -154,8 +157,15 @@ mod tests {
         let status = status.to_string();
         let handle = std::thread::spawn(move || {
             let (mut s, _) = listener.accept().unwrap();
+            // The whole request head, however it arrives.
             let mut buf = [0u8; 1024];
-            let n = s.read(&mut buf).unwrap();
+            let mut n = 0;
+            while !buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf[n..]).unwrap() {
+                    0 => break,
+                    k => n += k,
+                }
+            }
             let answer = format!(
                 "HTTP/1.1 {status}\r\nContent-Length: {}\r\n\r\n{body}",
                 body.len()
