@@ -113,6 +113,8 @@ pub struct IntentLog {
     /// This process's random number, the low bits of its epochs
     /// ([`fencing::owner_epoch`]).
     nonce: u16,
+    /// Whether rows no replay needs are deleted ([`StateHome::prune`]).
+    prune: bool,
 }
 
 impl std::fmt::Debug for IntentLog {
@@ -131,6 +133,7 @@ impl IntentLog {
     pub(crate) fn new(home: StateHome, db: &str, target: String, retry: RetryPolicy) -> Self {
         IntentLog {
             clients: home.clients,
+            prune: home.prune,
             preferred: std::sync::atomic::AtomicUsize::new(0),
             db: db.to_owned(),
             target,
@@ -360,8 +363,12 @@ impl IntentLog {
 
     /// Delete the rows of `partition` no reader needs once `epoch` sealed
     /// ([`fencing::prunable`]). An asynchronous mutation; a failure only
-    /// leaves the rows for the next owner to prune.
+    /// leaves the rows for the next owner to prune. Nothing where the
+    /// state may not be mutated ([`super::state_home::may_prune`]).
     fn prune(&self, partition: &PartitionId, epoch: u64, from: Offset) {
+        if !self.prune {
+            return;
+        }
         let sql = format!(
             "ALTER TABLE {} DELETE WHERE {} AND {}",
             self.state(),

@@ -44,6 +44,20 @@ use super::sql::{facts, quote, STATE_TABLE};
 pub(crate) struct StateHome {
     /// One client per replica of the first shard, with the state settings.
     pub(crate) clients: Vec<ChClient>,
+    /// Whether the rows no replay needs may be deleted (see [`may_prune`]).
+    pub(crate) prune: bool,
+}
+
+/// Whether spate prunes its state with `ALTER TABLE ... DELETE` on a
+/// server of `version` (`(major, minor)`), the state being `replicated`
+/// or not. Not on a replicated state before 20.1: 18.16 crashed (SIGSEGV
+/// in `ReplicatedMergeTreeQueue::tryFinalizeMutations`, after a ZooKeeper
+/// receive error) while finalizing this very mutation, and no 19.x was
+/// tried. Skipping the prune costs space only: a plan reads fences, seals
+/// and intents at or past the committed offset (`last >= committed`), so
+/// the old rows are never read again; they are a few dozen bytes a block.
+pub(crate) fn may_prune(version: (u32, u32), replicated: bool) -> bool {
+    !replicated || version >= (20, 1)
 }
 
 /// The first two quoted arguments of a `Replicated*` engine: its
@@ -222,8 +236,13 @@ pub(crate) async fn open(
             s.client.with_settings(&settings)
         })
         .collect();
-    tracing::info!(state = %format!("{db}.{STATE_TABLE}"), replicas = seen.len(), replicated, quorum = ?quorum, "exactly-once state table ready");
-    Ok(StateHome { clients })
+    let version = (seen.iter().map(|s| s.client.features().version)).min();
+    let prune = may_prune(version.unwrap_or((0, 0)), replicated);
+    if !prune {
+        tracing::info!(state = %format!("{db}.{STATE_TABLE}"), "exactly-once: old state rows are kept, not deleted: mutations of replicated tables crash servers before 20.1");
+    }
+    tracing::info!(state = %format!("{db}.{STATE_TABLE}"), replicas = seen.len(), replicated, quorum = ?quorum, prune, "exactly-once state table ready");
+    Ok(StateHome { clients, prune })
 }
 
 /// The target's `engine_full`, its `uuid` where the path needs it, and its
@@ -362,6 +381,18 @@ mod tests {
                 None
             ),
             "ReplacingMergeTree(epoch)"
+        );
+    }
+
+    #[test]
+    fn a_replicated_state_is_not_mutated_before_20_1() {
+        assert!(!may_prune((18, 16), true));
+        assert!(!may_prune((19, 17), true));
+        assert!(may_prune((20, 1), true));
+        assert!(may_prune((26, 9), true));
+        assert!(
+            may_prune((18, 16), false),
+            "a plain MergeTree state is pruned"
         );
     }
 
