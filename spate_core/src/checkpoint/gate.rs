@@ -15,6 +15,15 @@
 //! re-assigned partition share the client's fetch queue, and a poll that
 //! straddled the re-assignment would hand the new assignment's messages
 //! out under the old lane, whose acknowledgements are ignored.
+//!
+//! The wait is bounded ([`PendingGate::close_by`]): a poll can block for
+//! long (a decode-stage dead letter retrying against a destination that
+//! is down, an exactly-once plan read), and the controller that closes
+//! the gate must not freeze with it (no commits for any partition, no
+//! shutdown). A close that gives up still closes the gate for every later
+//! poll and says [`StillPolling`]: the caller must then keep the partition
+//! from being handed out again under a new lane (the controller stops the
+//! pipeline).
 
 use crate::sync::{Arc, AtomicBool, AtomicI64, Mutex, MutexGuard, Ordering};
 
@@ -32,6 +41,12 @@ struct Inner {
     /// Held for the whole of each poll of the lane, and by `close`.
     tenure: Mutex<()>,
 }
+
+/// A bounded close gave up while a poll of the lane still held its
+/// tenure: the gate is closed to every later poll, but the poll in
+/// progress may still deliver messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StillPolling;
 
 /// Proof that the lane's gate is not closed, held while the lane is
 /// polled: [`PendingGate::close`] waits until it is dropped.
@@ -77,12 +92,30 @@ impl PendingGate {
         self.inner.pending.load(Ordering::Acquire)
     }
 
-    /// Close the gate for good (revocation, shutdown). Waits for a poll
-    /// of the lane in progress (a held [`Tenure`]) to end: after this, the
-    /// lane never delivers again.
-    pub fn close(&self) {
-        let _held = self.lock_tenure();
-        self.inner.closed.store(true, Ordering::Release);
+    /// Close the gate for good (revocation, shutdown), waiting for a poll
+    /// of the lane in progress (a held [`Tenure`]) to end until
+    /// `deadline`. `Ok`: the lane never delivers again. `Err`: the poll
+    /// still runs at the deadline; no later poll starts.
+    pub fn close_by(&self, deadline: std::time::Instant) -> Result<(), StillPolling> {
+        self.close_or(|| std::time::Instant::now() >= deadline)
+    }
+
+    /// Close the gate, trying for the tenure until `give_up` says so
+    /// (asked after each failed try).
+    pub(crate) fn close_or(&self, mut give_up: impl FnMut() -> bool) -> Result<(), StillPolling> {
+        loop {
+            if let Some(_held) = self.try_tenure() {
+                self.inner.closed.store(true, Ordering::Release);
+                return Ok(());
+            }
+            if give_up() {
+                // `admit` reads the flag under the tenure lock: the poll
+                // in progress goes on, no later one starts.
+                self.inner.closed.store(true, Ordering::Release);
+                return Err(StillPolling);
+            }
+            crate::sync::pause();
+        }
     }
 
     /// The tenure to poll the lane under, or `None` once the gate is
@@ -91,6 +124,14 @@ impl PendingGate {
     pub fn admit(&self) -> Option<Tenure<'_>> {
         let held = self.lock_tenure();
         (!self.inner.closed.load(Ordering::Acquire)).then_some(Tenure { _held: held })
+    }
+
+    fn try_tenure(&self) -> Option<MutexGuard<'_, ()>> {
+        match self.inner.tenure.try_lock() {
+            Ok(held) => Some(held),
+            Err(crate::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(crate::sync::TryLockError::WouldBlock) => None,
+        }
     }
 
     fn lock_tenure(&self) -> MutexGuard<'_, ()> {
@@ -121,11 +162,59 @@ mod tests {
         assert!(!g.is_open());
         g.released(1);
         assert!(g.is_open());
-        g.close();
+        g.close_by(std::time::Instant::now()).expect("no poll runs");
         assert!(!g.is_open());
         g.released(1);
         assert!(!g.is_open(), "a closed gate never reopens");
         assert_eq!(g.pending(), 0);
+    }
+
+    #[test]
+    fn a_close_waits_for_a_poll_until_its_deadline_and_no_longer() {
+        use std::time::{Duration, Instant};
+        let g = PendingGate::new(10);
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let (end_tx, end_rx) = std::sync::mpsc::channel::<()>();
+        let poller = {
+            let g = g.clone();
+            std::thread::spawn(move || {
+                let tenure = g.admit().expect("open");
+                held_tx.send(()).unwrap();
+                let _ = end_rx.recv();
+                drop(tenure);
+            })
+        };
+        held_rx.recv().unwrap();
+        let start = Instant::now();
+        assert_eq!(
+            g.close_by(start + Duration::from_millis(100)),
+            Err(StillPolling)
+        );
+        let waited = start.elapsed();
+        assert!(
+            (Duration::from_millis(100)..Duration::from_secs(5)).contains(&waited),
+            "{waited:?}"
+        );
+        assert!(g.is_closed(), "closed to later polls all the same");
+        end_tx.send(()).unwrap();
+        poller.join().unwrap();
+        assert!(g.admit().is_none(), "no poll starts after the close");
+
+        // A poll that ends within the deadline: the close takes its tenure.
+        let g = PendingGate::new(10);
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let poller = {
+            let g = g.clone();
+            std::thread::spawn(move || {
+                let tenure = g.admit().expect("open");
+                held_tx.send(()).unwrap();
+                std::thread::sleep(Duration::from_millis(50));
+                drop(tenure);
+            })
+        };
+        held_rx.recv().unwrap();
+        assert_eq!(g.close_by(Instant::now() + Duration::from_secs(10)), Ok(()));
+        poller.join().unwrap();
     }
 }
 
@@ -142,7 +231,7 @@ mod loom_tests {
             g.dispatched(1);
             let g2 = g.clone();
             let t = loom::thread::spawn(move || g2.released(1));
-            g.close();
+            g.close_or(|| false).unwrap();
             t.join().unwrap();
             assert!(!g.is_open());
             assert_eq!(g.pending(), 0);
@@ -162,6 +251,38 @@ mod loom_tests {
             t.join().unwrap();
             assert_eq!(g.pending(), 3);
             assert!(g.is_open());
+        });
+    }
+
+    /// A bounded close racing a poll: whether it took the tenure or gave
+    /// up, no poll starts after it, and when it took the tenure no poll
+    /// was running at that moment.
+    #[test]
+    fn a_bounded_close_races_a_poll() {
+        loom::model(|| {
+            let g = PendingGate::new(10);
+            let polling = Arc::new(AtomicBool::new(false));
+            let (g2, p2) = (g.clone(), polling.clone());
+            let t = loom::thread::spawn(move || {
+                if let Some(tenure) = g2.admit() {
+                    p2.store(true, Ordering::SeqCst);
+                    p2.store(false, Ordering::SeqCst);
+                    drop(tenure);
+                }
+            });
+            let mut tries = 0;
+            let closed = g.close_or(|| {
+                tries += 1;
+                tries > 1
+            });
+            if closed.is_ok() {
+                assert!(
+                    !polling.load(Ordering::SeqCst),
+                    "a poll ran under the close"
+                );
+            }
+            t.join().unwrap();
+            assert!(g.admit().is_none(), "a poll started after the close");
         });
     }
 }

@@ -21,7 +21,7 @@
 
 mod gate;
 
-pub use gate::{PendingGate, Tenure};
+pub use gate::{PendingGate, StillPolling, Tenure};
 
 use crate::record::{Offset, PartitionId, Watermark};
 use crate::source::LaneId;
@@ -84,6 +84,17 @@ pub enum AckOutcome {
     /// A part already acknowledged, or a part of a segment already fully
     /// acknowledged: ignored.
     Duplicate,
+}
+
+/// A lane the checkpointer no longer tracks ([`Checkpointer::remove_lane`]).
+#[derive(Debug)]
+pub struct Removed {
+    pub partition: PartitionId,
+    /// Its final acknowledged watermark.
+    pub acked: Option<Watermark>,
+    /// A poll of the lane still ran when its gate's close gave up: it may
+    /// deliver messages of the partition after this.
+    pub still_polling: bool,
 }
 
 /// Tracks acknowledgements per lane and yields committable watermarks.
@@ -211,12 +222,14 @@ impl Checkpointer {
         out
     }
 
-    /// Stop tracking `lane`, closing its gate; returns its final
-    /// acknowledged watermark.
-    pub fn remove_lane(&mut self, lane: LaneId) -> Option<(PartitionId, Option<Watermark>)> {
-        self.lanes.remove(&lane).map(|t| {
-            t.gate.close();
-            (t.partition, t.acked)
+    /// Stop tracking `lane`, closing its gate (waiting for a poll of it in
+    /// progress until `deadline`, see [`PendingGate::close_by`]); returns
+    /// its final acknowledged watermark.
+    pub fn remove_lane(&mut self, lane: LaneId, deadline: std::time::Instant) -> Option<Removed> {
+        self.lanes.remove(&lane).map(|t| Removed {
+            still_polling: t.gate.close_by(deadline).is_err(),
+            partition: t.partition,
+            acked: t.acked,
         })
     }
 

@@ -92,8 +92,12 @@ fn acks_for_removed_lanes_and_duplicates_are_ignored() {
         .gate(LaneId(1))
         .cloned()
         .expect("a tracked lane has a gate");
-    let (part, wm) = c.remove_lane(LaneId(1)).unwrap();
-    assert_eq!((part, wm), (p(0), Some(Watermark(10))));
+    let removed = c.remove_lane(LaneId(1), std::time::Instant::now()).unwrap();
+    assert_eq!(
+        (removed.partition, removed.acked),
+        (p(0), Some(Watermark(10)))
+    );
+    assert!(!removed.still_polling);
     assert!(!c.has_lane(LaneId(1)), "removed lanes are not tracked");
     assert!(c.gate(LaneId(1)).is_none());
     assert!(gate.is_closed(), "removing a lane closes its gate");
@@ -264,7 +268,7 @@ proptest! {
                 Op::Reassign { lane } => {
                     let old = lanes[lane].id;
                     let partition = lanes[lane].partition;
-                    let (_, wm) = c.remove_lane(LaneId(old)).unwrap();
+                    let wm = c.remove_lane(LaneId(old), std::time::Instant::now()).unwrap().acked;
                     prop_assert_eq!(wm.map(|w| w.0), lanes[lane].reference_watermark());
                     // The new owner resumes from the acknowledged watermark
                     // (what the revocation committed), or from the start.

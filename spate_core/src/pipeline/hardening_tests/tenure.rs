@@ -168,7 +168,9 @@ fn the_old_lane_never_delivers_the_reassigned_partitions_messages() {
     let controller = {
         let (queue, reassigned, partition) = (queue.clone(), reassigned.clone(), partition.clone());
         std::thread::spawn(move || {
-            old_gate.close();
+            old_gate
+                .close_by(Instant::now() + WAIT)
+                .expect("the held poll ends");
             let mut q = queue.lock().unwrap();
             q.clear();
             q.extend(100..110);
