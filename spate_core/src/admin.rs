@@ -45,10 +45,15 @@ impl Readiness {
             .lock()
             .map(|e| e.clone())
             .unwrap_or_default();
-        let ready = joined && sinks && !shutting_down;
+        let blocked = (self.source.blocked.lock())
+            .map(|b| b.clone())
+            .unwrap_or_default();
+        let ready = joined && sinks && !shutting_down && blocked.is_empty();
+        let blocked: Vec<String> = blocked.iter().map(|b| json_string(b)).collect();
         let body = format!(
-            "{{\"ready\":{ready},\"consumer_joined\":{joined},\"sinks_connected\":{sinks},\"shutting_down\":{shutting_down},\"sink_error\":{}}}\n",
-            sink_error.map_or("null".to_string(), |e| json_string(&e))
+            "{{\"ready\":{ready},\"consumer_joined\":{joined},\"sinks_connected\":{sinks},\"shutting_down\":{shutting_down},\"sink_error\":{},\"blocked_partitions\":[{}]}}\n",
+            sink_error.map_or("null".to_string(), |e| json_string(&e)),
+            blocked.join(",")
         );
         (ready, body)
     }

@@ -30,6 +30,10 @@ pub struct SourceReadiness {
     pub joined: AtomicBool,
     /// A shutdown is in progress.
     pub shutting_down: AtomicBool,
+    /// Owned partitions whose watermark cannot move, one line each (a
+    /// batch of theirs was given up while this member owns them): the
+    /// member is not ready while any is listed.
+    pub blocked: Mutex<Vec<String>>,
 }
 
 const FINISHED: u64 = u64::MAX;

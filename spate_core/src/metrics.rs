@@ -47,6 +47,9 @@ pub struct Metrics {
     pub lanes_active: IntGauge,
     /// `spate_lanes_paused`.
     pub lanes_paused: IntGauge,
+    /// `spate_lanes_blocked`: owned lanes whose watermark cannot move (a
+    /// batch of theirs was given up while this member owns them).
+    pub lanes_blocked: IntGauge,
     /// `spate_queue_bytes{shard}` (queued plus in-flight bytes). Shard
     /// labels count from 1, like `shard_num` in `system.clusters`.
     pub queue_bytes: IntGaugeVec,
@@ -104,6 +107,7 @@ pub const METRIC_NAMES: &[&str] = &[
     "spate_consumer_lag",
     "spate_lanes_active",
     "spate_lanes_paused",
+    "spate_lanes_blocked",
     "spate_queue_bytes",
     "spate_prefetch_bytes",
     "spate_decode_errors_total",
@@ -187,6 +191,7 @@ impl Metrics {
             consumer_lag: gv("spate_consumer_lag", "High watermark minus committed offset.", tp),
             lanes_active: g("spate_lanes_active", "Lanes currently owned by drivers."),
             lanes_paused: g("spate_lanes_paused", "Lanes paused at the source by backpressure."),
+            lanes_blocked: g("spate_lanes_blocked", "Owned lanes whose offsets cannot be committed: a batch of theirs was given up (exactly-once: fenced by a later owner) while this member owns them."),
             queue_bytes: gv("spate_queue_bytes", "Bytes queued or in flight per shard.", &["shard"]),
             prefetch_bytes: g("spate_prefetch_bytes", "Payload bytes librdkafka holds prefetched in the partitions' fetch queues."),
             decode_errors: c("spate_decode_errors_total", "Messages that could not be decoded into a row."),

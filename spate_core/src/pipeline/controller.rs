@@ -38,7 +38,7 @@ mod idle;
 
 use super::control::{DriverEvent, ThreadControl, ThreadEnv};
 use super::resume::ResumeRetry;
-use crate::checkpoint::{AckOutcome, Checkpointer};
+use crate::checkpoint::{AckOutcome, Checkpointer, Removed};
 use crate::clock::{self, SharedClock};
 use crate::error::{FatalError, Fault};
 use crate::health::{Heartbeat, SourceReadiness};
@@ -140,6 +140,13 @@ pub(crate) struct Core<L> {
     gauged: HashSet<PartitionId>,
     /// Since when this member, joined, holds no lane (`idle_exit`).
     idle_since: Option<Instant>,
+    /// Owned lanes a batch of which the sink gave up on (exactly-once: a
+    /// later owner fenced the partition): their watermark cannot move
+    /// until the lane is revoked. Reported in `/readyz` and a gauge.
+    blocked: BTreeMap<LaneId, PartitionId>,
+    /// The shutdown deadline, once draining began: what is left of it
+    /// bounds the waits of revocations and losses while draining.
+    stop_by: Option<Instant>,
     metrics: Arc<Metrics>,
     readiness: Arc<SourceReadiness>,
     config: ControllerConfig,
@@ -181,6 +188,8 @@ impl<S: Source> Controller<S> {
                 confirmed: BTreeMap::new(),
                 gauged: HashSet::new(),
                 idle_since: None,
+                blocked: BTreeMap::new(),
+                stop_by: None,
                 metrics: env.metrics,
                 readiness: links.readiness,
                 config,
@@ -273,6 +282,7 @@ impl<S: Source> Controller<S> {
             .shutting_down
             .store(true, Ordering::Release);
         let deadline = self.core.clock.now() + self.core.config.shutdown_timeout;
+        self.core.stop_by = Some(deadline);
         let barrier = DrainBarrier::new(self.core.drivers.len());
         for tx in &self.core.drivers {
             let _ = tx.send(ThreadControl::Shutdown {
@@ -368,6 +378,15 @@ impl<L: Lane> Core<L> {
                 if !lanes.is_empty() {
                     self.metrics.rebalances.with_label_values(&["assign"]).inc();
                 }
+                if self.failure.is_some() {
+                    // Stopping: a revoked lane's poll may still run (see
+                    // `poll_outlived_its_lane`), so no lane starts again.
+                    tracing::info!(
+                        lanes = lanes.len(),
+                        "partitions assigned while the pipeline fails; not started"
+                    );
+                    return;
+                }
                 for lane in lanes {
                     self.add_lane(lane);
                 }
@@ -385,8 +404,12 @@ impl<L: Lane> Core<L> {
                 for (driver, ids) in self.group_by_driver(&lanes) {
                     let _ = self.drivers[driver].send(ThreadControl::DropLanes { lanes: ids });
                 }
+                // Retired: the input ended, no one reads the partition on.
+                let by = self.clock.now() + self.config.revoke_timeout;
                 for lane in &lanes {
-                    self.forget(*lane);
+                    if self.forget(*lane, by).is_some_and(|r| r.still_polling) {
+                        tracing::warn!(%lane, "a poll of a retired lane was still running at the deadline");
+                    }
                 }
             }
             SourceEvent::Lost(lanes) => {
@@ -401,8 +424,9 @@ impl<L: Lane> Core<L> {
                         deadline,
                     });
                 }
+                let by = deadline + self.config.revoke_timeout;
                 for lane in &lanes {
-                    self.forget(*lane);
+                    self.hand_over(*lane, by);
                 }
             }
             SourceEvent::Drained => self.drained = true,
@@ -432,8 +456,9 @@ impl<L: Lane> Core<L> {
         });
     }
 
-    /// Stop tracking a lane (retired, lost or revoked).
-    fn forget(&mut self, lane: LaneId) -> Option<(PartitionId, Option<Watermark>)> {
+    /// Stop tracking a lane (retired, lost or revoked), waiting for a
+    /// poll of it in progress until `deadline` (on the runtime's clock).
+    fn forget(&mut self, lane: LaneId, deadline: Instant) -> Option<Removed> {
         if let Some((driver, _)) = self.home.remove(&lane) {
             self.load[driver] = self.load[driver].saturating_sub(1);
             self.metrics.lanes_active.dec();
@@ -441,8 +466,83 @@ impl<L: Lane> Core<L> {
         if self.paused.remove(&lane) {
             self.metrics.lanes_paused.dec();
         }
+        if self.blocked.remove(&lane).is_some() {
+            self.publish_blocked();
+        }
         self.resume_retry.clear(&[lane]);
-        self.checkpointer.remove_lane(lane)
+        let real = Instant::now() + clock::until(&*self.clock, deadline);
+        self.checkpointer.remove_lane(lane, real)
+    }
+
+    /// [`forget`](Self::forget) a lane whose partition may be handed out
+    /// again (revoked or lost); its final acknowledged watermark.
+    fn hand_over(
+        &mut self,
+        lane: LaneId,
+        deadline: Instant,
+    ) -> Option<(PartitionId, Option<Watermark>)> {
+        let removed = self.forget(lane, deadline)?;
+        if removed.still_polling {
+            self.poll_outlived_its_lane(lane, &removed.partition);
+        }
+        Some((removed.partition, removed.acked))
+    }
+
+    /// A driver still polls `lane` past the deadline of its removal (it is
+    /// blocked inside the poll: a decode-stage dead letter waiting for its
+    /// destination, say). Its gate is closed, but the poll in progress may
+    /// take messages of the partition's next assignment from the client's
+    /// fetch queue and hand them out under the old lane, whose
+    /// acknowledgements are ignored: the next owner would commit past
+    /// them. So the pipeline stops (no lane starts after a failure) rather
+    /// than wait on the driver with every commit held up.
+    fn poll_outlived_its_lane(&mut self, lane: LaneId, partition: &PartitionId) {
+        let reason = format!(
+            "{partition}: a poll of its lane {lane} was still running at the deadline of its \
+             revocation (the driver thread is blocked inside it); stopping so that no message of \
+             a later assignment goes out under the old lane. What it had acknowledged is committed; \
+             the rest replays"
+        );
+        if self.stop_by.is_some() || self.failure.is_some() {
+            tracing::warn!(%partition, %lane, "a poll of a removed lane was still running at the deadline; the pipeline is already stopping");
+            return;
+        }
+        self.fail(FatalError::new("controller", reason, Fault::External));
+    }
+
+    /// A batch of `ranges` was given up by the sink. While this member
+    /// owns the lane and is not stopping, that blocks the lane's
+    /// watermark for as long as it owns it: say so, once.
+    fn given_up(&mut self, ranges: &[crate::checkpoint::AckRange]) {
+        if self.stop_by.is_some() || self.readiness.shutting_down.load(Ordering::Acquire) {
+            return;
+        }
+        let mut new = false;
+        for r in ranges {
+            let Some((_, partition)) = self.home.get(&r.lane) else {
+                continue;
+            };
+            if self.blocked.contains_key(&r.lane) {
+                continue;
+            }
+            tracing::error!(%partition, lane = %r.lane, first = r.start.0, last = r.end.0, "a batch of an owned partition was given up (exactly-once: a later owner fenced it); its offsets are not committed past it until the partition is reassigned");
+            self.blocked.insert(r.lane, partition.clone());
+            new = true;
+        }
+        if new {
+            self.publish_blocked();
+        }
+    }
+
+    /// The blocked lanes, to `/readyz` and the gauge.
+    fn publish_blocked(&self) {
+        self.metrics.lanes_blocked.set(self.blocked.len() as i64);
+        let lines = (self.blocked.iter())
+            .map(|(lane, p)| format!("{p} (lane {lane}): a batch was given up while this member owns it; its offsets cannot be committed until it is reassigned"))
+            .collect();
+        if let Ok(mut b) = self.readiness.blocked.lock() {
+            *b = lines;
+        }
     }
 
     fn group_by_driver(&self, lanes: &[LaneId]) -> BTreeMap<usize, Vec<LaneId>> {
@@ -548,6 +648,7 @@ impl<L: Lane> Core<L> {
                 for r in &ranges {
                     self.checkpointer.fail(r);
                 }
+                self.given_up(&ranges);
             }
             AckEvent::Fatal { ranges, error } => {
                 for r in &ranges {
@@ -577,8 +678,9 @@ impl<L: Lane> Core<L> {
                     );
                 }
                 SourceEvent::Lost(lanes) => {
+                    let by = self.stop_by.unwrap_or_else(|| self.clock.now());
                     for lane in lanes {
-                        self.forget(lane);
+                        self.hand_over(lane, by);
                     }
                 }
                 _ => {}
@@ -594,8 +696,9 @@ impl<L: Lane> Revoker for Core<L> {
             // Drivers already flushed and left, the sink already drained:
             // what is acknowledged now is final.
             let mut out = Vec::new();
+            let by = self.stop_by.unwrap_or_else(|| self.clock.now());
             for lane in lanes {
-                if let Some((partition, Some(wm))) = self.forget(*lane) {
+                if let Some((partition, Some(wm))) = self.hand_over(*lane, by) {
                     out.push((partition, wm));
                 }
             }
@@ -642,7 +745,7 @@ impl<L: Lane> Revoker for Core<L> {
             // Committed even when unchanged since the last tick: the
             // revocation's commit is synchronous, so it is known to be
             // persisted before the partition changes hands.
-            if let Some((partition, Some(wm))) = self.forget(*lane) {
+            if let Some((partition, Some(wm))) = self.hand_over(*lane, deadline) {
                 out.push((partition, wm));
             }
         }

@@ -113,6 +113,8 @@ pub(crate) struct SourceLog {
     pub resume_refused: HashSet<LaneId>,
     /// Asynchronous commits the broker refused (reported by the next poll).
     pub failed_commits: Vec<(PartitionId, Watermark)>,
+    /// Polls that blocked on `FakeSource::block_first`.
+    pub blocked_polls: usize,
 }
 
 pub(crate) struct FakeSource {
@@ -136,6 +138,9 @@ pub(crate) struct FakeSource {
     stale_generation: bool,
     /// While set, the lane of the first partition delivers nothing.
     pub hold_first: Arc<AtomicBool>,
+    /// While set, a poll of the first partition's lane blocks inside the
+    /// poll (a driver stuck in a decode-stage wait).
+    pub block_first: Arc<AtomicBool>,
     /// While set, every resume fails (a transient client error).
     pub refuse_resumes: Arc<AtomicBool>,
     /// The broker refuses this many of the next asynchronous commits:
@@ -172,6 +177,7 @@ impl FakeSource {
             refuse_sync_commits: 0,
             stale_generation: false,
             hold_first: Arc::default(),
+            block_first: Arc::default(),
             refuse_resumes: Arc::default(),
             fail_async_commits: Arc::default(),
             confirm_async: false,
@@ -191,6 +197,8 @@ pub(crate) struct FakeLane {
     log: Arc<Watched<SourceLog>>,
     /// While this is set, the lane delivers nothing.
     hold: Option<Arc<AtomicBool>>,
+    /// While this is set, a poll blocks until it is cleared.
+    block: Option<Arc<AtomicBool>>,
 }
 
 impl FakeLane {
@@ -207,6 +215,7 @@ impl FakeLane {
             told: false,
             log: Arc::default(),
             hold: None,
+            block: None,
         }
     }
 }
@@ -221,6 +230,12 @@ impl Lane for FakeLane {
     }
 
     fn poll(&mut self, max: usize, deliver: &mut Deliver<'_>) -> Result<LanePoll, LaneError> {
+        if let Some(block) = self.block.as_ref().filter(|b| b.load(Ordering::Acquire)) {
+            self.log.lock().blocked_polls += 1;
+            while block.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
         if self
             .hold
             .as_ref()
@@ -289,6 +304,7 @@ impl Source for FakeSource {
                     told: false,
                     log: self.log.clone(),
                     hold: (i == 0).then(|| self.hold_first.clone()),
+                    block: (i == 0).then(|| self.block_first.clone()),
                 });
             }
             events.push(SourceEvent::Assigned(lanes));
@@ -453,12 +469,15 @@ pub(crate) struct SinkLog {
 }
 
 /// A sink whose workers record rows and acknowledge them; while `stall` is
-/// set they hold chunks without acknowledging.
+/// set they hold chunks without acknowledging; while `give_up_first` is
+/// set they give up (as a fenced exactly-once block is) every chunk with
+/// rows of partition 0.
 pub(crate) struct RecordingSink {
     pub runtime: SinkRuntime,
     pub acks: (AckSender, AckReceiver),
     pub log: Arc<Watched<SinkLog>>,
     pub stall: Arc<AtomicBool>,
+    pub give_up_first: Arc<AtomicBool>,
 }
 
 pub(crate) fn recording_sink(io: &tokio::runtime::Handle, high_water: usize) -> RecordingSink {
@@ -466,10 +485,12 @@ pub(crate) fn recording_sink(io: &tokio::runtime::Handle, high_water: usize) -> 
     let (ack_tx, ack_rx) = ack_channel();
     let log: Arc<Watched<SinkLog>> = Arc::default();
     let stall = Arc::new(AtomicBool::new(false));
+    let give_up_first = Arc::new(AtomicBool::new(false));
     let held: Arc<Mutex<BTreeMap<usize, Chunk>>> = Arc::default();
     let mut tasks = Vec::new();
     for mut rx in receivers {
         let (log, stall, held, ack_tx) = (log.clone(), stall.clone(), held.clone(), ack_tx.clone());
+        let give_up = give_up_first.clone();
         tasks.push(io.spawn(async move {
             let mut n = 0usize;
             while let Some(chunk) = rx.recv().await {
@@ -487,6 +508,15 @@ pub(crate) fn recording_sink(io: &tokio::runtime::Handle, high_water: usize) -> 
                 } else {
                     chunk
                 };
+                if give_up.load(Ordering::Acquire)
+                    && chunk
+                        .data
+                        .split(|b| *b == b'\n')
+                        .any(|r| r.starts_with(b"0-"))
+                {
+                    let _ = ack_tx.send(AckEvent::Abandoned(chunk.acks.clone()));
+                    continue;
+                }
                 let mut l = log.lock();
                 l.chunks += 1;
                 for row in chunk.data.split(|b| *b == b'\n').filter(|r| !r.is_empty()) {
@@ -536,5 +566,6 @@ pub(crate) fn recording_sink(io: &tokio::runtime::Handle, high_water: usize) -> 
         acks: (ack_tx, ack_rx),
         log,
         stall,
+        give_up_first,
     }
 }

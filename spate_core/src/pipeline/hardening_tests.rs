@@ -6,6 +6,7 @@
 //! workers on a tokio runtime) and watches it from the test thread; the
 //! CPU test reads `/proc/self/task/*` for the controller's CPU time.
 
+mod blocked;
 mod standby;
 mod tenure;
 
