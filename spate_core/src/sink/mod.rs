@@ -290,9 +290,19 @@ pub trait RowEncode: Send {
     /// schema version (the sink's table changed), that version. The chain
     /// then seals its open chunks (encoded for the old one) and tags the
     /// chunks that follow with the new version, so no chunk mixes rows of
-    /// two schemas. `None` (the default): no change.
+    /// two schemas. `None` (the default): no change. The chain asks only
+    /// while [`schema_pending`](Self::schema_pending) says a switch waits.
     fn schema_switch(&mut self) -> Option<u64> {
         None
+    }
+
+    /// Whether [`schema_switch`](Self::schema_switch) would switch now
+    /// (a cheap check, before each row). The chain holds a pending switch
+    /// back while an exactly-once replay is half cut, so a replayed block
+    /// is encoded with one schema, as it was the first time. An encoder
+    /// that switches implements both.
+    fn schema_pending(&self) -> bool {
+        false
     }
 }
 

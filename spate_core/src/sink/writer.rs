@@ -478,6 +478,14 @@ impl ShardWriter {
         self.open.iter().map(|c| c.rows).sum::<u64>() + blocks
     }
 
+    /// Whether a lane's open block is a replay that is not complete yet
+    /// (exactly-once): it cannot be sealed short, so a schema switch waits
+    /// for it.
+    pub fn replay_open(&self) -> bool {
+        self.plans.is_some()
+            && (0..self.lanes.len()).any(|s| self.block(s).is_some_and(LaneBlock::partial_replay))
+    }
+
     fn block(&self, slot: usize) -> Option<&LaneBlock> {
         self.lanes.get(slot)?.as_ref()?.block.as_ref()
     }

@@ -75,6 +75,12 @@ impl RowEncode for LiveRowEncoder {
         self.inner.route_hash(row)
     }
 
+    fn schema_pending(&self) -> bool {
+        self.live
+            .as_ref()
+            .is_some_and(|l| l.version() != self.version)
+    }
+
     fn schema_switch(&mut self) -> Option<u64> {
         let live = self.live.as_ref()?;
         if live.version() == self.version {

@@ -1,0 +1,350 @@
+//! Tests of the encode chain: routing, the error policy, and exactly-once
+//! replays across a schema switch.
+
+use super::*;
+use crate::sink::{BatchLimits, EncodeFailure, ShardReceiver};
+use std::time::Duration;
+
+/// Writes the payload as the row; routes by its first byte when keyed.
+struct ByteEncoder {
+    keyed: bool,
+}
+
+impl RowEncode for ByteEncoder {
+    fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<(), EncodeFailure> {
+        match msg.payload {
+            Some(p) if !p.is_empty() => {
+                out.extend_from_slice(p);
+                Ok(())
+            }
+            _ => Err(EncodeFailure {
+                column: Some("k".into()),
+                value: None,
+                reason: "empty".into(),
+            }),
+        }
+    }
+    fn routes_by_key(&self) -> bool {
+        self.keyed
+    }
+    fn route_hash(&self, row: &[u8]) -> Option<u64> {
+        self.keyed.then(|| u64::from(row[0]))
+    }
+}
+
+fn ctx(shards: usize, rows: u64) -> (ChainCtx, Vec<ShardReceiver>) {
+    let (queues, rx) = ShardQueues::new(shards, 1 << 20, 1 << 19);
+    let options = SinkOptions {
+        limits: BatchLimits {
+            rows,
+            bytes: 1 << 20,
+            interval: Duration::from_secs(3600),
+            jitter: 0.0,
+            sizing: crate::sink::RowSizing::Fixed,
+        },
+    };
+    let ctx = ChainCtx {
+        thread: 0,
+        queues,
+        options,
+        metrics: Arc::new(Metrics::new()),
+        clock: crate::clock::system(),
+    };
+    (ctx, rx)
+}
+
+fn push(chain: &mut dyn Chain, slot: usize, offset: i64, payload: &[u8]) -> Result<(), ChainError> {
+    let msg = Message {
+        topic: "t",
+        partition: 0,
+        offset,
+        timestamp_ms: None,
+        key: None,
+        payload: Some(payload),
+        headers: None,
+    };
+    chain.push(slot, &msg)
+}
+
+fn drain(rx: &mut ShardReceiver) -> Vec<u8> {
+    let mut rows = Vec::new();
+    while let Some(c) = rx.try_recv() {
+        rows.extend_from_slice(&c.data);
+    }
+    rows
+}
+
+#[test]
+fn keyed_rows_go_to_the_slot_of_their_hash() {
+    let (ctx, mut rx) = ctx(2, 1000);
+    // Weights 1 and 3: slot table [0, 1, 1, 1].
+    let slots: Arc<[u16]> = Arc::from(vec![0u16, 1, 1, 1]);
+    let mut chain = EncodeChain::with_slots(ByteEncoder { keyed: true }, &ctx, slots);
+    let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), None);
+    for (i, b) in (0u8..40).enumerate() {
+        push(&mut chain, slot, i as i64, &[b]).unwrap();
+    }
+    chain.flush().unwrap();
+    let on0 = drain(&mut rx[0]);
+    let on1 = drain(&mut rx[1]);
+    assert!(on0.iter().all(|b| b % 4 == 0), "{on0:?}");
+    assert!(on1.iter().all(|b| b % 4 != 0), "{on1:?}");
+    assert_eq!((on0.len(), on1.len()), (10, 30));
+}
+
+#[test]
+fn a_keyed_decode_error_names_the_message_and_leaves_no_row() {
+    let (ctx, mut rx) = ctx(2, 1000);
+    let mut chain = EncodeChain::new(ByteEncoder { keyed: true }, &ctx);
+    let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), None);
+    push(&mut chain, slot, 0, &[1]).unwrap();
+    let err = push(&mut chain, slot, 1, &[]).unwrap_err();
+    assert!(err.to_string().contains("offset 1"), "{err}");
+    chain.flush().unwrap();
+    assert_eq!(drain(&mut rx[0]).len() + drain(&mut rx[1]).len(), 1);
+}
+
+fn with_policy(
+    ctx: &ChainCtx,
+    on_error: crate::policy::OnError,
+    keyed: bool,
+) -> EncodeChain<ByteEncoder> {
+    let policy = crate::policy::ErrorPolicy {
+        on_error,
+        tombstones_are_errors: false,
+        limit: crate::policy::RejectLimit {
+            window: 100,
+            max_ratio: 1.0,
+            max_consecutive: 3,
+        },
+    };
+    let r = Rejections::new(policy, &ctx.metrics, crate::clock::system());
+    EncodeChain::new(ByteEncoder { keyed }, ctx).with_rejections(r)
+}
+
+fn tombstone(chain: &mut dyn Chain, slot: usize, offset: i64) -> Result<(), ChainError> {
+    let msg = Message {
+        topic: "t",
+        partition: 0,
+        offset,
+        timestamp_ms: None,
+        key: None,
+        payload: None,
+        headers: None,
+    };
+    chain.push(slot, &msg)
+}
+
+/// Under `skip`, bad messages and tombstones leave no row, are counted,
+/// and their offsets are covered: acknowledging every chunk moves the
+/// watermark past the last of them.
+#[test]
+fn skipped_messages_and_tombstones_are_counted_and_committed_past() {
+    for keyed in [false, true] {
+        let (ctx, mut rx) = ctx(1, 1000);
+        let mut chain = with_policy(&ctx, crate::policy::OnError::Skip, keyed);
+        let mut cp = crate::checkpoint::Checkpointer::new();
+        let gate = cp.add_lane(LaneId(1), PartitionId::new("t", 0), 1000);
+        let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), Some(gate));
+        push(&mut chain, slot, 0, &[1]).unwrap();
+        push(&mut chain, slot, 1, &[]).unwrap();
+        tombstone(&mut chain, slot, 2).unwrap();
+        push(&mut chain, slot, 3, &[2]).unwrap();
+        push(&mut chain, slot, 4, &[]).unwrap();
+        tombstone(&mut chain, slot, 5).unwrap();
+        chain.flush().unwrap();
+        let mut rows = 0;
+        while let Some(c) = rx[0].try_recv() {
+            rows += c.rows;
+            c.acks.iter().for_each(|a| {
+                cp.ack(a);
+            });
+        }
+        assert_eq!(rows, 2, "keyed {keyed}");
+        assert_eq!(
+            cp.watermark(LaneId(1)),
+            Some(crate::record::Watermark(6)),
+            "keyed {keyed}"
+        );
+        let text = ctx.metrics.encode_text();
+        for needle in [
+            "spate_messages_rejected_total{reason=\"invalid_value\",stage=\"decode\",topic=\"t\"} 2",
+            "spate_messages_rejected_total{reason=\"tombstone\",stage=\"decode\",topic=\"t\"} 2",
+        ] {
+            assert!(text.contains(needle), "keyed {keyed}: {needle} in\n{text}");
+        }
+    }
+}
+
+#[test]
+fn fail_stops_at_the_first_bad_message_and_the_limit_names_itself() {
+    let (ctx, _rx) = ctx(1, 1000);
+    let mut chain = with_policy(&ctx, crate::policy::OnError::Fail, false);
+    let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), None);
+    tombstone(&mut chain, slot, 0).unwrap();
+    let e = push(&mut chain, slot, 1, &[]).unwrap_err().to_string();
+    assert!(
+        e.contains("topic t partition 0 offset 1, column `k`"),
+        "{e}"
+    );
+
+    let mut chain = with_policy(&ctx, crate::policy::OnError::Skip, false);
+    let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), None);
+    push(&mut chain, slot, 0, &[]).unwrap();
+    push(&mut chain, slot, 1, &[]).unwrap();
+    let e = push(&mut chain, slot, 2, &[]).unwrap_err().to_string();
+    assert!(e.contains("3 consecutive messages rejected"), "{e}");
+    assert!(e.contains("offset 2"), "{e}");
+}
+
+#[derive(Default)]
+struct Letters(std::sync::Mutex<Vec<crate::policy::DeadLetter>>);
+
+impl crate::policy::DeadLetterSink for Letters {
+    fn store(&self, letter: &crate::policy::DeadLetter) -> Result<(), crate::policy::StoreError> {
+        self.0.lock().unwrap().push(letter.clone());
+        Ok(())
+    }
+    fn describe(&self) -> String {
+        "memory".into()
+    }
+}
+
+/// Under dead-letter, the bad message is stored with its error before
+/// its offset is covered; the row-less tail is committed past.
+#[test]
+fn dead_letters_are_stored_before_their_offset_is_covered() {
+    let (ctx, mut rx) = ctx(1, 1000);
+    let letters = Arc::new(Letters::default());
+    let policy = crate::policy::ErrorPolicy {
+        on_error: crate::policy::OnError::DeadLetter,
+        ..Default::default()
+    };
+    let r = Rejections::with_dead_letters(
+        policy,
+        &ctx.metrics,
+        crate::clock::system(),
+        Some(letters.clone()),
+    );
+    let mut chain = EncodeChain::new(ByteEncoder { keyed: false }, &ctx).with_rejections(r);
+    let mut cp = crate::checkpoint::Checkpointer::new();
+    let gate = cp.add_lane(LaneId(1), PartitionId::new("t", 0), 1000);
+    let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), Some(gate));
+    push(&mut chain, slot, 0, &[1]).unwrap();
+    push(&mut chain, slot, 1, &[]).unwrap();
+    chain.flush().unwrap();
+    while let Some(c) = rx[0].try_recv() {
+        c.acks.iter().for_each(|a| {
+            cp.ack(a);
+        });
+    }
+    assert_eq!(cp.watermark(LaneId(1)), Some(crate::record::Watermark(2)));
+    let stored = letters.0.lock().unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(
+        (stored[0].offset, stored[0].column.as_deref()),
+        (1, Some("k"))
+    );
+    assert!(
+        stored[0].error.contains("topic t partition 0 offset 1"),
+        "{:?}",
+        stored[0]
+    );
+}
+
+#[test]
+fn unkeyed_batches_take_turns_by_weight() {
+    let (ctx, mut rx) = ctx(2, 2);
+    let slots: Arc<[u16]> = Arc::from(vec![0u16, 1, 1, 1]);
+    let mut chain = EncodeChain::with_slots(ByteEncoder { keyed: false }, &ctx, slots);
+    let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), None);
+    // 16 rows in batches of 2: 8 batches, 2 on shard 0, 6 on shard 1.
+    for i in 0..16u8 {
+        push(&mut chain, slot, i64::from(i), &[i]).unwrap();
+    }
+    chain.flush().unwrap();
+    assert_eq!((drain(&mut rx[0]).len(), drain(&mut rx[1]).len()), (4, 12));
+}
+
+/// Exactly-once plans: partition 0 recorded one block, offsets 0..=3.
+#[derive(Debug)]
+struct OneBlock;
+
+impl crate::sink::BlockPlans for OneBlock {
+    fn replayed(
+        &self,
+        _: &PartitionId,
+        from: crate::record::Offset,
+        generation: Option<u64>,
+    ) -> Result<crate::sink::Replay, String> {
+        use crate::record::Offset;
+        let blocks = [(Offset(0), Offset(3))];
+        Ok(crate::sink::Replay {
+            blocks: blocks.into_iter().filter(|b| b.1 >= from).collect(),
+            epoch: generation,
+        })
+    }
+}
+
+/// Writes the payload and the schema version it encodes for; switches to
+/// the version `live` holds, as the ClickHouse sink's live encoder does.
+struct Versioned {
+    live: Arc<std::sync::atomic::AtomicU64>,
+    version: u64,
+}
+
+impl RowEncode for Versioned {
+    fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<(), EncodeFailure> {
+        out.extend_from_slice(msg.payload.unwrap_or_default());
+        out.push(b'0' + self.version as u8);
+        Ok(())
+    }
+    fn schema_pending(&self) -> bool {
+        self.live.load(std::sync::atomic::Ordering::Acquire) != self.version
+    }
+    fn schema_switch(&mut self) -> Option<u64> {
+        let v = self.live.load(std::sync::atomic::Ordering::Acquire);
+        (v != self.version).then(|| {
+            self.version = v;
+            v
+        })
+    }
+}
+
+/// Issue 29 point 7: a table change that arrives while an exactly-once
+/// replay is half cut waits for the replayed block, which is encoded with
+/// the schema it started with (one version per block, as the first time)
+/// and is cut at its recorded offsets; the rows after it switch.
+#[test]
+fn a_schema_switch_waits_for_a_half_cut_replay() {
+    let (ctx, mut rx) = ctx(1, 1000);
+    let live = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let encoder = Versioned {
+        live: live.clone(),
+        version: 0,
+    };
+    let mut chain = EncodeChain::new(encoder, &ctx).exactly_once(Arc::new(OneBlock));
+    let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), None);
+    chain.set_epoch(slot, 1);
+    push(&mut chain, slot, 0, b"a").unwrap();
+    push(&mut chain, slot, 1, b"b").unwrap();
+    live.store(1, std::sync::atomic::Ordering::Release);
+    push(&mut chain, slot, 2, b"c").unwrap();
+    push(&mut chain, slot, 3, b"d").unwrap();
+    push(&mut chain, slot, 4, b"e").unwrap();
+    chain.flush().unwrap();
+    let mut chunks = Vec::new();
+    while let Some(c) = rx[0].try_recv() {
+        chunks.push((
+            c.schema,
+            c.spans[0].first.0,
+            c.spans[0].last.0,
+            c.data.clone(),
+        ));
+    }
+    assert_eq!(
+        chunks,
+        vec![(0, 0, 3, b"a0b0c0d0".to_vec()), (1, 4, 4, b"e1".to_vec())],
+        "the replayed block mixes two schemas or was cut short"
+    );
+}
