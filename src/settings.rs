@@ -238,6 +238,8 @@ pub(crate) fn sink_spec(a: &RunArgs, v: &Validated) -> SinkSpec {
         format: v.format.clone(),
         exactly_once: a.delivery == crate::cli::Delivery::ExactlyOnce,
         topics: a.topics.len(),
+        // Needs the partition count from Kafka metadata: not filled yet.
+        takeover: None,
     }
 }
 

@@ -191,15 +191,32 @@ impl LaneBlock {
 
     /// Called before appending the row at `offset`.
     pub(super) fn before(&mut self, offset: Offset) -> Before {
+        if let Some((_, last)) = self.planned {
+            // The open replay's remaining offsets are gone (compacted):
+            // it is complete as the topic holds it. Its entry stays at the
+            // front for `take` to pop (forgetting it here made `take` pop
+            // the next recorded block instead).
+            return if offset > last {
+                Before::SealFirst
+            } else {
+                Before::Append
+            };
+        }
+        // A free block ends before a recorded block's range, even one
+        // whose every offset is gone.
+        if self.rows > 0 && self.plan.front().is_some_and(|&(first, _)| offset >= first) {
+            return Before::SealFirst;
+        }
+        self.skip_passed(offset);
+        Before::Append
+    }
+
+    /// Forget the recorded blocks that end before `offset` (none of their
+    /// offsets is left to read). Never while a replay is open: its entry
+    /// is the front one until [`take`](Self::take).
+    fn skip_passed(&mut self, offset: Offset) {
         while self.plan.front().is_some_and(|&(_, last)| last < offset) {
             self.plan.pop_front();
-        }
-        if self.planned.is_some() || self.rows == 0 {
-            return Before::Append;
-        }
-        match self.plan.front() {
-            Some(&(first, _)) if offset >= first => Before::SealFirst,
-            _ => Before::Append,
         }
     }
 
@@ -218,6 +235,7 @@ impl LaneBlock {
         self.bytes += part.data.len().saturating_sub(len);
         if self.rows == 0 {
             self.first = offset;
+            self.skip_passed(offset);
             self.planned = self
                 .plan
                 .front()
@@ -337,6 +355,85 @@ mod tests {
         assert_eq!(c.before(o(6)), Before::Append);
         c.appended(o(6), 0, 0, || now);
         assert!(c.complete(false));
+    }
+
+    /// Feed `offsets` to a lane planned with `plan` as the writer's
+    /// `append_block` does (no limits), then flush; the blocks it cuts.
+    fn cut(plan: &[(i64, i64)], offsets: &[i64]) -> Vec<(i64, i64)> {
+        let now = Instant::now();
+        let mut b = LaneBlock::default();
+        let from = offsets.first().copied().unwrap_or(0);
+        b.set_plan(o(from), plan.iter().map(|&(f, l)| (o(f), o(l))).collect());
+        let mut out = Vec::new();
+        let mut seal = |b: &mut LaneBlock| {
+            out.push((b.first.0, b.last.0));
+            b.take();
+        };
+        for &off in offsets {
+            if b.before(o(off)) == Before::SealFirst {
+                seal(&mut b);
+            }
+            b.appended(o(off), 0, 0, || now);
+            if b.complete(false) {
+                seal(&mut b);
+            }
+        }
+        if b.rows > 0 && !b.partial_replay() {
+            seal(&mut b);
+        }
+        out
+    }
+
+    /// A compacted topic: the offsets a replay reads skip what compaction
+    /// removed, here a recorded block's last offset. The replay of that
+    /// block ends at the next offset past it, and the next recorded block
+    /// is still replayed at its own offsets (issue 29 point 7).
+    #[test]
+    fn a_compacted_last_offset_keeps_the_next_recorded_block() {
+        let plan = [(0, 2), (3, 5), (6, 8)];
+        assert_eq!(
+            cut(&plan, &[0, 1, 3, 4, 6, 7, 8]),
+            vec![(0, 1), (3, 4), (6, 8)]
+        );
+    }
+
+    /// Every set of compacted offsets of three recorded blocks over 0..=9:
+    /// each recorded block's surviving offsets are cut as one block (once
+    /// an offset past it was read), and no block reaches across a recorded
+    /// block's boundary.
+    #[test]
+    fn compaction_never_merges_or_drops_recorded_blocks() {
+        let plan = [(1, 3), (4, 4), (5, 8)];
+        // Offset 0 (the committed offset, outside every block) stays.
+        for gone in 0u32..1 << 9 {
+            let offsets: Vec<i64> = (0..10).filter(|i| (gone << 1) & (1 << i) == 0).collect();
+            let cut = cut(&plan, &offsets);
+            for &(f, l) in &plan {
+                let kept: Vec<i64> = offsets
+                    .iter()
+                    .copied()
+                    .filter(|o| (f..=l).contains(o))
+                    .collect();
+                // A replay whose last offsets are gone stays open until a
+                // later offset shows they are (it is never sealed short).
+                let shown = offsets.last().is_some_and(|&last| last >= l);
+                if let (Some(&a), Some(&z), true) = (kept.first(), kept.last(), shown) {
+                    assert!(
+                        cut.contains(&(a, z)),
+                        "{offsets:?}: block {f}..={l} cut as {cut:?}"
+                    );
+                }
+            }
+            for &(a, z) in &cut {
+                let across = plan
+                    .iter()
+                    .any(|&(f, l)| (a < f && z >= f) || (a <= l && z > l));
+                assert!(
+                    !across,
+                    "{offsets:?}: {a}..={z} crosses a recorded block in {cut:?}"
+                );
+            }
+        }
     }
 
     #[test]

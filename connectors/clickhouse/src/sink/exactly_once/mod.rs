@@ -10,7 +10,9 @@
 //! - [`sql`]: the state table's name, quoting, and the table facts;
 //! - [`preflight`]: at start, refuse exactly-once unless the target table
 //!   drops a replayed block, then open the log;
-//! - [`stage`]: the insert stage, before a block is first sent.
+//! - [`stage`]: the insert stage, before a block is first sent and before
+//!   each retry;
+//! - [`window`]: the deduplication window a takeover needs.
 
 pub(crate) mod fencing;
 pub(crate) mod intent;
@@ -18,6 +20,7 @@ pub(crate) mod preflight;
 pub(crate) mod sql;
 pub(crate) mod stage;
 pub(crate) mod state_home;
+pub mod window;
 
 pub use intent::IntentLog;
 pub use sql::STATE_TABLE;

@@ -6,6 +6,7 @@
 use super::intent::IntentLog;
 use super::sql::{facts, table_setting, TableFacts, STATE_TABLE};
 use super::state_home;
+use super::window;
 use crate::client::ChClient;
 use crate::schema::{Column, ServerFeatures};
 use crate::sink::insert::retry::RetryPolicy;
@@ -146,6 +147,7 @@ pub(crate) async fn prepare(
             .map_err(|e| {
                 SinkError::Config(format!("{e} (shard {}, {})", shard.label, replica.url))
             })?;
+        warn_window(spec, &table, replica.client.features(), &facts);
         engine = facts.engine;
         checked += 1;
         // Every shard's needs (a view on one shard is enough to need the
@@ -162,6 +164,18 @@ pub(crate) async fn prepare(
     let log = open_log(spec, shards).await?;
     tracing::info!(table, engine = %engine, shards = shards.len(), state = %format!("{}.{STATE_TABLE}", spec.table.db), "exactly-once delivery: the table deduplicates");
     Ok(Arc::new(log))
+}
+
+/// Warn when the table's deduplication window is smaller than a takeover
+/// needs ([`window`]); refusing would stop pipelines that ran before.
+fn warn_window(spec: &SinkSpec, table: &str, features: ServerFeatures, facts: &TableFacts) {
+    let Some(takeover) = &spec.takeover else {
+        return;
+    };
+    let old_server = !features.insert_deduplication_token;
+    if let Some(w) = window::warning(table, facts, old_server, takeover) {
+        tracing::warn!(table, needed = takeover.needed(), "{w}");
+    }
 }
 
 /// The target table's facts from the first replica of `shard` that
@@ -231,6 +245,8 @@ mod tests {
             engine: engine.into(),
             engine_full: full.into(),
             default_window,
+            default_replicated_window: None,
+            default_window_seconds: None,
             has_views: views,
             insert_deduplicate: true,
         }

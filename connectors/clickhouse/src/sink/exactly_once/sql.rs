@@ -48,6 +48,11 @@ pub(crate) struct TableFacts {
     /// The server's default `non_replicated_deduplication_window` (absent
     /// before the setting existed).
     pub(crate) default_window: Option<u64>,
+    /// The server's default `replicated_deduplication_window`.
+    pub(crate) default_replicated_window: Option<u64>,
+    /// The server's default `replicated_deduplication_window_seconds`
+    /// (absent before the setting existed).
+    pub(crate) default_window_seconds: Option<u64>,
     pub(crate) has_views: bool,
     /// The session's `insert_deduplicate` (a profile may turn it off).
     pub(crate) insert_deduplicate: bool,
@@ -96,13 +101,21 @@ pub(crate) async fn facts(client: &ChClient, db: &str, table: &str) -> Result<Ta
         .ok_or_else(|| format!("table {db}.{table} not found"))?;
     let mut f = line.split('\t');
     let (engine, engine_full, views) = (f.next(), f.next(), f.next());
-    let window = client
+    let defaults = client
         .fetch_text(
-            "SELECT value FROM system.merge_tree_settings WHERE name = 'non_replicated_deduplication_window'",
+            "SELECT name, value FROM system.merge_tree_settings WHERE name IN \
+             ('non_replicated_deduplication_window', 'replicated_deduplication_window', \
+             'replicated_deduplication_window_seconds')",
             "TabSeparated",
         )
         .await
         .map_err(|e| e.to_string())?;
+    let default = |name: &str| {
+        (defaults.lines())
+            .filter_map(|l| l.split_once('\t'))
+            .find(|(n, _)| *n == name)
+            .and_then(|(_, v)| v.trim().parse().ok())
+    };
     let dedup = client
         .fetch_text(
             "SELECT value FROM system.settings WHERE name = 'insert_deduplicate'",
@@ -113,7 +126,9 @@ pub(crate) async fn facts(client: &ChClient, db: &str, table: &str) -> Result<Ta
     Ok(TableFacts {
         engine: untsv(engine.unwrap_or_default()),
         engine_full: untsv(engine_full.unwrap_or_default()),
-        default_window: window.trim().parse().ok(),
+        default_window: default("non_replicated_deduplication_window"),
+        default_replicated_window: default("replicated_deduplication_window"),
+        default_window_seconds: default("replicated_deduplication_window_seconds"),
         has_views: views == Some("1"),
         // Absent (a server without the setting) is not "off".
         insert_deduplicate: dedup.trim() != "0",

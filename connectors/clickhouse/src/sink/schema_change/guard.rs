@@ -19,7 +19,12 @@
 //!   under at-least-once a copy encoded for the new types is inserted as
 //!   well, or, if none can be made, the chunk fails unacknowledged and its
 //!   messages are read again (under exactly-once a copy would be a
-//!   duplicate, so only the log says it).
+//!   duplicate, so only the log says it). A check the replica does not
+//!   answer there is asked again ([`AFTER_CHECKS`] times, a second apart);
+//!   still unanswered, it is not taken for clean: under at-least-once the
+//!   chunk fails unacknowledged (its messages are read again), under
+//!   exactly-once an error names its offsets (a replay would be dropped
+//!   as a duplicate, so failing would repair nothing).
 //!
 //! The guard is a value an insert worker makes per insert
 //! ([`TypeGuard::of`]) and asks before and after each attempt; the
@@ -45,8 +50,13 @@ use std::time::Duration;
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How long a worker waits before it checks again while spate cannot
-/// apply the change it saw.
+/// apply the change it saw, or after a check went unanswered.
 const WAIT_FOR_AGREEMENT: Duration = Duration::from_secs(1);
+
+/// How many times a worker asks for the columns after a confirmed insert
+/// before the check counts as unanswered: at most this many times
+/// [`CHECK_TIMEOUT`] plus a [`WAIT_FOR_AGREEMENT`] between two.
+const AFTER_CHECKS: u32 = 3;
 
 /// Whether inserts in `format` need the check on a server with `features`.
 fn guarded(format: &str, features: ServerFeatures) -> bool {
@@ -139,24 +149,84 @@ impl<'a> TypeGuard<'a> {
     }
 
     /// What changed on `replica` among the columns `prepared` sends
-    /// (`None`: the replica did not answer in time, or the version is
-    /// gone).
+    /// (`Err`: why it is not known: the replica did not answer in time,
+    /// or the version is gone).
     async fn changed_on<C: InsertTarget>(
         &self,
         replica: &Replica<C>,
         prepared: &Prepared,
-    ) -> Option<Vec<String>> {
-        let version = self.live.get(prepared.for_version)?;
+    ) -> Result<Vec<String>, String> {
+        let version = (self.live.get(prepared.for_version))
+            .ok_or_else(|| format!("schema version {} is gone", prepared.for_version))?;
         let sent = sent_types(&prepared.query.columns, &version.columns);
         let asked = (replica.client).columns(&prepared.query.db, &prepared.query.table);
         match tokio::time::timeout(CHECK_TIMEOUT, asked).await {
-            Ok(Ok(now)) => Some(changed(&sent, &now)),
+            Ok(Ok(now)) => Ok(changed(&sent, &now)),
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "the type guard could not read the columns");
-                None
+                Err(format!("reading the columns failed: {e}"))
             }
-            Err(_) => None,
+            Err(_) => Err(format!(
+                "the columns were not read within {CHECK_TIMEOUT:?}"
+            )),
         }
+    }
+
+    /// [`changed_on`](Self::changed_on) after a confirmed insert, asked
+    /// up to [`AFTER_CHECKS`] times while unanswered (reported failing in
+    /// the stall table meanwhile). `Err(Ok(why))`: still unanswered;
+    /// `Err(Err(stop))`: abandoned at the drain deadline.
+    async fn changed_after<C: InsertTarget>(
+        &self,
+        replica: &Replica<C>,
+        prepared: &Prepared,
+        pace: &mut Pace,
+    ) -> Result<Vec<String>, Result<String, Attempt>> {
+        let mut why = String::new();
+        for round in 1..=AFTER_CHECKS {
+            match self.changed_on(replica, prepared).await {
+                Ok(change) => return Ok(change),
+                Err(e) if self.live.get(prepared.for_version).is_none() => return Err(Ok(e)),
+                Err(e) => why = e,
+            }
+            if round < AFTER_CHECKS {
+                pace.failing(&format!(
+                    "the type check after an insert on {}: {why}",
+                    replica.url
+                ));
+                if pace.pause(WAIT_FOR_AGREEMENT).await.is_err() {
+                    return Err(Err(Attempt::Abandoned));
+                }
+            }
+        }
+        Err(Ok(why))
+    }
+
+    /// A confirmed insert whose type check went unanswered (`why`): never
+    /// taken for clean. At-least-once fails the chunk unacknowledged (its
+    /// messages are read again, as when no copy can be made); exactly-once
+    /// names its offsets in an error and goes on.
+    fn unchecked(&self, chunk: &Chunk, url: &str, why: &str, pace: &Pace) -> After {
+        let ranges = chunk.describe_ranges();
+        if self.exactly_once {
+            tracing::error!(
+                ranges = %ranges,
+                replica = url,
+                why,
+                "the type check after an insert went unanswered: if the table's column types changed meanwhile, \
+                 ClickHouse may have stored it misread; exactly-once inserts no copy (it would be a duplicate)"
+            );
+            return After::Clean;
+        }
+        After::Stop(Attempt::Failed(FatalError::new(
+            pace.context(),
+            format!(
+                "the type check after the insert of {ranges} on {url} went unanswered \
+                 ({AFTER_CHECKS} tries: {why}); if the table's column types changed meanwhile, \
+                 ClickHouse may have stored it misread: its messages are read again"
+            ),
+            Fault::External,
+        )))
     }
 
     /// `replica` has `change` among the columns `prepared` sends: wait until
@@ -219,7 +289,7 @@ impl<'a> TypeGuard<'a> {
         if !self.applies(prepared) {
             return Ok(None);
         }
-        let Some(change) = self.changed_on(replica, prepared).await else {
+        let Ok(change) = self.changed_on(replica, prepared).await else {
             return Ok(None);
         };
         if change.is_empty() {
@@ -249,8 +319,10 @@ impl<'a> TypeGuard<'a> {
         if !self.applies(prepared) || prepared.query.format == "Native" {
             return After::Clean;
         }
-        let Some(change) = self.changed_on(replica, prepared).await else {
-            return After::Clean;
+        let change = match self.changed_after(replica, prepared, pace).await {
+            Ok(change) => change,
+            Err(Ok(why)) => return self.unchecked(chunk, &replica.url, &why, pace),
+            Err(Err(stop)) => return After::Stop(stop),
         };
         if change.is_empty() {
             return After::Clean;
@@ -343,3 +415,7 @@ mod tests {
         assert!(copy_settings(&[], 3).is_empty());
     }
 }
+
+#[cfg(test)]
+#[path = "guard_after_tests.rs"]
+mod after_tests;

@@ -78,6 +78,10 @@ pub struct SinkSpec {
     /// How many topics feed the table: exactly-once on a server without
     /// insert deduplication tokens needs `_topic` when more than one.
     pub topics: usize,
+    /// Exactly-once: what a takeover needs of the table's deduplication
+    /// window (partitions, session timeout, flush interval); the preflight
+    /// warns when the window is smaller. `None`: not checked.
+    pub takeover: Option<crate::sink::exactly_once::window::Takeover>,
     /// The format of the message values (JSON unless said).
     pub format: crate::formats::FormatSpec,
 }

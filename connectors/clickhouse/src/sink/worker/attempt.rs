@@ -3,9 +3,10 @@
 //! (and the guard and the intent each their own value elsewhere):
 //!
 //! ```text
-//! before the first attempt: exactly-once intent ─ type guard ─ test faults
+//! before the first attempt: exactly-once intent and fence check ─ type guard ─ test faults
 //! each attempt:             type guard ─ send (timeout) ─┬─ landed: type guard after ─ a copy, or done
 //!                                                        └─ failed: schema re-encode ─ row error ─ retry/failover decision ─ backoff
+//!                                                                   ─ exactly-once fence check again
 //! ```
 //!
 //! Retriable failures are retried with the same bytes and token; each
@@ -19,7 +20,7 @@
 use super::Worker;
 use crate::classify::ErrorClass;
 use crate::client::InsertError;
-use crate::sink::exactly_once::stage as exactly_once;
+use crate::sink::exactly_once::stage::{self as exactly_once, Intents};
 use crate::sink::insert::events::{
     first_line, InsertAttemptFailed, InsertBackoff, InsertFailedOver, InsertRejected,
     InsertSucceeded,
@@ -83,7 +84,7 @@ fn type_guard(shared: &PoolShared, exactly_once: bool) -> Option<TypeGuard<'_>> 
     TypeGuard::of(shared.live.get().map(|l| &**l), exactly_once, races)
 }
 
-impl<C: InsertTarget> Worker<C> {
+impl<C: InsertTarget, L: Intents> Worker<C, L> {
     /// One insert of `rows` rows of `chunk` (`body`), retried and failed
     /// over as the error calls for, until it is in or cannot be.
     pub(super) async fn attempt(
@@ -138,6 +139,20 @@ impl<C: InsertTarget> Worker<C> {
             if let Err(a) = self.failed(&mut ins, error).await {
                 return a;
             }
+            if let Err(a) = self.before_retry(&ins).await {
+                return a;
+            }
+        }
+    }
+
+    /// Before a retry (after a failed send and its backoff): exactly-once
+    /// checks the fences again, so a block whose partition a later owner
+    /// fenced meanwhile is dropped, never retried (see
+    /// [`exactly_once::before_retry`]). Nothing on the first attempt's path.
+    async fn before_retry(&mut self, ins: &Insert<'_>) -> Result<(), Attempt> {
+        match self.intents.clone() {
+            Some(log) => exactly_once::before_retry(&*log, ins.chunk, &mut self.pace).await,
+            None => Ok(()),
         }
     }
 
@@ -145,7 +160,7 @@ impl<C: InsertTarget> Worker<C> {
     /// the type guard, the test-only fault points.
     async fn before_first_send(&mut self, ins: &mut Insert<'_>) -> Result<(), Attempt> {
         if let Some(log) = self.intents.clone() {
-            exactly_once::before_first_send(&log, ins.chunk, &mut self.pace).await?;
+            exactly_once::before_first_send(&*log, ins.chunk, &mut self.pace).await?;
         }
         self.types_before(ins).await?;
         ins.nth = self.test_faults(ins).await;

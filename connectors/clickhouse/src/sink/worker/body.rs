@@ -7,6 +7,7 @@
 use super::{Worker, IN_FLIGHT_COPIES};
 use crate::client::InsertError;
 use crate::encode::NativeScratch;
+use crate::sink::exactly_once::stage::Intents;
 use crate::sink::insert::outcome::{lock, Prepared};
 use crate::sink::insert::settings::{dedup_token, takes_dedup_token, DEDUP_TOKEN};
 use crate::sink::insert::target::InsertTarget;
@@ -26,7 +27,7 @@ pub(super) fn in_flight_charge(depths: &QueueDepths, len: usize) -> Option<usize
     (copies > depths.worker_room()).then_some(copies)
 }
 
-impl<C: InsertTarget> Worker<C> {
+impl<C: InsertTarget, L: Intents> Worker<C, L> {
     /// The bytes every attempt of `rows` (whole encoded rows of `chunk`)
     /// sends and their statement (made once, and again after the table's
     /// columns changed).

@@ -30,6 +30,7 @@
 //! Receives `Chunk`s from its `ShardReceiver` (shared with the shard's
 //! other workers), sends `AckEvent`s to the controller.
 
+use super::exactly_once::stage::Intents;
 use super::exactly_once::IntentLog;
 use super::shared::PoolShared;
 use crate::encode::NativeScratch;
@@ -63,14 +64,15 @@ use body::in_flight_charge;
 /// for a chunk a worker already took.
 pub const IN_FLIGHT_COPIES: usize = 2;
 
-pub(crate) struct Worker<C> {
+pub(crate) struct Worker<C, L = IntentLog> {
     pub(crate) shard: Arc<Shard<C>>,
     pub(crate) index: usize,
     pub(crate) rx: Arc<Mutex<ShardReceiver>>,
     pub(crate) acks: AckSender,
     pub(crate) shared: Arc<PoolShared>,
-    /// Exactly-once: record each chunk's intent before its first attempt.
-    pub(crate) intents: Option<Arc<IntentLog>>,
+    /// Exactly-once: record each chunk's intent before its first attempt,
+    /// check its fences before that attempt and before every retry.
+    pub(crate) intents: Option<Arc<L>>,
     /// The pipeline's error policy for rows the server rejects (`None`:
     /// fail on the first).
     pub(crate) rejections: Option<Arc<Rejections>>,
@@ -97,7 +99,7 @@ enum Outcome {
     Fenced,
 }
 
-impl<C: InsertTarget> Worker<C> {
+impl<C: InsertTarget, L: Intents> Worker<C, L> {
     pub(crate) async fn run(mut self) {
         let span = tracing::info_span!("shard_worker", table = %self.shared.table, shard = %self.shard.label, worker = self.index);
         async move {

@@ -7,6 +7,7 @@
 
 use super::{Outcome, Worker};
 use crate::client::InsertError;
+use crate::sink::exactly_once::stage::Intents;
 use crate::sink::insert::events::first_line;
 use crate::sink::insert::isolate::Bisection;
 use crate::sink::insert::outcome::Attempt;
@@ -23,7 +24,7 @@ enum Stored {
     Abandoned,
 }
 
-impl<C: InsertTarget> Worker<C> {
+impl<C: InsertTarget, L: Intents> Worker<C, L> {
     /// `chunk` failed whole with `first`, a row error: bisect it, hand
     /// each isolated row to the policy.
     pub(super) async fn isolate(&mut self, chunk: &Chunk, first: InsertError) -> Outcome {

@@ -182,6 +182,18 @@ impl Harness {
         extras: Extras,
         spawn: impl FnOnce(Worker<Fake>) -> tokio::task::JoinHandle<()>,
     ) -> Harness {
+        Self::start_logged(scripts, retry, extras, None, spawn)
+    }
+
+    /// [`start_running`](Self::start_running) with an exactly-once intent
+    /// log (`intents`).
+    fn start_logged<L: Intents>(
+        scripts: Vec<Vec<Answer>>,
+        retry: RetryPolicy,
+        extras: Extras,
+        intents: Option<Arc<L>>,
+        spawn: impl FnOnce(Worker<Fake, L>) -> tokio::task::JoinHandle<()>,
+    ) -> Harness {
         let Extras {
             rejections,
             poison,
@@ -223,7 +235,7 @@ impl Harness {
             rx: Arc::new(Mutex::new(receivers.remove(0))),
             acks: ack_tx,
             shared: shared.clone(),
-            intents: None,
+            intents,
             rejections,
             depths: queues.depth_view(),
             scratch: Arc::default(),
@@ -947,3 +959,6 @@ fn copies_within_the_workers_room_are_not_charged_to_the_depth() {
         "a chunk larger than the budget's batches"
     );
 }
+
+#[path = "worker_fence_tests.rs"]
+mod fence;
