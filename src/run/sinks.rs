@@ -56,10 +56,33 @@ pub(super) fn prepare_all(
     let mut prepared = Vec::with_capacity(pipelines.len());
     for ((name, a), v) in pipelines.iter().zip(validated) {
         probe_registry(&v.format).map_err(|e| e.in_pipeline(name, several))?;
-        let spec = sink_spec(a, v);
+        let mut spec = sink_spec(a, v);
+        if spec.exactly_once {
+            spec.takeover = takeover(a, v);
+        }
         prepared.push(prepare(io, &spec, metrics).map_err(|e| e.in_pipeline(name, several))?);
     }
     Ok(prepared)
+}
+
+/// Exactly-once: what the table's deduplication window must hold for a
+/// killed member's partitions to be taken over (checked at start, a
+/// warning when it falls short): the partitions of the pipeline's topics
+/// now, the consumer's session timeout and the flush interval. `None`
+/// (no check) when the metadata does not arrive.
+fn takeover(a: &RunArgs, v: &Validated) -> Option<spate_clickhouse::Takeover> {
+    let partitions = match spate_kafka::partition_count(&v.kafka, &a.topics) {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!(error = %e, "exactly-once: no partition count, so the deduplication window is not checked");
+            return None;
+        }
+    };
+    Some(spate_clickhouse::Takeover {
+        partitions: partitions as u64,
+        session_timeout: Duration::from_millis(v.kafka.session_timeout_ms().ok()?),
+        flush_interval: a.flush_interval,
+    })
 }
 
 /// Ask the pipeline's schema registry (if any) once at start: a TLS

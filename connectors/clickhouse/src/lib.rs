@@ -51,7 +51,7 @@ pub use metrics::ChMetrics;
 pub use schema::{Column, DefaultKind, ServerFeatures, VersionError};
 pub use sink::{discover, Discovery, ReplicaAnswer, ReplicaSchema};
 pub use sink::{ChRowEncoder, EncoderFactory, Encoders, PreparedSink};
-pub use sink::{RetryPolicy, SinkError, SinkPool, SinkSpec, TableRef, IN_FLIGHT_COPIES};
+pub use sink::{RetryPolicy, SinkError, SinkPool, SinkSpec, TableRef, Takeover, IN_FLIGHT_COPIES};
 pub use sink::{ShardSpec, Topology, TopologySource};
 pub use transport::{Secret, TlsError, TlsFiles, TlsFlags, Transport};
 pub use types::{parse_type, ChType, TypeError};

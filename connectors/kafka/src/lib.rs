@@ -40,4 +40,4 @@ mod source;
 pub use config::{ConfigError, KafkaSourceConfig, DEFAULTS, REFUSED};
 pub use dead_letter::KafkaDeadLetters;
 pub use lane::KafkaLane;
-pub use source::KafkaSource;
+pub use source::{partition_count, KafkaSource};

@@ -579,35 +579,34 @@ const METADATA_TIMEOUT: Duration = Duration::from_secs(5);
 /// metadata is not available (a topic not created yet); partitions added
 /// later keep the start-time share.
 fn subscribed_partitions(config: &KafkaSourceConfig) -> usize {
-    // No group: this client never joins, and closes at once.
-    let mut client_config = config.client_config();
-    client_config.remove("group.id");
-    let client: Result<BaseConsumer, _> = client_config.create();
-    let Ok(client) = client else {
-        return DEFAULT_PREFETCH_PARTITIONS;
-    };
-    let mut total = 0;
-    for topic in &config.topics {
-        match client.fetch_metadata(Some(topic.as_str()), METADATA_TIMEOUT) {
-            Ok(m) => {
-                total += m
-                    .topics()
-                    .iter()
-                    .filter(|t| t.error().is_none())
-                    .map(|t| t.partitions().len())
-                    .sum::<usize>();
-            }
-            Err(e) => {
-                tracing::warn!(topic, error = %e, "no metadata for the prefetch budget; assuming {DEFAULT_PREFETCH_PARTITIONS} partitions");
-                return DEFAULT_PREFETCH_PARTITIONS;
-            }
+    match partition_count(config, &config.topics) {
+        Ok(0) => DEFAULT_PREFETCH_PARTITIONS,
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!(error = %e, "no metadata for the prefetch budget; assuming {DEFAULT_PREFETCH_PARTITIONS} partitions");
+            DEFAULT_PREFETCH_PARTITIONS
         }
     }
-    if total == 0 {
-        DEFAULT_PREFETCH_PARTITIONS
-    } else {
-        total
+}
+
+/// How many partitions `topics` have now, from a short-lived metadata
+/// client of `config`'s brokers (it joins no group); a topic that does
+/// not exist counts none. `Err`: a topic's metadata did not arrive within
+/// a few seconds.
+pub fn partition_count(config: &KafkaSourceConfig, topics: &[String]) -> Result<usize, String> {
+    let mut client_config = config.client_config();
+    client_config.remove("group.id");
+    let client: BaseConsumer = client_config.create().map_err(|e| e.to_string())?;
+    let mut total = 0;
+    for topic in topics {
+        let m = (client.fetch_metadata(Some(topic.as_str()), METADATA_TIMEOUT))
+            .map_err(|e| format!("metadata of topic {topic}: {e}"))?;
+        total += (m.topics().iter())
+            .filter(|t| t.error().is_none())
+            .map(|t| t.partitions().len())
+            .sum::<usize>();
     }
+    Ok(total)
 }
 
 /// A synchronous commit that waits for the broker's answer until

@@ -44,6 +44,7 @@ mod shared;
 pub(crate) mod start;
 mod worker;
 
+pub use exactly_once::window::Takeover;
 pub use exactly_once::{IntentLog, STATE_TABLE};
 pub use insert::retry::RetryPolicy;
 pub use pool::{PreparedSink, SinkPool};

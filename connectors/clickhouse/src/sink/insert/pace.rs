@@ -112,7 +112,11 @@ impl Pace {
     /// [`retrying`](Self::retrying), leaving the stall table as it is on
     /// success (for a step between an insert's retries, whose failure
     /// stays reported until the insert is in).
-    pub(crate) async fn retrying_unreported<T, E: std::fmt::Display, F: Future<Output = Result<T, E>>>(
+    pub(crate) async fn retrying_unreported<
+        T,
+        E: std::fmt::Display,
+        F: Future<Output = Result<T, E>>,
+    >(
         &mut self,
         what: &str,
         mut op: impl FnMut() -> F,
