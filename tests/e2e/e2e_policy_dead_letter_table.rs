@@ -145,6 +145,13 @@ fn dead_letter_table_server_frozen_mid_run() {
         "[e2e_policy_dead_letter_table] /readyz while frozen: {}",
         ready.lines().last().unwrap_or("")
     );
+    // And a metric says so: the sink's stalls, as /readyz lists them.
+    let metrics = http_get(port, "/metrics").unwrap_or_default();
+    let stalls = metric_sum(&metrics, "spate_stalls", &[&format!("table=\"{table}\"")]);
+    assert!(
+        stalls >= 1.0,
+        "spate_stalls{{table=\"{table}\"}} is {stalls} while /readyz names the frozen letters"
+    );
     std::thread::sleep(Duration::from_secs(10).saturating_sub(frozen_at.elapsed()));
     kill_pid_file(&modern_pid, libc::SIGCONT);
     resume.disarm();

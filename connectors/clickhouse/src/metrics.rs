@@ -19,6 +19,7 @@ pub const METRIC_NAMES: &[&str] = &[
     "spate_replica_failovers_total",
     "spate_schema_changes_total",
     "spate_schema_races_total",
+    "spate_stalls",
 ];
 
 /// The per-replica series.
@@ -41,6 +42,11 @@ pub struct ChMetrics {
     /// while a column they sent changed type (the insert may be stored
     /// misread on servers that do not convert; see `sink::schema_change::guard`).
     pub schema_races: IntCounterVec,
+    /// `spate_stalls{table}`: the sink's work (insert workers, exactly-once
+    /// intents and fences, dead-letter destinations) retrying an error for
+    /// longer than `--stall-timeout`, as `/readyz` lists them; set at each
+    /// readiness probe.
+    pub stalls: IntGaugeVec,
 }
 
 impl ChMetrics {
@@ -109,6 +115,14 @@ impl ChMetrics {
                 &["table"],
             )
             .expect("valid metric"),
+            stalls: IntGaugeVec::new(
+                Opts::new(
+                    "spate_stalls",
+                    "Sink work retrying an error for longer than --stall-timeout (inserts, exactly-once intents and fences, dead-letter destinations), as /readyz lists it.",
+                ),
+                &["table"],
+            )
+            .expect("valid metric"),
         }
     }
 
@@ -119,7 +133,8 @@ impl ChMetrics {
         registry.register(Box::new(self.replica_errors.clone()))?;
         registry.register(Box::new(self.replica_failovers.clone()))?;
         registry.register(Box::new(self.schema_changes.clone()))?;
-        registry.register(Box::new(self.schema_races.clone()))
+        registry.register(Box::new(self.schema_races.clone()))?;
+        registry.register(Box::new(self.stalls.clone()))
     }
 }
 

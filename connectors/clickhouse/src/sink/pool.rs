@@ -235,6 +235,9 @@ impl SinkPool {
             Box::pin(async move {
                 let probed = probe_shards(&shards, &shared).await;
                 let stuck = stalls.map_or_else(Vec::new, |s| s.table.stuck(s.after));
+                (shared.ch_metrics.stalls)
+                    .with_label_values(&[&shared.table])
+                    .set(stuck.len() as i64);
                 match (probed, stuck.is_empty()) {
                     (probed, true) => probed,
                     (Ok(()), false) => Err(stuck.join("; ")),
