@@ -327,3 +327,135 @@ fn sigterm_with_the_dead_letter_table_frozen_exits_within_the_deadline() {
     ch.exec(&format!("DROP DATABASE {db}"));
     letters_ch.exec(&format!("DROP DATABASE {letters_db}"));
 }
+
+/// Issue 29 point 6, a revocation: member A's drivers wait inside their
+/// polls for decode-stage dead letters whose table's server stopped
+/// answering (SIGSTOP), and member B joins. Before, A's revocation waited
+/// for the blocked poll without bound (the controller froze: no commits,
+/// no rebalance, SIGTERM unanswered); now it ends at the revoke deadline
+/// and A stops with an error naming the partition. B's own letters go to
+/// a table on the 18.16 server (a member checks its dead-letter table at
+/// start, and the frozen one would refuse it); once A is gone, B takes
+/// its partitions over, loads every good row and stores every letter
+/// there, and commits to the ends.
+#[test]
+fn a_revocation_with_the_dead_letter_table_frozen_ends_at_its_deadline() {
+    let _lock = ch_exclusive_lock();
+    let Some(svc) = services_on(Server::V18) else {
+        return;
+    };
+    let Some(modern_pid) = svc.on(Server::V26).clickhouse_pid_file else {
+        eprintln!("[e2e_policy_dlt_revoke] no PID file for the 26.9 server; skipped");
+        return;
+    };
+    let _timer = Timer::start("e2e_policy_dead_letter_revoke");
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let letters_ch = Ch::connect(&svc.clickhouse_modern_url);
+    let topic = unique("t_policy_dlt_rev");
+    let group = unique("g_policy_dlt_rev");
+    let db = ch.fresh_db("e2e_policy_dlt_rev");
+    let letters_db = letters_ch.fresh_db("e2e_policy_dlt_rev_letters");
+    let table = format!("{db}.t");
+    let letters = format!("{letters_db}.letters");
+    ch.exec(&format!(
+        "CREATE TABLE {table} (a UInt32, small UInt8, _partition UInt32, _offset UInt64) \
+         ENGINE = MergeTree() ORDER BY (_partition, _offset)"
+    ));
+    create_topic(&svc.brokers, &topic, PARTITIONS);
+    // Decode-stage letters in both partitions, early: every lane of A
+    // blocks on one once the letters' server is frozen.
+    let n = 2000;
+    let bad_at = |i: usize| (i / 2) % 40 == 10;
+    let produced = produce(&svc.brokers, &topic, PARTITIONS, n, |i| Msg {
+        partition: (i % 2) as i32,
+        key: None,
+        payload: format!(
+            r#"{{"a": {}, "small": {}}}"#,
+            i + 100,
+            if bad_at(i) { 300 } else { 1 }
+        ),
+        timestamp_ms: None,
+    });
+    let bad = (0..n).filter(|&i| bad_at(i)).count();
+    let port = free_port();
+    let mut args = run_args(&svc, &topic, &group, &table);
+    args.extend(
+        [
+            "--on-error",
+            "dead-letter",
+            "--stall-timeout",
+            "1s",
+            "--shutdown-timeout",
+            "5s",
+            "--insert-timeout",
+            "2s",
+        ]
+        .map(String::from),
+    );
+    let mut resume = Undo::new(|| kill_pid_file(&modern_pid, libc::SIGCONT));
+    let mut a_args = args.clone();
+    a_args.extend(
+        [
+            "--dead-letter-table",
+            &letters,
+            "--dead-letter-clickhouse-url",
+            &svc.clickhouse_modern_url,
+            "--admin-addr",
+            &format!("127.0.0.1:{port}"),
+        ]
+        .map(String::from),
+    );
+    let a = spawn("policy-dlt-revoke-a", &a_args);
+    freeze_once_created(&letters_ch, &letters, &modern_pid);
+    // A letter is waiting inside a poll: /readyz names its table.
+    readyz_names_the_letters(port, &letters, Duration::from_secs(30));
+    let b_letters = format!("{db}.letters");
+    let mut b_args = args.clone();
+    b_args.extend(["--dead-letter-table".to_owned(), b_letters.clone()]);
+    let b = spawn("policy-dlt-revoke-b", &b_args);
+    let joined = Instant::now();
+    // The revoke deadline (a third of the 6 s session timeout) plus the
+    // 5 s shutdown and its graces.
+    let a = a.wait(Duration::from_secs(30));
+    let took = joined.elapsed();
+    eprintln!(
+        "[e2e_policy_dlt_revoke] A exited {:?} {took:.1?} after B joined",
+        a.status
+    );
+    assert!(
+        a.code() == Some(1) && took < Duration::from_secs(20),
+        "A did not stop within the revocation's deadline ({took:?}, {:?}); tail:\n{}",
+        a.status,
+        a.tail(30)
+    );
+    assert!(
+        a.stderr
+            .contains("was still running at the deadline of its revocation"),
+        "A's error does not name the blocked revocation; tail:\n{}",
+        a.tail(30)
+    );
+    kill_pid_file(&modern_pid, libc::SIGCONT);
+    resume.disarm();
+    // B takes A's partitions over and catches up.
+    let ends: Vec<Option<i64>> = produced.counts.iter().map(|&c| Some(c)).collect();
+    wait_for(
+        "B committed every partition to its end",
+        Duration::from_secs(90),
+        Duration::from_millis(200),
+        || match committed(&svc.brokers, &group, &topic, PARTITIONS) {
+            c if c == ends => Ok(()),
+            c => Err(format!("{c:?}")),
+        },
+    );
+    b.sigterm();
+    b.wait(Duration::from_secs(30)).assert_code(0);
+    let good = ch.u64(&format!("SELECT uniqExact(a) FROM {table}"));
+    assert_eq!(good, (n - bad) as u64, "every good row in");
+    // A stored none (frozen); B stored them all, on the 18.16 server.
+    let stored = ch.u64(&format!(
+        "SELECT uniqExact(partition, offset) FROM {b_letters} FINAL"
+    ));
+    assert_eq!(stored, bad as u64, "every letter stored");
+    ch.exec(&format!("DROP DATABASE {db}"));
+    letters_ch.exec(&format!("DROP DATABASE {letters_db}"));
+}
