@@ -60,9 +60,28 @@ pub(super) fn prepare_all(
         if spec.exactly_once {
             spec.takeover = takeover(a, v);
         }
+        spec.topics = topics_feeding(pipelines, validated, v);
         prepared.push(prepare(io, &spec, metrics).map_err(|e| e.in_pipeline(name, several))?);
     }
     Ok(prepared)
+}
+
+/// How many distinct topics feed `v`'s table, over every pipeline of the
+/// process that writes the same table on the same servers: on a server
+/// without deduplication tokens, exactly-once tells blocks of two topics
+/// apart only by a `_topic` column (identical rows at the same partition
+/// and offsets of two topics would encode to one block hash).
+fn topics_feeding(
+    pipelines: &[(String, RunArgs)],
+    validated: &[Validated],
+    v: &Validated,
+) -> usize {
+    let same = |w: &Validated| w.table == v.table && w.topology == v.topology;
+    let topics: std::collections::BTreeSet<&String> = (pipelines.iter().zip(validated))
+        .filter(|(_, w)| same(w))
+        .flat_map(|((_, a), _)| a.topics.iter())
+        .collect();
+    topics.len()
 }
 
 /// Exactly-once: what the table's deduplication window must hold for a

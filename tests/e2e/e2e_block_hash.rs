@@ -111,6 +111,52 @@ fn exactly_once_refuses_a_table_whose_blocks_can_look_alike_on_18_16() {
     ch.exec(&format!("DROP DATABASE {db}"));
 }
 
+/// Two pipelines of one process, one topic each, writing one table: the
+/// table is fed by two topics, so blocks of the two can be alike (the same
+/// rows at the same partition and offsets) unless the rows carry `_topic`.
+/// Each pipeline counted only its own topic and let the table through
+/// without it; the refusal now names `_topic` too.
+#[test]
+fn exactly_once_counts_the_topics_of_every_pipeline_writing_the_table() {
+    let _lock = ch_shared_lock();
+    let Some(svc) = services_on(Server::V18) else {
+        return;
+    };
+    let _timer = Timer::start("e2e_block_hash_eos_two_pipelines");
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let db = ch.fresh_db("e2e_bh_two");
+    let columns = "s String, n UInt64, _partition Int32, _offset UInt64";
+    let table = replicated(&ch, &db, columns, "tuple()");
+    let (one, two) = (unique("t_bh_two_a"), unique("t_bh_two_b"));
+    for topic in [&one, &two] {
+        create_topic(&svc.brokers, topic, 1);
+        produce(&svc.brokers, topic, 1, 10, same(1));
+    }
+    let file = log_dir().join(format!("{}.toml", unique("bh_two")));
+    let text = format!(
+        "brokers = \"{}\"\ngroup = \"{}\"\nclickhouse_url = \"{}\"\nuntil_end = true\n\
+         delivery = \"exactly-once\"\n\n\
+         [[pipeline]]\nname = \"one\"\ntopics = [\"{one}\"]\ntable = \"{table}\"\n\n\
+         [[pipeline]]\nname = \"two\"\ntopics = [\"{two}\"]\ntable = \"{table}\"\n",
+        svc.brokers,
+        unique("g_bh_two"),
+        svc.clickhouse_url,
+    );
+    std::fs::write(&file, text).expect("write the config file");
+    let args = ["run", "--config", &file.to_string_lossy()].map(String::from);
+    let fin = run("block-hash-eos-two", &args, Duration::from_secs(60));
+    fin.assert_code(2);
+    assert!(
+        fin.stderr.contains(&format!(
+            "ALTER TABLE {table} ADD COLUMN _topic LowCardinality(String)"
+        )),
+        "the refusal names _topic; stderr:\n{}",
+        fin.tail(20)
+    );
+    assert_eq!(ch.u64(&format!("SELECT count() FROM {table}")), 0);
+    ch.exec(&format!("DROP DATABASE {db}"));
+}
+
 #[test]
 fn exactly_once_identical_messages_all_land_once_on_18_16_replicated() {
     // Locked first: an outage test stops the server while it holds the
