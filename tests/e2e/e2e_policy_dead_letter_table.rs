@@ -28,6 +28,62 @@ fn payload(i: usize) -> String {
     }
 }
 
+/// What each test here starts from: the 18.16 server and its table
+/// `{db}.t` (a `throwIf(a = 13)` column makes the server reject rows),
+/// the dead-letter table's name on the 26.9 server (spate creates it) and
+/// that server's PID file (to freeze it), a fresh topic and group.
+struct Frozen {
+    svc: Services,
+    modern_pid: String,
+    ch: Ch,
+    letters_ch: Ch,
+    topic: String,
+    group: String,
+    db: String,
+    letters_db: String,
+    table: String,
+    letters: String,
+}
+
+impl Frozen {
+    /// `None` (skipped) without the servers or the 26.9 PID file.
+    fn setup(name: &str) -> Option<Frozen> {
+        let svc = services_on(Server::V18)?;
+        let Some(modern_pid) = svc.on(Server::V26).clickhouse_pid_file else {
+            eprintln!("[{name}] no PID file for the 26.9 server; skipped");
+            return None;
+        };
+        let ch = Ch::connect(&svc.clickhouse_url);
+        let letters_ch = Ch::connect(&svc.clickhouse_modern_url);
+        let db = ch.fresh_db(&format!("e2e_{name}"));
+        let letters_db = letters_ch.fresh_db(&format!("e2e_{name}_letters"));
+        let table = format!("{db}.t");
+        ch.exec(&format!(
+            "CREATE TABLE {table} (a UInt32, small UInt8, _partition UInt32, _offset UInt64, \
+             chk UInt8 MATERIALIZED throwIf(a = 13)) ENGINE = MergeTree() ORDER BY (_partition, _offset)"
+        ));
+        let topic = unique(&format!("t_{name}"));
+        create_topic(&svc.brokers, &topic, PARTITIONS);
+        Some(Frozen {
+            letters: format!("{letters_db}.letters"),
+            group: unique(&format!("g_{name}")),
+            modern_pid,
+            ch,
+            letters_ch,
+            topic,
+            db,
+            letters_db,
+            table,
+            svc,
+        })
+    }
+
+    fn drop_databases(&self) {
+        self.ch.exec(&format!("DROP DATABASE {}", self.db));
+        (self.letters_ch).exec(&format!("DROP DATABASE {}", self.letters_db));
+    }
+}
+
 /// The dead-letter table is created at start: freeze its server (the
 /// 26.9 one, by its PID file) right after.
 fn freeze_once_created(letters_ch: &Ch, letters: &str, pid_file: &str) {
@@ -64,29 +120,23 @@ fn readyz_names_the_letters(port: u16, letters: &str, within: Duration) -> Strin
 
 #[test]
 fn dead_letter_table_server_frozen_mid_run() {
-    let Some(svc) = services_on(Server::V18) else {
-        return;
-    };
-    let Some(modern_pid) = svc.on(Server::V26).clickhouse_pid_file else {
-        eprintln!("[e2e_policy_dlt] no PID file for the 26.9 server; skipped");
+    let _lock = ch_exclusive_lock();
+    let Some(f) = Frozen::setup("policy_dlt") else {
         return;
     };
     let _timer = Timer::start("e2e_policy_dead_letter_table");
-    let _lock = ch_exclusive_lock();
-    let ch = Ch::connect(&svc.clickhouse_url);
-    let letters_ch = Ch::connect(&svc.clickhouse_modern_url);
-    let topic = unique("t_policy_dlt");
-    let group = unique("g_policy_dlt");
-    let db = ch.fresh_db("e2e_policy_dlt");
-    let letters_db = letters_ch.fresh_db("e2e_policy_dlt_letters");
-    let table = format!("{db}.t");
-    let letters = format!("{letters_db}.letters");
-    ch.exec(&format!(
-        "CREATE TABLE {table} (a UInt32, small UInt8, _partition UInt32, _offset UInt64, \
-         chk UInt8 MATERIALIZED throwIf(a = 13)) ENGINE = MergeTree() ORDER BY (_partition, _offset)"
-    ));
-    create_topic(&svc.brokers, &topic, PARTITIONS);
-    let produced = produce(&svc.brokers, &topic, PARTITIONS, N, |i| Msg {
+    let Frozen {
+        svc,
+        modern_pid,
+        ch,
+        letters_ch,
+        topic,
+        group,
+        table,
+        letters,
+        ..
+    } = &f;
+    let produced = produce(&svc.brokers, topic, PARTITIONS, N, |i| Msg {
         partition: ((i / 3) % PARTITIONS as usize) as i32,
         key: Some(format!("k{i}")),
         payload: payload(i),
@@ -97,7 +147,7 @@ fn dead_letter_table_server_frozen_mid_run() {
 
     let port = free_port();
     let admin = format!("127.0.0.1:{port}");
-    let mut args = run_args(&svc, &topic, &group, &table);
+    let mut args = run_args(svc, topic, group, table);
     args.extend(
         [
             "--admin-addr",
@@ -108,7 +158,7 @@ fn dead_letter_table_server_frozen_mid_run() {
             "--on-error",
             "dead-letter",
             "--dead-letter-table",
-            &letters,
+            letters,
             "--dead-letter-clickhouse-url",
             &svc.clickhouse_modern_url,
             "--batch-rows",
@@ -118,12 +168,12 @@ fn dead_letter_table_server_frozen_mid_run() {
         ]
         .map(String::from),
     );
-    let mut resume = Undo::new(|| kill_pid_file(&modern_pid, libc::SIGCONT));
+    let mut resume = Undo::new(|| kill_pid_file(modern_pid, libc::SIGCONT));
     let spate = spawn("policy-dlt", &args);
-    freeze_once_created(&letters_ch, &letters, &modern_pid);
+    freeze_once_created(letters_ch, letters, modern_pid);
     let frozen_at = Instant::now();
     std::thread::sleep(Duration::from_secs(5));
-    let c = committed(&svc.brokers, &group, &topic, PARTITIONS);
+    let c = committed(&svc.brokers, group, topic, PARTITIONS);
     let ends: Vec<Option<i64>> = produced.counts.iter().map(|&n| Some(n)).collect();
     let mid_rows = ch.u64(&format!("SELECT count() FROM {table}"));
     assert_ne!(
@@ -138,7 +188,7 @@ fn dead_letter_table_server_frozen_mid_run() {
     // Waiting for the table is not silent: /readyz names it.
     let ready = readyz_names_the_letters(
         port,
-        &letters,
+        letters,
         Duration::from_secs(9).saturating_sub(frozen_at.elapsed()),
     );
     eprintln!(
@@ -153,7 +203,7 @@ fn dead_letter_table_server_frozen_mid_run() {
         "spate_stalls{{table=\"{table}\"}} is {stalls} while /readyz names the frozen letters"
     );
     std::thread::sleep(Duration::from_secs(10).saturating_sub(frozen_at.elapsed()));
-    kill_pid_file(&modern_pid, libc::SIGCONT);
+    kill_pid_file(modern_pid, libc::SIGCONT);
     resume.disarm();
     let fin = spate.wait(Duration::from_secs(120));
     fin.assert_code(0);
@@ -163,7 +213,7 @@ fn dead_letter_table_server_frozen_mid_run() {
     ));
     assert_eq!(rows.len(), good, "distinct good rows");
     assert!(rows.iter().all(|r| r[1] == 1), "a good row inserted twice");
-    assert_eq!(committed(&svc.brokers, &group, &topic, PARTITIONS), ends);
+    assert_eq!(committed(&svc.brokers, group, topic, PARTITIONS), ends);
     let stored = letters_ch.text(
         &format!("SELECT partition, offset, stage, ifNull(column, ''), value FROM {letters} ORDER BY partition, offset"),
         "TSV",
@@ -191,8 +241,7 @@ fn dead_letter_table_server_frozen_mid_run() {
         fin.elapsed,
         seen.len()
     );
-    ch.exec(&format!("DROP DATABASE {db}"));
-    letters_ch.exec(&format!("DROP DATABASE {letters_db}"));
+    f.drop_databases();
 }
 
 /// Issue 29 point 6: a row the server rejects waits for its dead letter,
@@ -207,31 +256,25 @@ fn dead_letter_table_server_frozen_mid_run() {
 fn sigterm_with_the_dead_letter_table_frozen_exits_within_the_deadline() {
     // Locked first: an outage test may have the servers down meanwhile.
     let _lock = ch_exclusive_lock();
-    let Some(svc) = services_on(Server::V18) else {
-        return;
-    };
-    let Some(modern_pid) = svc.on(Server::V26).clickhouse_pid_file else {
-        eprintln!("[e2e_policy_dlt_sigterm] no PID file for the 26.9 server; skipped");
+    let Some(f) = Frozen::setup("policy_dlt_term") else {
         return;
     };
     let _timer = Timer::start("e2e_policy_dead_letter_sigterm");
-    let ch = Ch::connect(&svc.clickhouse_url);
-    let letters_ch = Ch::connect(&svc.clickhouse_modern_url);
-    let topic = unique("t_policy_dlt_term");
-    let group = unique("g_policy_dlt_term");
-    let db = ch.fresh_db("e2e_policy_dlt_term");
-    let letters_db = letters_ch.fresh_db("e2e_policy_dlt_term_letters");
-    let table = format!("{db}.t");
-    let letters = format!("{letters_db}.letters");
-    ch.exec(&format!(
-        "CREATE TABLE {table} (a UInt32, small UInt8, _partition UInt32, _offset UInt64, \
-         chk UInt8 MATERIALIZED throwIf(a = 13)) ENGINE = MergeTree() ORDER BY (_partition, _offset)"
-    ));
-    create_topic(&svc.brokers, &topic, PARTITIONS);
+    let Frozen {
+        svc,
+        modern_pid,
+        ch,
+        letters_ch,
+        topic,
+        group,
+        table,
+        letters,
+        ..
+    } = &f;
     // Only rows the server rejects (the insert stage's letters, stored
     // from the sink's blocking tasks).
     let bad_at = |i: usize| i % 50 == 32;
-    let produced = produce(&svc.brokers, &topic, PARTITIONS, N, |i| Msg {
+    let produced = produce(&svc.brokers, topic, PARTITIONS, N, |i| Msg {
         partition: ((i / 3) % PARTITIONS as usize) as i32,
         key: None,
         payload: if bad_at(i) {
@@ -244,13 +287,13 @@ fn sigterm_with_the_dead_letter_table_frozen_exits_within_the_deadline() {
     let bad: Vec<usize> = (0..N).filter(|&i| bad_at(i)).collect();
     let port = free_port();
     let admin = format!("127.0.0.1:{port}");
-    let mut args = run_args(&svc, &topic, &group, &table);
+    let mut args = run_args(svc, topic, group, table);
     args.extend(
         [
             "--on-error",
             "dead-letter",
             "--dead-letter-table",
-            &letters,
+            letters,
             "--dead-letter-clickhouse-url",
             &svc.clickhouse_modern_url,
             "--batch-rows",
@@ -260,7 +303,7 @@ fn sigterm_with_the_dead_letter_table_frozen_exits_within_the_deadline() {
         ]
         .map(String::from),
     );
-    let mut resume = Undo::new(|| kill_pid_file(&modern_pid, libc::SIGCONT));
+    let mut resume = Undo::new(|| kill_pid_file(modern_pid, libc::SIGCONT));
     let mut first = args.clone();
     first.extend(
         [
@@ -274,9 +317,9 @@ fn sigterm_with_the_dead_letter_table_frozen_exits_within_the_deadline() {
         .map(String::from),
     );
     let spate = spawn("policy-dlt-sigterm", &first);
-    freeze_once_created(&letters_ch, &letters, &modern_pid);
+    freeze_once_created(letters_ch, letters, modern_pid);
     // A letter is waiting: /readyz names its table.
-    readyz_names_the_letters(port, &letters, Duration::from_secs(30));
+    readyz_names_the_letters(port, letters, Duration::from_secs(30));
     spate.sigterm();
     let signalled = Instant::now();
     // 5 s of shutdown deadline, plus the drain's grace and the runtime's.
@@ -292,7 +335,7 @@ fn sigterm_with_the_dead_letter_table_frozen_exits_within_the_deadline() {
     );
     // Nothing at or past an unstored letter is committed, and every row
     // below the commit is in.
-    let c = committed(&svc.brokers, &group, &topic, PARTITIONS);
+    let c = committed(&svc.brokers, group, topic, PARTITIONS);
     for (p, c) in c.iter().enumerate() {
         let c = c.unwrap_or(0);
         let first_bad = (bad.iter())
@@ -310,22 +353,21 @@ fn sigterm_with_the_dead_letter_table_frozen_exits_within_the_deadline() {
         ));
         assert_eq!(present, c as u64, "partition {p}: rows below the commit");
     }
-    kill_pid_file(&modern_pid, libc::SIGCONT);
+    kill_pid_file(modern_pid, libc::SIGCONT);
     resume.disarm();
     let mut rest = args.clone();
     rest.push("--until-end".into());
     let fin = run("policy-dlt-sigterm-rerun", &rest, Duration::from_secs(120));
     fin.assert_code(0);
     let ends: Vec<Option<i64>> = produced.counts.iter().map(|&n| Some(n)).collect();
-    assert_eq!(committed(&svc.brokers, &group, &topic, PARTITIONS), ends);
+    assert_eq!(committed(&svc.brokers, group, topic, PARTITIONS), ends);
     let good = ch.u64(&format!("SELECT uniqExact(a) FROM {table}"));
     assert_eq!(good, (N - bad.len()) as u64, "every good row in");
     let stored = letters_ch.u64(&format!(
         "SELECT uniqExact(partition, offset) FROM {letters} FINAL"
     ));
     assert_eq!(stored, bad.len() as u64, "every letter stored");
-    ch.exec(&format!("DROP DATABASE {db}"));
-    letters_ch.exec(&format!("DROP DATABASE {letters_db}"));
+    f.drop_databases();
 }
 
 /// Issue 29 point 6, a revocation: member A's drivers wait inside their
@@ -341,32 +383,27 @@ fn sigterm_with_the_dead_letter_table_frozen_exits_within_the_deadline() {
 #[test]
 fn a_revocation_with_the_dead_letter_table_frozen_ends_at_its_deadline() {
     let _lock = ch_exclusive_lock();
-    let Some(svc) = services_on(Server::V18) else {
-        return;
-    };
-    let Some(modern_pid) = svc.on(Server::V26).clickhouse_pid_file else {
-        eprintln!("[e2e_policy_dlt_revoke] no PID file for the 26.9 server; skipped");
+    let Some(f) = Frozen::setup("policy_dlt_rev") else {
         return;
     };
     let _timer = Timer::start("e2e_policy_dead_letter_revoke");
-    let ch = Ch::connect(&svc.clickhouse_url);
-    let letters_ch = Ch::connect(&svc.clickhouse_modern_url);
-    let topic = unique("t_policy_dlt_rev");
-    let group = unique("g_policy_dlt_rev");
-    let db = ch.fresh_db("e2e_policy_dlt_rev");
-    let letters_db = letters_ch.fresh_db("e2e_policy_dlt_rev_letters");
-    let table = format!("{db}.t");
-    let letters = format!("{letters_db}.letters");
-    ch.exec(&format!(
-        "CREATE TABLE {table} (a UInt32, small UInt8, _partition UInt32, _offset UInt64) \
-         ENGINE = MergeTree() ORDER BY (_partition, _offset)"
-    ));
-    create_topic(&svc.brokers, &topic, PARTITIONS);
+    let Frozen {
+        svc,
+        modern_pid,
+        ch,
+        letters_ch,
+        topic,
+        group,
+        table,
+        letters,
+        db,
+        ..
+    } = &f;
     // Decode-stage letters in both partitions, early: every lane of A
     // blocks on one once the letters' server is frozen.
     let n = 2000;
     let bad_at = |i: usize| (i / 2) % 40 == 10;
-    let produced = produce(&svc.brokers, &topic, PARTITIONS, n, |i| Msg {
+    let produced = produce(&svc.brokers, topic, PARTITIONS, n, |i| Msg {
         partition: (i % 2) as i32,
         key: None,
         payload: format!(
@@ -378,7 +415,7 @@ fn a_revocation_with_the_dead_letter_table_frozen_ends_at_its_deadline() {
     });
     let bad = (0..n).filter(|&i| bad_at(i)).count();
     let port = free_port();
-    let mut args = run_args(&svc, &topic, &group, &table);
+    let mut args = run_args(svc, topic, group, table);
     args.extend(
         [
             "--on-error",
@@ -392,12 +429,12 @@ fn a_revocation_with_the_dead_letter_table_frozen_ends_at_its_deadline() {
         ]
         .map(String::from),
     );
-    let mut resume = Undo::new(|| kill_pid_file(&modern_pid, libc::SIGCONT));
+    let mut resume = Undo::new(|| kill_pid_file(modern_pid, libc::SIGCONT));
     let mut a_args = args.clone();
     a_args.extend(
         [
             "--dead-letter-table",
-            &letters,
+            letters,
             "--dead-letter-clickhouse-url",
             &svc.clickhouse_modern_url,
             "--admin-addr",
@@ -406,9 +443,9 @@ fn a_revocation_with_the_dead_letter_table_frozen_ends_at_its_deadline() {
         .map(String::from),
     );
     let a = spawn("policy-dlt-revoke-a", &a_args);
-    freeze_once_created(&letters_ch, &letters, &modern_pid);
+    freeze_once_created(letters_ch, letters, modern_pid);
     // A letter is waiting inside a poll: /readyz names its table.
-    readyz_names_the_letters(port, &letters, Duration::from_secs(30));
+    readyz_names_the_letters(port, letters, Duration::from_secs(30));
     let b_letters = format!("{db}.letters");
     let mut b_args = args.clone();
     b_args.extend(["--dead-letter-table".to_owned(), b_letters.clone()]);
@@ -434,7 +471,7 @@ fn a_revocation_with_the_dead_letter_table_frozen_ends_at_its_deadline() {
         "A's error does not name the blocked revocation; tail:\n{}",
         a.tail(30)
     );
-    kill_pid_file(&modern_pid, libc::SIGCONT);
+    kill_pid_file(modern_pid, libc::SIGCONT);
     resume.disarm();
     // B takes A's partitions over and catches up.
     let ends: Vec<Option<i64>> = produced.counts.iter().map(|&c| Some(c)).collect();
@@ -442,7 +479,7 @@ fn a_revocation_with_the_dead_letter_table_frozen_ends_at_its_deadline() {
         "B committed every partition to its end",
         Duration::from_secs(90),
         Duration::from_millis(200),
-        || match committed(&svc.brokers, &group, &topic, PARTITIONS) {
+        || match committed(&svc.brokers, group, topic, PARTITIONS) {
             c if c == ends => Ok(()),
             c => Err(format!("{c:?}")),
         },
@@ -456,6 +493,5 @@ fn a_revocation_with_the_dead_letter_table_frozen_ends_at_its_deadline() {
         "SELECT uniqExact(partition, offset) FROM {b_letters} FINAL"
     ));
     assert_eq!(stored, bad as u64, "every letter stored");
-    ch.exec(&format!("DROP DATABASE {db}"));
-    letters_ch.exec(&format!("DROP DATABASE {letters_db}"));
+    f.drop_databases();
 }

@@ -3,10 +3,8 @@
 
 use super::*;
 use crate::client::{ClientError, InsertError};
-use crate::encode::EncoderOptions;
 use crate::sink::insert::target::InsertQuery;
-use crate::sink::schema_change::version::{build_version, LiveSchema};
-use crate::sink::start::encoder::EncoderFactory;
+use crate::sink::schema_change::version::{test_version, LiveSchema};
 use crate::types::parse_type;
 use bytes::Bytes;
 use spate_core::checkpoint::AckRange;
@@ -71,22 +69,8 @@ struct Setup {
 
 fn setup(silent: u32) -> Setup {
     let columns = vec![Column::plain("a", parse_type("UInt32").unwrap())];
-    let factory = EncoderFactory {
-        columns: columns.clone(),
-        options: EncoderOptions::default(),
-        shard_key: Vec::new(),
-        renames: Vec::new(),
-        format: crate::formats::FormatSpec::Json,
-    };
-    let template = InsertQuery {
-        db: "db".into(),
-        table: "t".into(),
-        columns: Vec::new(),
-        format: "",
-        settings: Vec::new(),
-    };
+    let version = test_version(1, columns.clone(), "18.16.1", false);
     let features = ServerFeatures::from_version("18.16.1").unwrap();
-    let version = build_version(1, factory, features, false, &template).unwrap();
     let query = version.query.clone();
     assert_ne!(query.format, "Native", "the guard checks RowBinary inserts");
     let metrics = Arc::new(Metrics::new());

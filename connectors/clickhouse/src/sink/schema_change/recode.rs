@@ -107,10 +107,8 @@ fn describe(old: &[(String, ChType)], targets: &[Option<ChType>]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::encode::EncoderOptions;
-    use crate::schema::{DefaultKind, ServerFeatures};
-    use crate::sink::schema_change::version::build_version;
-    use crate::sink::start::encoder::EncoderFactory;
+    use crate::schema::DefaultKind;
+    use crate::sink::schema_change::version::test_version;
     use crate::types::parse_type;
     use spate_core::record::Message;
 
@@ -122,22 +120,7 @@ mod tests {
                 ..Column::plain(n, parse_type(t).unwrap())
             })
             .collect();
-        let factory = EncoderFactory {
-            columns,
-            options: EncoderOptions::default(),
-            shard_key: Vec::new(),
-            renames: Vec::new(),
-            format: crate::formats::FormatSpec::Json,
-        };
-        let template = InsertQuery {
-            db: "db".into(),
-            table: "t".into(),
-            columns: Vec::new(),
-            format: "",
-            settings: Vec::new(),
-        };
-        let features = ServerFeatures::from_version(server).unwrap();
-        build_version(id, factory, features, true, &template).unwrap()
+        test_version(id, columns, server, true)
     }
 
     fn rows(v: &Version, payloads: &[&str]) -> Vec<u8> {

@@ -223,6 +223,29 @@ impl LiveSchema {
     }
 }
 
+/// A version of `db.t` with `columns`, JSON decoding, on a server of
+/// `server` (`native`: Native inserts where the server takes them): for
+/// the tests of the guard and the recode.
+#[cfg(test)]
+pub(crate) fn test_version(id: u64, columns: Vec<Column>, server: &str, native: bool) -> Version {
+    let factory = EncoderFactory {
+        columns,
+        options: crate::encode::EncoderOptions::default(),
+        shard_key: Vec::new(),
+        renames: Vec::new(),
+        format: crate::formats::FormatSpec::Json,
+    };
+    let template = InsertQuery {
+        db: "db".into(),
+        table: "t".into(),
+        columns: Vec::new(),
+        format: "",
+        settings: Vec::new(),
+    };
+    let features = ServerFeatures::from_version(server).expect("a server version");
+    build_version(id, factory, features, native, &template).expect("a version")
+}
+
 /// A version: its factory's wire plan and the insert statement for it.
 pub(crate) fn build_version(
     id: u64,
