@@ -41,11 +41,15 @@
 //!   26.9 server would stop every other test that uses it.
 //!
 //! Negative control: a shorter storm of `kill -9`s on the 18.16 cluster at
-//! least once must leave duplicates (1,043 in 16,000 rows when written,
-//! most across shards), so the exactly-once check can fail.
+//! least once must leave duplicates (185 to 1,043 in 16,000 rows over
+//! three runs, within and across shards), so the exactly-once check can
+//! fail.
+
+mod topology;
 
 use crate::support::*;
 use std::time::{Duration, Instant};
+use topology::Topology;
 
 const PARTITIONS: i32 = 8;
 /// The static member's session timeout: its `kill -9` and restart take a
@@ -83,12 +87,21 @@ enum Step {
 
 use Step::*;
 
-/// What one run of the storm does.
+/// What one run of the storm does. The producer must outlast the steps
+/// (asserted): they end 36 to 40 s in when the static member's kill waits
+/// for a killed dynamic member to be expired and the group to settle
+/// again (up to 18 s), so each plan produces for 10 s more than that.
 struct Plan {
     delivery: &'static str,
     steps: &'static [Step],
     messages: usize,
     produce_for: Duration,
+    /// `--insert-timeout`: 8 s where a replica is paused for 10 s, so its
+    /// inserts time out and are retried during the pause; 20 s elsewhere
+    /// (it also bounds the start's statements: on a loaded machine the
+    /// 26.9 server took longer than 8 s to create the state table, and
+    /// every member exited at start).
+    insert_timeout: &'static str,
 }
 
 #[test]
@@ -113,7 +126,8 @@ fn exactly_once_storm_on_two_shards_of_two_replicas() {
             RestartNode,
         ],
         messages: 24_000,
-        produce_for: Duration::from_secs(45),
+        produce_for: Duration::from_secs(55),
+        insert_timeout: "8s",
     };
     let out = storm(&svc, &topology, &plan);
     assert_eq!(
@@ -135,7 +149,8 @@ fn exactly_once_storm_on_26_9() {
         delivery: "exactly-once",
         steps: &[KillDynamic, KillStatic, Terminate, KillDynamic],
         messages: 24_000,
-        produce_for: Duration::from_secs(40),
+        produce_for: Duration::from_secs(50),
+        insert_timeout: "20s",
     };
     let out = storm(&svc, &topology, &plan);
     assert_eq!(
@@ -161,7 +176,8 @@ fn at_least_once_storm_duplicates() {
         delivery: "at-least-once",
         steps: &[KillDynamic, KillStatic, KillDynamic],
         messages: 16_000,
-        produce_for: Duration::from_secs(35),
+        produce_for: Duration::from_secs(45),
+        insert_timeout: "20s",
     };
     let out = storm(&svc, &topology, &plan);
     assert_eq!(out.missing(), 0, "at-least-once lost rows");
@@ -187,192 +203,6 @@ impl Outcome {
 
     fn missing(&self) -> u64 {
         self.produced.saturating_sub(self.distinct)
-    }
-}
-
-/// One shard: its replicas, in `--shard` order.
-struct Shard {
-    urls: Vec<String>,
-    replicas: Vec<Ch>,
-    /// The replica the storm never takes away: counted while it runs.
-    steady: usize,
-}
-
-/// The shards of the target table `db.t`, and the cluster nodes to pause
-/// and restart (18.16 only).
-struct Topology {
-    shards: Vec<Shard>,
-    db: String,
-    table: String,
-    server: Server,
-    cluster: Option<Cluster>,
-}
-
-impl Topology {
-    /// Shard 1 = nodes a, b; shard 2 = node c, the main server.
-    fn v18(svc: &Services, cluster: Cluster) -> Topology {
-        assert!(
-            cluster.urls.len() >= 3 && cluster.nodes.len() >= 3,
-            "three cluster nodes needed (a, b, c), got {:?} {:?}: run `make services` \
-             with a scripts/services.sh that defines node c, and source build/services.env",
-            cluster.urls,
-            cluster.nodes
-        );
-        let db = unique("e2e_eos_storm");
-        let layout = [
-            vec![
-                (cluster.urls[0].clone(), cluster.nodes[0].clone()),
-                (cluster.urls[1].clone(), cluster.nodes[1].clone()),
-            ],
-            vec![
-                (cluster.urls[2].clone(), cluster.nodes[2].clone()),
-                (svc.clickhouse_url.clone(), "main".to_string()),
-            ],
-        ];
-        let mut shards = Vec::new();
-        for (i, replicas) in layout.into_iter().enumerate() {
-            let mut shard = Shard {
-                urls: Vec::new(),
-                replicas: Vec::new(),
-                steady: i, // a in shard 1, the main server in shard 2
-            };
-            for (url, name) in replicas {
-                let ch = Ch::connect(&url);
-                ch.exec(&format!("CREATE DATABASE IF NOT EXISTS {db}"));
-                // One ZooKeeper path per shard, one replica name per server.
-                ch.exec_idempotent(
-                    &format!(
-                        "CREATE TABLE IF NOT EXISTS {db}.t (n UInt64, s String, _partition UInt32, _offset UInt64) \
-                         ENGINE = ReplicatedMergeTree('/clickhouse/tables/{db}/t/shard{i}', '{name}') \
-                         ORDER BY (_partition, _offset) SETTINGS replicated_deduplication_window = 10000"
-                    ),
-                    Duration::from_secs(120),
-                );
-                shard.urls.push(url);
-                shard.replicas.push(ch);
-            }
-            shards.push(shard);
-        }
-        let table = format!("{db}.t");
-        Topology {
-            shards,
-            db,
-            table,
-            server: Server::V18,
-            cluster: Some(cluster),
-        }
-    }
-
-    /// One shard, the 26.9 server: a MergeTree that deduplicates by token.
-    fn v26(svc: &Services) -> Topology {
-        let ch = Ch::connect(&svc.clickhouse_url);
-        let (db, table) = ch.deduplicating_table(true, "e2e_eos_storm", 10000, None);
-        Topology {
-            shards: vec![Shard {
-                urls: vec![svc.clickhouse_url.clone()],
-                replicas: vec![ch],
-                steady: 0,
-            }],
-            db,
-            table,
-            server: Server::V26,
-            cluster: None,
-        }
-    }
-
-    /// `--shard URL,URL` per shard.
-    fn shard_args(&self) -> Vec<String> {
-        (self.shards.iter())
-            .flat_map(|s| ["--shard".to_string(), s.urls.join(",")])
-            .collect()
-    }
-
-    /// Rows so far over the steady replicas (0 for one that does not answer).
-    fn rows(&self) -> u64 {
-        (self.shards.iter())
-            .map(|s| {
-                s.replicas[s.steady]
-                    .try_u64(&format!("SELECT count() FROM {}", self.table))
-                    .unwrap_or(0)
-            })
-            .sum()
-    }
-
-    /// The cluster node `i` (0 = a, 1 = b, 2 = c): `services.sh node-<cmd>`.
-    fn node(&self, i: usize, cmd: &str) {
-        (self.cluster.as_ref())
-            .expect("a cluster step on a topology without a cluster")
-            .node(i, cmd);
-    }
-
-    /// [`Topology::node`] that only reports a failure: for an [`Undo`],
-    /// which runs while a failed test unwinds.
-    fn node_quietly(&self, i: usize, cmd: &str) {
-        let Some(c) = &self.cluster else { return };
-        let (Some(script), Some(name)) = (&c.services_sh, c.nodes.get(i)) else {
-            return;
-        };
-        let st = std::process::Command::new(script)
-            .args([&format!("node-{cmd}"), name.as_str()])
-            .status();
-        eprintln!("[e2e_exactly_once_storm] {script} node-{cmd} {name}: {st:?}");
-    }
-
-    /// Wait (bounded) until both replicas of each shard hold the same rows;
-    /// (rows, distinct) of each shard.
-    fn settle(&self) -> Vec<(u64, u64)> {
-        let table = &self.table;
-        let fingerprint =
-            format!("SELECT count(), uniqExact(_partition, _offset), sum(_offset) FROM {table}");
-        let mut per_shard = Vec::new();
-        for (i, shard) in self.shards.iter().enumerate() {
-            for r in &shard.replicas {
-                // Ends when the replication queue is empty; errors ignored:
-                // the comparison below decides.
-                let _ = r.try_text(&format!("SYSTEM SYNC REPLICA {table}"), "TabSeparated");
-            }
-            let seen = wait_for(
-                &format!("the replicas of shard {} to agree", i + 1),
-                Duration::from_secs(60),
-                Duration::from_millis(500),
-                || {
-                    let all: Vec<Vec<u64>> = (shard.replicas.iter())
-                        .map(|r| r.u64_rows(&fingerprint).concat())
-                        .collect();
-                    if all.windows(2).all(|w| w[0] == w[1]) {
-                        Ok(all[0].clone())
-                    } else {
-                        Err(format!(
-                            "(rows, distinct, sum of offsets) per replica {all:?}"
-                        ))
-                    }
-                },
-            );
-            per_shard.push((seen[0], seen[1]));
-        }
-        per_shard
-    }
-
-    /// Distinct (partition, offset) over the shards' first replicas.
-    fn union_distinct(&self) -> u64 {
-        let mut seen = std::collections::HashSet::new();
-        for shard in &self.shards {
-            let rows = shard.replicas[0]
-                .u64_rows(&format!("SELECT _partition, _offset FROM {}", self.table));
-            seen.extend(rows.into_iter().map(|r| (r[0], r[1])));
-        }
-        seen.len() as u64
-    }
-}
-
-impl Drop for Topology {
-    fn drop(&mut self) {
-        for r in self.shards.iter().flat_map(|s| &s.replicas) {
-            let _ = r.try_text(
-                &format!("DROP DATABASE IF EXISTS {}", self.db),
-                "TabSeparated",
-            );
-        }
     }
 }
 
@@ -444,6 +274,22 @@ impl Members {
         self.running.iter().flatten().collect()
     }
 
+    /// [`wait_settled`] that fails at once when a member exits.
+    fn wait_settled(&mut self, what: &str) -> Vec<std::collections::BTreeSet<i32>> {
+        let mut last = None;
+        wait_for(what, SETTLE_WITHIN, Duration::from_secs(1), || {
+            self.assert_alive(what);
+            let now = settled(&self.all(), PARTITIONS);
+            let stable = matches!((&now, &last), (Ok(a), Some(b)) if a == b);
+            last = now.clone().ok();
+            match now {
+                Ok(o) if stable => Ok(o),
+                Ok(o) => Err(format!("members own {o:?}, not yet stable")),
+                Err(e) => Err(e),
+            }
+        })
+    }
+
     /// SIGTERM `slot`; it must exit 0 within [`STOP_WITHIN`].
     fn terminate(&mut self, slot: usize) {
         let m = self.take(slot);
@@ -499,7 +345,7 @@ fn common_args(
             "--flush-interval",
             "2s",
             "--insert-timeout",
-            "8s",
+            plan.insert_timeout,
             "--shutdown-timeout",
             "30s",
         ]
@@ -540,12 +386,7 @@ fn storm(svc: &Services, topology: &Topology, plan: &Plan) -> Outcome {
     );
     let started = Instant::now();
     let mut members = Members::start(&what, args.clone());
-    let owned = wait_settled(
-        &members.all(),
-        PARTITIONS,
-        SETTLE_WITHIN,
-        "three members to settle",
-    );
+    let owned = members.wait_settled("three members to settle");
     eprintln!(
         "[e2e_exactly_once_storm] {what}: settled after {:.1?}: {owned:?}",
         started.elapsed()
@@ -634,7 +475,7 @@ fn assigned_generations(stderr: &str) -> Vec<u64> {
 /// to tell it from its predecessor (docs/delivery.md, step 2).
 fn kill_static(topology: &Topology, members: &mut Members) {
     let what = "the group to settle before the static member's kill";
-    wait_settled(&members.all(), PARTITIONS, SETTLE_WITHIN, what);
+    members.wait_settled(what);
     // The settled group's generation: the newest any member was assigned
     // in (with cooperative-sticky a member that keeps a partition across
     // a rebalance logs no new assignment for it).
