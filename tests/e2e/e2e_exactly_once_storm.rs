@@ -77,6 +77,12 @@ enum Step {
     /// `kill -9` of the static member just after a block landed, started
     /// again at once: it rejoins within its session timeout.
     KillStatic,
+    /// `kill -9` of a dynamic member, replaced by a process armed with the
+    /// test-only fault `after-ack`: it aborts right after ClickHouse took
+    /// its third block, which is then landed and neither acknowledged nor
+    /// committed (the instant the kills above aim at, for sure: the
+    /// control's kills alone once left no duplicate); then a plain process.
+    CrashAfterAck,
     /// SIGTERM of a dynamic member (drain, commit, exit 0), started again.
     Terminate,
     /// SIGSTOP of the first shard's second replica for [`PAUSE_FOR`].
@@ -88,9 +94,12 @@ enum Step {
 use Step::*;
 
 /// What one run of the storm does. The producer must outlast the steps
-/// (asserted): they end 36 to 40 s in when the static member's kill waits
-/// for a killed dynamic member to be expired and the group to settle
-/// again (up to 18 s), so each plan produces for 10 s more than that.
+/// (asserted): without the crash they ended 36 to 40 s in when the static
+/// member's kill waited for a killed dynamic member to be expired and the
+/// group to settle again (up to 18 s); the crash adds the expiry and three
+/// blocks (8 to 21 s), and on 18.16 a SIGTERM's drain took up to 16 s
+/// while quorum writes queued: the 18.16 steps ended 83 s in once, so its
+/// producer runs 100 s, the others 10 s past their slowest run.
 struct Plan {
     delivery: &'static str,
     steps: &'static [Step],
@@ -122,11 +131,12 @@ fn exactly_once_storm_on_two_shards_of_two_replicas() {
             KillDynamic,
             PauseReplica,
             KillStatic,
+            CrashAfterAck,
             Terminate,
             RestartNode,
         ],
         messages: 24_000,
-        produce_for: Duration::from_secs(55),
+        produce_for: Duration::from_secs(100),
         insert_timeout: "8s",
     };
     let out = storm(&svc, &topology, &plan);
@@ -147,9 +157,9 @@ fn exactly_once_storm_on_26_9() {
     let topology = Topology::v26(&svc);
     let plan = Plan {
         delivery: "exactly-once",
-        steps: &[KillDynamic, KillStatic, Terminate, KillDynamic],
+        steps: &[KillDynamic, KillStatic, CrashAfterAck, Terminate],
         messages: 24_000,
-        produce_for: Duration::from_secs(50),
+        produce_for: Duration::from_secs(65),
         insert_timeout: "20s",
     };
     let out = storm(&svc, &topology, &plan);
@@ -174,9 +184,9 @@ fn at_least_once_storm_duplicates() {
     let topology = Topology::v18(&svc, cluster);
     let plan = Plan {
         delivery: "at-least-once",
-        steps: &[KillDynamic, KillStatic, KillDynamic],
+        steps: &[KillDynamic, KillStatic, CrashAfterAck],
         messages: 16_000,
-        produce_for: Duration::from_secs(45),
+        produce_for: Duration::from_secs(60),
         insert_timeout: "20s",
     };
     let out = storm(&svc, &topology, &plan);
@@ -238,6 +248,11 @@ impl Members {
     /// chance (which the token or block hash would drop); exactly once,
     /// the new owner must cut the recorded blocks whatever its limits say.
     fn spawn(&mut self, slot: usize) {
+        self.spawn_with_env(slot, &[]);
+    }
+
+    /// [`Members::spawn`] with extra environment variables.
+    fn spawn_with_env(&mut self, slot: usize, env: &[(&str, &str)]) {
         let mut args = self.args[slot].clone();
         args.extend([
             "--batch-rows".to_string(),
@@ -245,7 +260,7 @@ impl Members {
         ]);
         let label = format!("storm-{}-m{slot}-run{}", self.what, self.runs);
         self.runs += 1;
-        self.running[slot] = Some(spawn(&label, &args));
+        self.running[slot] = Some(spawn_with_env(&label, &args, env));
     }
 
     fn take(&mut self, slot: usize) -> Running {
@@ -434,6 +449,7 @@ fn run_step(step: Step, topology: &Topology, members: &mut Members) {
             kill_and_restart(topology, members, slot);
         }
         KillStatic => kill_static(topology, members),
+        CrashAfterAck => crash_after_ack(members),
         Terminate => {
             let slot = members.next_dynamic();
             members.terminate(slot);
@@ -499,6 +515,24 @@ fn kill_static(topology: &Topology, members: &mut Members) {
         "the static member, restarted within its session timeout, rejoined in another \
          generation than the settled group's"
     );
+}
+
+/// [`Step::CrashAfterAck`].
+fn crash_after_ack(members: &mut Members) {
+    let slot = members.next_dynamic();
+    members.take(slot).kill9();
+    let armed = [("SPATE_FAULT", "after-ack"), ("SPATE_FAULT_AT", "3")];
+    members.spawn_with_env(slot, &armed);
+    // Bounded: the dead member is expired after 6 s, then three blocks.
+    let crashed = members.take(slot).wait(Duration::from_secs(60));
+    assert!(
+        crashed.code() != Some(0) && crashed.stderr.contains("test fault"),
+        "{} did not die at the fault point: {}",
+        crashed.label,
+        crashed.tail(20)
+    );
+    members.spawn(slot);
+    members.assert_alive("the crash after an acknowledged insert");
 }
 
 /// SIGSTOP node b (shard 1's second replica) for [`PAUSE_FOR`], SIGCONT
