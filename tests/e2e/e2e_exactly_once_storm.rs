@@ -8,8 +8,10 @@
 //! `kill -9` of a dynamic member, SIGSTOP of a replica of the first shard
 //! (where the state table lives: its quorum writes wait, which must show as
 //! a stall, not a loss), `kill -9` of the static member restarted within
-//! its session timeout, SIGTERM of a member (exit 0) and its restart, and a
-//! ClickHouse node killed with SIGKILL and started again on its data. Each
+//! its session timeout, a member that aborts right after ClickHouse took a
+//! block (test-only fault `after-ack`), SIGTERM of a member (exit 0) and
+//! its restart, and a ClickHouse node killed with SIGKILL and started
+//! again on its data. Each
 //! killed or stopped member is started again at once, with other batch
 //! limits. Then every member is stopped with SIGTERM (the static one last,
 //! once it owns every partition) and the static member's instance id comes
@@ -37,13 +39,13 @@
 //!   `ReplicatedMergeTree` read-only, so replicas do not apply, and there
 //!   is one 26.9 server, so one shard: a plain `MergeTree` with
 //!   `non_replicated_deduplication_window`. The member storm only
-//!   (`kill -9` dynamic and static, SIGTERM): pausing or restarting the
+//!   (`kill -9` dynamic and static, the crash, SIGTERM): pausing or restarting the
 //!   26.9 server would stop every other test that uses it.
 //!
-//! Negative control: a shorter storm of `kill -9`s on the 18.16 cluster at
-//! least once must leave duplicates (185 to 1,043 in 16,000 rows over
-//! three runs, within and across shards), so the exactly-once check can
-//! fail.
+//! Negative control: the members' steps alone (two `kill -9`s and the
+//! crash after an acknowledged insert) on the 18.16 cluster at least once
+//! must leave duplicates (215 in 16,000 rows when written, within and
+//! across shards), so the exactly-once check can fail.
 
 mod topology;
 
