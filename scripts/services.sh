@@ -10,12 +10,14 @@
 #               mutual TLS through stunnel4 (verify = 2) in front of a plain one.
 #   ClickHouse: Debian bookworm's clickhouse-server 18.16 (apt), started by hand
 #               with its data under build/services/clickhouse/.
-#   Cluster:    two more servers of the same binary, nodes `a` (127.0.0.2) and `b`
-#               (127.0.0.3), for sharding/replica tests. Both use the same ports
-#               (8124 HTTP, 9001 native), as hosts of a real cluster do (Linux routes
-#               all of 127/8 to lo), and both load the clusters of
-#               deploy/clickhouse-cluster/remote_servers.xml (hosts rewritten to
-#               those addresses, port to the native port):
+#   Cluster:    three more servers of the same binary, nodes `a` (127.0.0.2), `b`
+#               (127.0.0.3) and `c` (127.0.0.4), for sharding/replica tests. All
+#               use the same ports (8124 HTTP, 9001 native), as hosts of a real
+#               cluster do (Linux routes all of 127/8 to lo), and all load the
+#               clusters of deploy/clickhouse-cluster/remote_servers.xml (hosts
+#               rewritten to those addresses, port to the native port; c is in
+#               none of them: it is the fourth 18.16 server the exactly-once
+#               storm needs for two shards of two replicas, with the main one):
 #                 spate_two_shards  shard 1 = a, shard 2 = b, weights 1/1
 #                 spate_weighted    shard 1 = a weight 1, shard 2 = b weight 3
 #                 spate_replicas    one shard, replicas a and b, internal_replication true
@@ -27,11 +29,11 @@
 #   ZooKeeper:  Debian's zookeeper 3.8 (apt), started by hand (java, no daemon
 #               scripts) with its data under build/services/zookeeper/, for the
 #               18.16 server's ReplicatedMergeTree tables (exactly-once tests);
-#               every 18.16 server (main, nodes a/b) gets <zookeeper> in config.d.
+#               every 18.16 server (main, nodes a/b/c) gets <zookeeper> in config.d.
 #
 # Usage: scripts/services.sh <command> [NODE]
 #   up         install what is missing, start the Kafka brokers, ClickHouse and
-#              cluster nodes a and b (or reuse running ones), wait until they
+#              cluster nodes a, b and c (or reuse running ones), wait until they
 #              answer, write build/services.env
 #   down       stop what `up` started (by PID file), SIGKILL after a deadline
 #   status     show each; exit 0 only if all run and answer
@@ -43,7 +45,7 @@
 #   ch-start   start it again, same data dir and ports    } ClickHouse away
 #   ch-pause   SIGSTOP ClickHouse (connections hang)       } mid-run
 #   ch-resume  SIGCONT ClickHouse                          }
-#   node-stop NODE    the same for cluster node NODE (a or b): stop (data kept),
+#   node-stop NODE    the same for cluster node NODE (a, b or c): stop (data kept),
 #   node-start NODE   start again (same data dir and ports),
 #   node-kill NODE    SIGKILL (a crash; node-start restarts it on the same data),
 #   node-pause NODE   SIGSTOP,
@@ -58,9 +60,9 @@
 #   build/services/stunnel-mtls.{conf,pid,log}   the mutual-TLS terminator
 #   build/services/clickhouse.pid   PID of clickhouse-server; a test may send it
 #                                   SIGSTOP/SIGCONT itself, or call ch-stop/ch-start
-#   build/services/clickhouse-{a,b}.pid   PIDs of the cluster nodes
+#   build/services/clickhouse-{a,b,c}.pid   PIDs of the cluster nodes
 #   build/services/clickhouse/log/{server,err,stdout}.log
-#   build/services/clickhouse-{a,b}/     data and log/ of a node, and etc/: its config
+#   build/services/clickhouse-{a,b,c}/   data and log/ of a node, and etc/: its config
 #                                   (the stock config.xml + users.xml, and
 #                                   config.d/spate-cluster.xml), rewritten at each start
 #   build/services.env              export SPATE_TEST_BROKERS=..., see write_env
@@ -71,7 +73,7 @@
 #   SPATE_KAFKA_MTLS_PORT=9097 (stunnel)  SPATE_KAFKA_MTLS_BACKEND_PORT=9098 (its broker)
 #   SPATE_CH_INTERSERVER_PORT=9009   (distinct per server when several run on one host)
 #   SPATE_CH_CLUSTER_HTTP_PORT=8124  SPATE_CH_CLUSTER_TCP_PORT=9001
-#   SPATE_CH_CLUSTER_INTERSERVER_PORT=9010   ports of nodes a and b (each on its address)
+#   SPATE_CH_CLUSTER_INTERSERVER_PORT=9010   ports of nodes a, b, c (each on its address)
 #   SPATE_ZK_PORT=2181               ZooKeeper's client port (127.0.0.1)
 #   SPATE_SERVICES_TIMEOUT=60        seconds to wait for each service to answer
 #   SPATE_CACHE_DIR=/var/cache/spate where the nisshi build is cached (per machine)
@@ -101,9 +103,11 @@ CH_PID="$SVC/clickhouse.pid"
 CH_DIR="$SVC/clickhouse"
 CH_CONFIG="/etc/clickhouse-server/config.xml"
 
-# Cluster nodes: name -> address; all use the same ports.
-CH_NODES=(a b)
-declare -A CH_NODE_HOST=([a]=127.0.0.2 [b]=127.0.0.3)
+# Cluster nodes: name -> address; all use the same ports. The order is that of
+# SPATE_TEST_CLUSTER_URLS: tests that need two nodes take the first two (a, b);
+# c comes last so that they are unaffected by it.
+CH_NODES=(a b c)
+declare -A CH_NODE_HOST=([a]=127.0.0.2 [b]=127.0.0.3 [c]=127.0.0.4)
 CH_CLUSTER_HTTP_PORT="${SPATE_CH_CLUSTER_HTTP_PORT:-8124}"
 CH_CLUSTER_TCP_PORT="${SPATE_CH_CLUSTER_TCP_PORT:-9001}"
 CH_CLUSTER_INTERSERVER_PORT="${SPATE_CH_CLUSTER_INTERSERVER_PORT:-9010}"
@@ -233,7 +237,7 @@ zk_ch_config() {
 }
 
 # zk_xml: the <zookeeper> section every 18.16 server gets (the main server and
-# cluster nodes a/b, whose shards are ReplicatedMergeTree in the exactly-once
+# cluster nodes a/b/c, whose shards are ReplicatedMergeTree in the exactly-once
 # sharding test), so each shard deduplicates replayed blocks.
 zk_xml() {
     cat <<EOF
@@ -253,7 +257,7 @@ zk_env() {
 
 # --------------------------------------------------------------- start ----
 # ch_select SERVER: point the S_* variables at one ClickHouse server: `main` (the
-# one SPATE_TEST_CLICKHOUSE_URL names) or a cluster node (a, b).
+# one SPATE_TEST_CLICKHOUSE_URL names) or a cluster node (a, b, c).
 ch_select() {
     case $1 in
         main)

@@ -31,6 +31,7 @@ mod e2e_exactly_once_faults;
 mod e2e_exactly_once_freeze;
 mod e2e_exactly_once_replicas;
 mod e2e_exactly_once_sharded;
+mod e2e_exactly_once_storm;
 mod e2e_exactly_once_window;
 mod e2e_exactly_once_zombie;
 mod e2e_fetch_error;

@@ -305,9 +305,11 @@ pub fn services_sh(script: &str, cmd: &str) {
     services_sh_args(script, &[cmd]);
 }
 
-/// The two extra ClickHouse servers of the sharding/replica tests
+/// The extra ClickHouse servers of the sharding/replica tests
 /// (`scripts/services.sh` nodes `a` and `b`, which both know the clusters
-/// `spate_two_shards`, `spate_weighted` and `spate_replicas`).
+/// `spate_two_shards`, `spate_weighted` and `spate_replicas`, then `c`, in
+/// none of them, which the exactly-once storm needs for a fourth 18.16
+/// server).
 #[derive(Clone, Debug)]
 pub struct Cluster {
     /// `http://host:port` of each node's HTTP interface, node `a` first
@@ -334,7 +336,7 @@ fn var_list(name: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Tests that use the cluster nodes a and b run one at a time, whichever
+/// Tests that use the cluster nodes (a, b, c) run one at a time, whichever
 /// file they are in: some take a node away (stop, kill, freeze).
 pub fn cluster_lock() -> std::sync::MutexGuard<'static, ()> {
     static NODES: std::sync::Mutex<()> = std::sync::Mutex::new(());

@@ -6,6 +6,7 @@
 
 use super::env::wait_for;
 use super::process::Running;
+use std::borrow::Borrow;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -86,10 +87,13 @@ pub fn owned_partitions(stderr: &str) -> BTreeSet<i32> {
 
 /// Each member's owned partitions, or why the group is not settled: every
 /// member owns partitions, none twice, all `partitions` between them.
-pub fn settled(members: &[Running], partitions: i32) -> Result<Vec<BTreeSet<i32>>, String> {
+pub fn settled<R: Borrow<Running>>(
+    members: &[R],
+    partitions: i32,
+) -> Result<Vec<BTreeSet<i32>>, String> {
     let owned: Vec<BTreeSet<i32>> = members
         .iter()
-        .map(|m| owned_partitions(&m.stderr_so_far()))
+        .map(|m| owned_partitions(&m.borrow().stderr_so_far()))
         .collect();
     let all: BTreeSet<i32> = owned.iter().flatten().copied().collect();
     let total: usize = owned.iter().map(BTreeSet::len).sum();
@@ -105,8 +109,8 @@ pub fn settled(members: &[Running], partitions: i32) -> Result<Vec<BTreeSet<i32>
 
 /// Wait (at most `within`) until the group is settled: the same full
 /// assignment (see [`settled`]) seen twice, a second apart.
-pub fn wait_settled(
-    members: &[Running],
+pub fn wait_settled<R: Borrow<Running>>(
+    members: &[R],
     partitions: i32,
     within: Duration,
     what: &str,
