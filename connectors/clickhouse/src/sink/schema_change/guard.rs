@@ -20,11 +20,15 @@
 //!   well, or, if none can be made, the chunk fails unacknowledged and its
 //!   messages are read again (under exactly-once a copy would be a
 //!   duplicate, so only the log says it). A check the replica does not
-//!   answer there is asked again ([`AFTER_CHECKS`] times, a second apart);
-//!   still unanswered, it is not taken for clean: under at-least-once the
-//!   chunk fails unacknowledged (its messages are read again), under
-//!   exactly-once an error names its offsets (a replay would be dropped
-//!   as a duplicate, so failing would repair nothing).
+//!   answer there is never taken for clean: it is asked again every
+//!   second, reported in the stall table (so `/readyz` names it after
+//!   `--stall-timeout`), until it answers or the drain deadline abandons
+//!   the chunk (unacknowledged: it replays). A slow replica so delays the
+//!   chunk's acknowledgement, never fails the pipeline. If the schema
+//!   version the insert was encoded for is gone meanwhile (the table
+//!   changed), under at-least-once the chunk fails unacknowledged (its
+//!   messages are read again); under exactly-once an error names its
+//!   offsets (a replay would be dropped as a duplicate).
 //!
 //! The guard is a value an insert worker makes per insert
 //! ([`TypeGuard::of`]) and asks before and after each attempt; the
@@ -52,11 +56,6 @@ const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a worker waits before it checks again while spate cannot
 /// apply the change it saw, or after a check went unanswered.
 const WAIT_FOR_AGREEMENT: Duration = Duration::from_secs(1);
-
-/// How many times a worker asks for the columns after a confirmed insert
-/// before the check counts as unanswered: at most this many times
-/// [`CHECK_TIMEOUT`] plus a [`WAIT_FOR_AGREEMENT`] between two.
-const AFTER_CHECKS: u32 = 3;
 
 /// Whether inserts in `format` need the check on a server with `features`.
 fn guarded(format: &str, features: ServerFeatures) -> bool {
@@ -173,37 +172,42 @@ impl<'a> TypeGuard<'a> {
     }
 
     /// [`changed_on`](Self::changed_on) after a confirmed insert, asked
-    /// up to [`AFTER_CHECKS`] times while unanswered (reported failing in
-    /// the stall table meanwhile). `Err(Ok(why))`: still unanswered;
-    /// `Err(Err(stop))`: abandoned at the drain deadline.
+    /// again every [`WAIT_FOR_AGREEMENT`] while unanswered (reported failing
+    /// in the stall table meanwhile). `Err(Ok(why))`: the version the
+    /// insert was encoded for is gone; `Err(Err(stop))`: abandoned at the
+    /// drain deadline.
     async fn changed_after<C: InsertTarget>(
         &self,
         replica: &Replica<C>,
         prepared: &Prepared,
         pace: &mut Pace,
     ) -> Result<Vec<String>, Result<String, Attempt>> {
-        let mut why = String::new();
-        for round in 1..=AFTER_CHECKS {
+        let mut reported = false;
+        loop {
             match self.changed_on(replica, prepared).await {
-                Ok(change) => return Ok(change),
+                Ok(change) => {
+                    if reported {
+                        pace.cleared();
+                    }
+                    return Ok(change);
+                }
                 Err(e) if self.live.get(prepared.for_version).is_none() => return Err(Ok(e)),
-                Err(e) => why = e,
-            }
-            if round < AFTER_CHECKS {
-                pace.failing(&format!(
-                    "the type check after an insert on {}: {why}",
-                    replica.url
-                ));
-                if pace.pause(WAIT_FOR_AGREEMENT).await.is_err() {
-                    return Err(Err(Attempt::Abandoned));
+                Err(why) => {
+                    pace.failing(&format!(
+                        "the type check after an insert on {}: {why}",
+                        replica.url
+                    ));
+                    reported = true;
                 }
             }
+            if pace.pause(WAIT_FOR_AGREEMENT).await.is_err() {
+                return Err(Err(Attempt::Abandoned));
+            }
         }
-        Err(Ok(why))
     }
 
-    /// A confirmed insert whose type check went unanswered (`why`): never
-    /// taken for clean. At-least-once fails the chunk unacknowledged (its
+    /// A confirmed insert whose type check cannot be made (`why`: its
+    /// schema version is gone, the table changed): never taken for clean. At-least-once fails the chunk unacknowledged (its
     /// messages are read again, as when no copy can be made); exactly-once
     /// names its offsets in an error and goes on.
     fn unchecked(&self, chunk: &Chunk, url: &str, why: &str, pace: &Pace) -> After {
@@ -213,7 +217,7 @@ impl<'a> TypeGuard<'a> {
                 ranges = %ranges,
                 replica = url,
                 why,
-                "the type check after an insert went unanswered: if the table's column types changed meanwhile, \
+                "the type check after an insert cannot be made: if the table's column types changed meanwhile, \
                  ClickHouse may have stored it misread; exactly-once inserts no copy (it would be a duplicate)"
             );
             return After::Clean;
@@ -221,9 +225,9 @@ impl<'a> TypeGuard<'a> {
         After::Stop(Attempt::Failed(FatalError::new(
             pace.context(),
             format!(
-                "the type check after the insert of {ranges} on {url} went unanswered \
-                 ({AFTER_CHECKS} tries: {why}); if the table's column types changed meanwhile, \
-                 ClickHouse may have stored it misread: its messages are read again"
+                "the type check after the insert of {ranges} on {url} cannot be made ({why}); \
+                 if the table's column types changed meanwhile, ClickHouse may have stored it \
+                 misread: its messages are read again"
             ),
             Fault::External,
         )))

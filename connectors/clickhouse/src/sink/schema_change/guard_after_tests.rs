@@ -126,39 +126,39 @@ async fn after(s: &mut Setup, exactly_once: bool) -> After {
     (guard.after(&s.chunk, &s.replica, &s.prepared, &mut s.pace)).await
 }
 
-/// A check that never answers is asked `AFTER_CHECKS` times, then fails
-/// the chunk unacknowledged under at-least-once, naming its offsets.
+/// A check that does not answer is never taken for clean: it is asked
+/// again every second until it answers (here after 5 silent reads, and
+/// the columns are unchanged: clean), under either mode; a slow replica
+/// delays the acknowledgement, it does not fail the pipeline.
 #[tokio::test(start_paused = true)]
-async fn an_unanswered_check_is_not_clean() {
-    let mut s = setup(u32::MAX);
-    let started = tokio::time::Instant::now();
-    let got = after(&mut s, false).await;
-    let After::Stop(Attempt::Failed(e)) = got else {
-        panic!("an unanswered check passed");
-    };
-    let text = e.to_string();
-    assert!(
-        text.contains("topic t partition 3 offsets 10..=13") && text.contains("unanswered"),
-        "{text}"
-    );
-    assert_eq!(s.replica.client.reads.load(Ordering::Acquire), AFTER_CHECKS);
-    let bound = (CHECK_TIMEOUT + WAIT_FOR_AGREEMENT) * AFTER_CHECKS;
-    assert!(
-        started.elapsed() <= bound,
-        "bounded: {:?}",
-        started.elapsed()
-    );
+async fn an_unanswered_check_is_asked_again_until_it_answers() {
+    for exactly_once in [false, true] {
+        let mut s = setup(5);
+        let started = tokio::time::Instant::now();
+        assert!(matches!(after(&mut s, exactly_once).await, After::Clean));
+        assert_eq!(s.replica.client.reads.load(Ordering::Acquire), 6);
+        assert!(
+            started.elapsed() >= WAIT_FOR_AGREEMENT * 5,
+            "asked again at once: {:?}",
+            started.elapsed()
+        );
+    }
 }
 
-/// A check that answers on its second try with the columns unchanged is
-/// clean; under exactly-once an unanswered one is logged, not failed (a
-/// replay would be dropped as a duplicate), after the same tries.
+/// A check that never answers holds the chunk until the drain deadline,
+/// which abandons it (unacknowledged: it replays); it never passes.
 #[tokio::test(start_paused = true)]
-async fn a_check_answered_on_a_retry_is_clean() {
-    let mut s = setup(1);
-    assert!(matches!(after(&mut s, false).await, After::Clean));
-    assert_eq!(s.replica.client.reads.load(Ordering::Acquire), 2);
+async fn a_check_that_never_answers_ends_only_at_the_drain_deadline() {
     let mut s = setup(u32::MAX);
-    assert!(matches!(after(&mut s, true).await, After::Clean));
-    assert_eq!(s.replica.client.reads.load(Ordering::Acquire), AFTER_CHECKS);
+    let abandon = s._abandon.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+        let _ = abandon.send(true);
+    });
+    let got = after(&mut s, false).await;
+    assert!(
+        matches!(got, After::Stop(Attempt::Abandoned)),
+        "an unanswered check passed or failed the pipeline"
+    );
+    assert!(s.replica.client.reads.load(Ordering::Acquire) >= 10);
 }
