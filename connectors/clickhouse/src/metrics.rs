@@ -184,6 +184,7 @@ mod tests {
         ch.replica_failovers.with_label_values(&["db.t", "0"]).inc();
         ch.schema_changes.with_label_values(&["db.t"]).inc();
         ch.schema_races.with_label_values(&["db.t"]).inc();
+        ch.stalls.with_label_values(&["db.t"]).set(1);
         let text = m.encode_text();
         for name in METRIC_NAMES {
             assert!(text.contains(&format!("# TYPE {name} ")), "{name} missing");
