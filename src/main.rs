@@ -19,6 +19,7 @@ mod gen;
 mod kafka_help;
 mod print_config;
 mod probe;
+mod rotate;
 mod run;
 mod secret;
 mod settings;

@@ -11,7 +11,8 @@ use crate::exit::Exit;
 use crate::tls_files::{Registry, TlsFlags};
 use spate_clickhouse::{
     ChClientOptions, CsvOptions, FormatSpec, ProtobufSource, RegistryConfig, RetryPolicy,
-    SchemaRegistry, Secret, SinkSpec, TableRef, Topology, TopologySource,
+    SchemaRegistry, Secret, SharedSecret, SinkSpec, TableRef, TlsSettings, Topology,
+    TopologySource,
 };
 use spate_kafka::KafkaSourceConfig;
 use std::collections::HashMap;
@@ -24,8 +25,13 @@ pub(crate) struct Validated {
     pub table: TableRef,
     pub kafka: KafkaSourceConfig,
     pub topology: TopologySource,
-    /// The ClickHouse password, from --password or --password-file.
-    pub password: Option<Secret>,
+    /// The ClickHouse password, from --password or --password-file, shared
+    /// by every client of the pipeline's sink and replaced when the file
+    /// changes (`crate::rotate`).
+    pub password: Option<SharedSecret>,
+    /// The ClickHouse TLS files, read when the sink's first transport is
+    /// built and again when one of them changes.
+    pub tls: TlsSettings,
     pub format: FormatSpec,
 }
 
@@ -163,7 +169,8 @@ pub(crate) fn validate(args: &RunArgs) -> Result<Validated, Exit> {
         table,
         kafka,
         topology: topology_source(args)?,
-        password,
+        password: password.map(SharedSecret::new),
+        tls: TlsSettings::new(args.clickhouse_files.files.tls()),
         format: format_spec(args)?,
     })
 }
@@ -224,7 +231,7 @@ pub(crate) fn sink_spec(a: &RunArgs, v: &Validated) -> SinkSpec {
         renames: a.rename.clone(),
         user: a.user.clone(),
         password: v.password.clone(),
-        tls: a.clickhouse_files.files.tls(),
+        tls: v.tls.clone(),
         table: v.table.clone(),
         strict: a.strict,
         client: ChClientOptions {

@@ -21,8 +21,10 @@ use spate_core::pipeline::{
 };
 use spate_core::sink::ack_channel;
 use spate_kafka::{KafkaSource, KafkaSourceConfig};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::sync::Notify;
 
 /// Run one or more pipelines (from `--config`, or the one the flags
 /// describe) in one process: one consumer group for all their topics,
@@ -41,14 +43,19 @@ pub fn run(pipelines: Vec<(String, RunArgs)>) -> Result<(), Exit> {
         return Ok(());
     }
     let mut replays = Vec::<Instant>::new();
+    // One registry for the process: its counters go on across a start
+    // again (every connector registers its series once, see
+    // `Metrics::extension`).
+    let metrics = Arc::new(Metrics::new());
     loop {
         // A table change spate could not convert encoded batches for: the
         // run failed without committing them; start again, so their
         // messages are read and encoded for the new columns
         // (docs/rows.md). Bounded, in case the change keeps failing batches.
-        let exit = match run_once(&pipelines, &validated, &process) {
+        let exit = match run_once(&pipelines, &validated, &process, &metrics) {
             Ok(()) => return Ok(()),
             Err(Ended::Exit(exit)) => return Err(exit),
+            Err(Ended::NewClients) => continue,
             Err(Ended::StartAgain(exit)) => exit,
         };
         replays.retain(|at| at.elapsed() < REPLAY_WINDOW);
@@ -74,6 +81,9 @@ enum Ended {
     /// The failure's report asks for a start again
     /// ([`Recovery::StartAgain`]); the exit, should starts run out.
     StartAgain(Exit),
+    /// Stopped cleanly because a secret file that only a new client reads
+    /// changed (`crate::rotate`): start again with new clients.
+    NewClients,
 }
 
 impl From<Exit> for Ended {
@@ -92,6 +102,7 @@ fn run_once(
     pipelines: &[(String, RunArgs)],
     validated: &[Validated],
     process: &Process,
+    metrics: &Arc<Metrics>,
 ) -> Result<(), Ended> {
     let kafka = source_config(validated, pipelines);
     let io = tokio::runtime::Builder::new_multi_thread()
@@ -100,17 +111,20 @@ fn run_once(
         .enable_all()
         .build()
         .map_err(|e| Exit::failed(format!("starting the I/O runtime: {e}")))?;
-    let metrics = Arc::new(Metrics::new());
     let acks = ack_channel();
-    let prepared = sinks::prepare_all(&io, pipelines, validated, &metrics)?;
+    let prepared = sinks::prepare_all(&io, pipelines, validated, metrics)?;
     let sinks = sinks::spawn_all(
-        prepared, pipelines, validated, process, &io, &acks.0, &metrics,
+        prepared, pipelines, validated, process, &io, &acks.0, metrics,
     )?;
     let sink_options = SinkOptions {
         limits: sinks.routes[0].limits,
     };
     let chains = chains::factory(sinks.routes);
     let source = KafkaSource::new(&kafka).map_err(|e| Exit::usage(e.to_string()))?;
+    let mut kafka_clients = sinks.credentials;
+    kafka_clients.push(source.credentials());
+    let restart = Arc::new(Notify::new());
+    let watches = crate::rotate::watches(pipelines, validated, &kafka, kafka_clients, &restart);
     let pipeline = Pipeline::new(source, chains, sinks.runtime, acks, sink_options)
         .map_err(|e| Exit::failed(e.to_string()))?;
     let mut options = RuntimeOptions::new(io.handle().clone());
@@ -119,13 +133,34 @@ fn run_once(
     let runtime =
         PipelineRuntime::start(pipeline, options).map_err(|e| Exit::failed(e.to_string()))?;
     let progress = process.until_end && crate::stats::stderr_is_terminal();
-    crate::stats::spawn(io.handle(), metrics, process.stats_interval, progress);
+    crate::rotate::spawn(io.handle(), watches, metrics);
+    crate::stats::spawn(
+        io.handle(),
+        metrics.clone(),
+        process.stats_interval,
+        progress,
+    );
     if let Some(addr) = runtime.admin_addr() {
         tracing::info!(%addr, "admin server listening (/metrics, /healthz, /readyz)");
     }
     let started = Instant::now();
-    let report = runtime.run(signals());
-    let exit = conclude(report, started.elapsed());
+    let new_clients = Arc::new(AtomicBool::new(false));
+    let flag = new_clients.clone();
+    let report = runtime.run(async move {
+        tokio::select! {
+            () = signals() => {}
+            () = restart.notified() => {
+                flag.store(true, Ordering::SeqCst);
+                tracing::info!("stopping the pipelines to start them again with new clients");
+            }
+        }
+    });
+    let exit = if new_clients.load(Ordering::SeqCst) && report.state == ExitState::Completed {
+        tracing::info!("pipelines stopped, drained and committed; starting them again");
+        Err(Ended::NewClients)
+    } else {
+        conclude(report, started.elapsed())
+    };
     // Dropping the runtime would wait for every blocking task, and one can
     // be waiting on a destination that never answers (a dead letter's
     // store after the drain gave up on it): the process must exit within

@@ -12,14 +12,16 @@
 use crate::cli::{Delivery, RunArgs};
 use crate::exit::Exit;
 use crate::settings::{sink_spec, Process, Validated};
-use spate_clickhouse::{ChClient, ChClientOptions, ChDeadLetters, RetryPolicy, Secret, TableRef};
+use spate_clickhouse::{
+    ChClient, ChClientOptions, ChDeadLetters, RetryPolicy, TableRef, Transport,
+};
 use spate_clickhouse::{Encoders, PreparedSink, SinkPool, SinkSpec, IN_FLIGHT_COPIES};
 use spate_core::health::TransientStalls;
 use spate_core::metrics::Metrics;
 use spate_core::pipeline::SinkRuntime;
 use spate_core::policy::{AllOf, DeadLetterSink, Rejections};
 use spate_core::sink::{AckSender, BatchLimits, RowSizing, ShardQueues, AUTO_MAX_ROWS};
-use spate_kafka::KafkaDeadLetters;
+use spate_kafka::{KafkaDeadLetters, SaslCredentials};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -43,6 +45,9 @@ pub(super) struct Route {
 pub(super) struct Sinks {
     pub runtime: SinkRuntime,
     pub routes: Vec<Route>,
+    /// The dead-letter producers' SASL credentials (a rotated
+    /// `--kafka-password-file` reaches them).
+    pub credentials: Vec<SaslCredentials>,
 }
 
 /// Prepare each pipeline's sink (start-up requests, with retry).
@@ -182,6 +187,7 @@ pub(super) fn spawn_all(
     let mut receivers = receivers.into_iter();
     let mut offset = 0;
     let mut pools = Vec::with_capacity(prepared.len());
+    let mut credentials = Vec::new();
     let mut routes = Vec::with_capacity(prepared.len());
     for ((p, (_, a)), v) in prepared.into_iter().zip(pipelines).zip(validated) {
         let n = p.shards();
@@ -192,7 +198,7 @@ pub(super) fn spawn_all(
             a.error_policy(),
             metrics,
             spate_core::clock::system(),
-            dead_letters(a, v, io, &stalls)?,
+            dead_letters(a, v, io, &stalls, &mut credentials)?,
         );
         let pool = p
             .with_rejections(rejections.clone())
@@ -223,7 +229,11 @@ pub(super) fn spawn_all(
     } else {
         SinkPool::combine(pools)
     };
-    Ok(Sinks { runtime, routes })
+    Ok(Sinks {
+        runtime,
+        routes,
+        credentials,
+    })
 }
 
 /// The dead-letter destinations of `--on-error dead-letter`: the topic,
@@ -235,11 +245,13 @@ fn dead_letters(
     v: &Validated,
     io: &tokio::runtime::Runtime,
     stalls: &Arc<TransientStalls>,
+    credentials: &mut Vec<SaslCredentials>,
 ) -> Result<Option<Arc<dyn DeadLetterSink>>, Exit> {
     let mut all: Vec<Arc<dyn DeadLetterSink>> = Vec::new();
     if let Some(topic) = &a.dead_letter_topic {
         let producer = KafkaDeadLetters::new(&a.brokers, topic, &v.kafka.properties)
             .map_err(|e| Exit::usage(format!("--dead-letter-topic {topic}: {e}")))?;
+        credentials.push(producer.credentials());
         all.push(Arc::new(producer.with_stalls(stalls.clone())));
     }
     if let Some(table) = &a.dead_letter_table {
@@ -278,11 +290,19 @@ fn dead_letter_table(
         insert_timeout: a.insert_timeout,
         ..ChClientOptions::default()
     };
+    // The sink's TLS settings and password: a rotation reaches this
+    // client too.
+    let transport = Transport::new(&v.tls).map_err(|e| bad(e.to_string()))?;
     io.block_on(async {
-        let password = v.password.as_ref().map(Secret::expose);
-        let client = ChClient::connect_with(&url, a.user.as_deref(), password, opts)
-            .await
-            .map_err(|e| bad(e.to_string()))?;
+        let client = ChClient::connect_via(
+            &transport,
+            &url,
+            a.user.as_deref(),
+            v.password.as_ref(),
+            opts,
+        )
+        .await
+        .map_err(|e| bad(e.to_string()))?;
         ChDeadLetters::prepare(
             client,
             table_ref,

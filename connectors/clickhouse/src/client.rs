@@ -14,9 +14,10 @@
 
 use crate::classify::{classify, code_remedy, parse_code, ErrorClass, Remedy};
 use crate::schema::{Column, DefaultKind, ServerFeatures, VersionError};
-use crate::transport::{describe_tls, Transport};
+use crate::transport::{describe_tls, Secret, SharedSecret, Transport};
 use crate::types::{parse_type, TypeError};
 use bytes::Bytes;
+use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -128,6 +129,10 @@ impl ClientError {
     }
 }
 
+/// The codes of a refused login: WRONG_PASSWORD (before 20.x),
+/// AUTHENTICATION_FAILED (later).
+const REFUSED_LOGIN: [u32; 2] = [193, 516];
+
 /// A failed insert, classified.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("insert failed ({class:?}{}): {message}", code.map(|c| format!(", code {c}")).unwrap_or_default())]
@@ -145,9 +150,15 @@ impl InsertError {
     /// [`crate::classify`]: give up, retry here, or fail over to the
     /// shard's next replica. A failure without a server code (no answer,
     /// a timeout, a cut connection, a 5xx from a proxy) fails over.
+    ///
+    /// A refused login is retried here (and reported as a stall while it
+    /// lasts): once running, it is most likely a password rotating on the
+    /// server before the new one reached `--password-file` (which spate
+    /// reads again as it changes). At start it stays a configuration error.
     #[must_use]
     pub fn remedy(&self) -> Remedy {
         match (self.class, self.code) {
+            (_, Some(code)) if REFUSED_LOGIN.contains(&code) => Remedy::Retry,
             (ErrorClass::Fatal, _) => Remedy::GiveUp,
             (ErrorClass::Retriable, None) => Remedy::Failover,
             (ErrorClass::Retriable, Some(code)) => match code_remedy(code, &self.message) {
@@ -278,6 +289,9 @@ pub(crate) fn insert_sql(db: &str, table: &str, columns: &[String], format: &str
 #[derive(Clone, Debug)]
 pub struct ChClient {
     inner: clickhouse::Client,
+    /// Sent with every request as it is made (it may rotate); `inner`
+    /// holds none.
+    password: Option<SharedSecret>,
     features: ServerFeatures,
     version: String,
     opts: ChClientOptions,
@@ -306,16 +320,18 @@ impl ChClient {
             what: "TLS settings",
             message: e.to_string(),
         })?;
-        Self::connect_via(&transport, url, user, password, opts).await
+        let password = password.map(|p| SharedSecret::new(Secret::new(p)));
+        Self::connect_via(&transport, url, user, password.as_ref(), opts).await
     }
 
     /// Connect over `transport` (shared pool, TLS settings) with explicit
-    /// timeouts; runs `SELECT version()`.
+    /// timeouts; runs `SELECT version()`. Every request sends the password
+    /// `password` holds when it is made.
     pub async fn connect_via(
         transport: &Transport,
         url: &str,
         user: Option<&str>,
-        password: Option<&str>,
+        password: Option<&SharedSecret>,
         opts: ChClientOptions,
     ) -> Result<ChClient, ClientError> {
         let mut inner = transport
@@ -330,10 +346,12 @@ impl ChClient {
         if let Some(u) = user {
             inner = inner.with_user(u);
         }
-        if let Some(p) = password {
-            inner = inner.with_password(p);
+        let query = match password {
+            Some(p) => inner.clone().with_password(p.current().expose()),
+            None => inner.clone(),
         }
-        let query = inner.query("SELECT version()").fetch_one::<String>();
+        .query("SELECT version()")
+        .fetch_one::<String>();
         let version = tokio::time::timeout(opts.connect_timeout, query)
             .await
             .map_err(|_| timeout_error("SELECT version()", opts.connect_timeout))?
@@ -341,6 +359,7 @@ impl ChClient {
         let features = ServerFeatures::from_version(&version)?;
         Ok(ChClient {
             inner,
+            password: password.cloned(),
             features,
             version,
             opts,
@@ -372,6 +391,14 @@ impl ChClient {
         }
     }
 
+    /// The client for one request: `inner` with the password now in force.
+    fn http(&self) -> Cow<'_, clickhouse::Client> {
+        match &self.password {
+            Some(p) => Cow::Owned(self.inner.clone().with_password(p.current().expose())),
+            None => Cow::Borrowed(&self.inner),
+        }
+    }
+
     /// What the server supports.
     #[must_use]
     pub fn features(&self) -> ServerFeatures {
@@ -394,7 +421,7 @@ impl ChClient {
         };
         let sql = format!("SELECT name, type, default_kind, default_expression FROM system.columns WHERE database = ? AND table = ?{order}");
         let query = self
-            .inner
+            .http()
             .query(&sql)
             .bind(db)
             .bind(table)
@@ -453,7 +480,7 @@ impl ChClient {
         timeout: Duration,
     ) -> Result<(), InsertError> {
         let t = Some(timeout);
-        let mut insert = self.inner.insert_formatted_with(sql).with_timeouts(t, t);
+        let mut insert = self.http().insert_formatted_with(sql).with_timeouts(t, t);
         for (k, v) in settings {
             insert = insert.with_setting(k.clone(), v.clone());
         }
@@ -480,7 +507,7 @@ impl ChClient {
 
     /// `SELECT 1`, for readiness.
     pub async fn ping(&self) -> Result<(), ClientError> {
-        let query = self.inner.query("SELECT 1").fetch_one::<u8>();
+        let query = self.http().query("SELECT 1").fetch_one::<u8>();
         let one = tokio::time::timeout(self.opts.connect_timeout, query)
             .await
             .map_err(|_| timeout_error("SELECT 1", self.opts.connect_timeout))?
@@ -499,7 +526,7 @@ impl ChClient {
 
     /// Run a statement (DDL, settings); for tests and tooling.
     pub async fn execute(&self, sql: &str, settings: &[(&str, &str)]) -> Result<(), ClientError> {
-        let mut q = self.inner.query(sql);
+        let mut q = self.http().query(sql);
         for (k, v) in settings {
             q = q.with_setting(*k, *v);
         }
@@ -524,7 +551,7 @@ impl ChClient {
         timeout: Duration,
     ) -> Result<String, ClientError> {
         let fetch = async {
-            let mut cursor = self.inner.query(sql).fetch_bytes(format)?;
+            let mut cursor = self.http().query(sql).fetch_bytes(format)?;
             cursor.collect().await
         };
         let bytes = tokio::time::timeout(timeout, fetch)
@@ -586,5 +613,9 @@ mod tests {
         assert!(!e(ErrorClass::Fatal, Some(164)).is_replica_failure());
         assert_eq!(e(ErrorClass::Retriable, Some(252)).remedy(), Remedy::Retry);
         assert_eq!(e(ErrorClass::Fatal, Some(252)).remedy(), Remedy::GiveUp);
+        // A refused login while running: a password rotating, retried.
+        assert_eq!(e(ErrorClass::Fatal, Some(516)).remedy(), Remedy::Retry);
+        assert_eq!(e(ErrorClass::Fatal, Some(193)).remedy(), Remedy::Retry);
+        assert_eq!(e(ErrorClass::Fatal, Some(192)).remedy(), Remedy::GiveUp);
     }
 }

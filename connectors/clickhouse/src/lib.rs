@@ -53,5 +53,5 @@ pub use sink::{discover, Discovery, ReplicaAnswer, ReplicaSchema};
 pub use sink::{ChRowEncoder, EncoderFactory, Encoders, PreparedSink};
 pub use sink::{RetryPolicy, SinkError, SinkPool, SinkSpec, TableRef, Takeover, IN_FLIGHT_COPIES};
 pub use sink::{ShardSpec, Topology, TopologySource};
-pub use transport::{Secret, TlsError, TlsFiles, TlsFlags, Transport};
+pub use transport::{Secret, SharedSecret, TlsError, TlsFiles, TlsFlags, TlsSettings, Transport};
 pub use types::{parse_type, ChType, TypeError};

@@ -11,20 +11,26 @@
 //! client certificate is presented when `--clickhouse-cert` and
 //! `--clickhouse-key` are given. There is no way to turn verification off.
 //!
+//! Secrets rotate without a restart: [`TlsSettings::reload`] reads the TLS
+//! files again and the connections made after it use them (open ones keep
+//! the settings they were made with), and a [`SharedSecret`] password is
+//! read by every request as it is sent.
+//!
 //! [`describe_tls`] turns a failed request's error chain into one line
 //! naming the TLS failure (unknown CA, a server asking for a client
 //! certificate, ...), so a start-up failure says what to fix.
 
-use hyper_rustls::HttpsConnectorBuilder;
+use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client as HyperClient;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{AlertDescription, CertificateError, ClientConfig, RootCertStore};
 use std::error::Error as StdError;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 /// TCP keepalive on pooled connections (the clickhouse crate's default).
@@ -88,6 +94,97 @@ pub enum TlsError {
     Rustls(#[from] rustls::Error),
 }
 
+/// The TLS settings of a sink: its files, and the rustls settings built
+/// from them, shared by every [`Transport`] made from a clone. Read when
+/// the first transport is built (a bad file fails the start), and again on
+/// [`TlsSettings::reload`], after which each new connection uses the new
+/// settings; connections already open keep theirs.
+#[derive(Clone, Default)]
+pub struct TlsSettings {
+    files: TlsFiles,
+    live: Arc<RwLock<Option<Arc<ClientConfig>>>>,
+}
+
+impl std::fmt::Debug for TlsSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.files.fmt(f)
+    }
+}
+
+impl TlsSettings {
+    /// Settings for `files`, read on first use.
+    #[must_use]
+    pub fn new(files: TlsFiles) -> Self {
+        Self {
+            files,
+            live: Arc::default(),
+        }
+    }
+
+    /// The files these settings are read from.
+    #[must_use]
+    pub fn files(&self) -> &TlsFiles {
+        &self.files
+    }
+
+    /// The settings in force, read from the files if none are yet.
+    fn current(&self) -> Result<Arc<ClientConfig>, TlsError> {
+        if let Some(c) = self
+            .live
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+        {
+            return Ok(c.clone());
+        }
+        let mut live = self.live.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(c) = live.as_ref() {
+            return Ok(c.clone());
+        }
+        let c = Arc::new(client_config(&self.files, TlsFlags::CLICKHOUSE)?);
+        *live = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Read the files again (a renewed certificate, key or CA). On success
+    /// every connection made from now on uses them; on failure (a file
+    /// half-written, a key that does not match its certificate) the
+    /// settings in force stay, and the error says which file is wrong.
+    pub fn reload(&self) -> Result<(), TlsError> {
+        let c = Arc::new(client_config(&self.files, TlsFlags::CLICKHOUSE)?);
+        *self.live.write().unwrap_or_else(PoisonError::into_inner) = Some(c);
+        Ok(())
+    }
+}
+
+/// hyper-rustls' connector made anew for each connection from the TLS
+/// settings in force, so a reload reaches the next connection.
+#[derive(Clone)]
+struct Connector {
+    http: HttpConnector,
+    tls: TlsSettings,
+}
+
+type Connecting = <HttpsConnector<HttpConnector> as tower_service::Service<http::Uri>>::Future;
+
+impl tower_service::Service<http::Uri> for Connector {
+    type Response = MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>;
+    type Error = Box<dyn StdError + Send + Sync>;
+    type Future = Connecting;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        tower_service::Service::<http::Uri>::poll_ready(&mut self.http, cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        match self.tls.current() {
+            // HTTP/1.1 only: no ALPN, as HttpsConnectorBuilder::enable_http1 leaves it.
+            Ok(config) => HttpsConnector::from((self.http.clone(), config)).call(uri),
+            Err(e) => Box::pin(std::future::ready(Err(e.into()))),
+        }
+    }
+}
+
 /// The HTTP(S) client shared by every `ChClient` of a sink: a
 /// `clickhouse::Client` prototype holding the connection pool. Cheap to
 /// clone; clones share the pool.
@@ -98,21 +195,21 @@ pub struct Transport {
 
 impl Transport {
     /// A transport for `http://` and `https://` URLs with the given TLS
-    /// files. Reads the files (and the system's roots) now, so a bad file
-    /// fails at start.
-    pub fn new(files: &TlsFiles) -> Result<Self, TlsError> {
-        let config = client_config(files, TlsFlags::CLICKHOUSE)?;
+    /// settings. Reads their files (and the system's roots) now, unless
+    /// another transport of the same settings did, so a bad file fails at
+    /// start.
+    pub fn new(tls: &TlsSettings) -> Result<Self, TlsError> {
+        tls.current()?;
         let mut http = HttpConnector::new();
         http.set_keepalive(Some(TCP_KEEPALIVE));
         http.enforce_http(false);
-        let https = HttpsConnectorBuilder::new()
-            .with_tls_config(config)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
+        let connector = Connector {
+            http,
+            tls: tls.clone(),
+        };
         let hyper = HyperClient::builder(TokioExecutor::new())
             .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-            .build(https);
+            .build(connector);
         Ok(Self {
             base: clickhouse::Client::with_http_client(hyper),
         })
@@ -120,7 +217,7 @@ impl Transport {
 
     /// A transport with the system's roots only and no client certificate.
     pub fn system() -> Result<Self, TlsError> {
-        Self::new(&TlsFiles::default())
+        Self::new(&TlsSettings::default())
     }
 
     /// A fresh client configuration over the shared pool.
@@ -211,6 +308,34 @@ impl std::fmt::Display for Secret {
     }
 }
 
+/// A password that may be replaced while clients use it
+/// (`--password-file` rotating): every request reads the one current when
+/// it is sent. Clones share it; prints as `***`.
+#[derive(Clone, Debug, Default)]
+pub struct SharedSecret(Arc<RwLock<Secret>>);
+
+impl SharedSecret {
+    /// Share `secret`.
+    #[must_use]
+    pub fn new(secret: Secret) -> Self {
+        Self(Arc::new(RwLock::new(secret)))
+    }
+
+    /// The password now in force.
+    #[must_use]
+    pub fn current(&self) -> Secret {
+        self.0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Replace the password for every request sent from now on.
+    pub fn replace(&self, secret: Secret) {
+        *self.0.write().unwrap_or_else(PoisonError::into_inner) = secret;
+    }
+}
+
 /// If a TLS failure is somewhere in `err`'s chain, one line saying what
 /// failed and what to do about it (the ClickHouse flags).
 pub(crate) fn describe_tls(err: &(dyn StdError + 'static)) -> Option<String> {
@@ -297,14 +422,16 @@ mod tests {
             ..TlsFiles::default()
         };
         assert!(matches!(
-            Transport::new(&files),
+            Transport::new(&TlsSettings::new(files.clone())),
             Err(TlsError::HalfClientIdentity(TlsFlags::CLICKHOUSE))
         ));
         let files = TlsFiles {
             ca: Some("/nonexistent/ca.pem".into()),
             ..TlsFiles::default()
         };
-        let e = Transport::new(&files).unwrap_err().to_string();
+        let e = Transport::new(&TlsSettings::new(files.clone()))
+            .unwrap_err()
+            .to_string();
         assert!(
             e.starts_with("--clickhouse-ca /nonexistent/ca.pem: "),
             "{e}"
@@ -319,7 +446,9 @@ mod tests {
             ca: Some(path.clone()),
             ..TlsFiles::default()
         };
-        let e = Transport::new(&files).unwrap_err().to_string();
+        let e = Transport::new(&TlsSettings::new(files.clone()))
+            .unwrap_err()
+            .to_string();
         std::fs::remove_file(&path).unwrap();
         assert!(e.contains("no PEM certificate"), "{e}");
     }

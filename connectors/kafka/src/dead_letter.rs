@@ -41,7 +41,7 @@ impl ProducerContext for Deliveries {
 
 /// The dead-letter topic's producer.
 pub struct KafkaDeadLetters {
-    producer: ThreadedProducer<Deliveries>,
+    producer: Arc<ThreadedProducer<Deliveries>>,
     topic: String,
     /// Where a letter waiting out an outage is reported (`/readyz`).
     stalls: Option<Arc<TransientStalls>>,
@@ -75,13 +75,20 @@ impl KafkaDeadLetters {
             .set("linger.ms", "0")
             .set("message.timeout.ms", "30000")
             .set("client.id", "spate-dead-letters");
-        let producer = c.create_with_context(Deliveries)?;
+        let producer = Arc::new(c.create_with_context(Deliveries)?);
         Ok(Self {
             producer,
             topic: topic.to_owned(),
             stalls: None,
             abandoned: Abandoned::default(),
         })
+    }
+
+    /// The producer's SASL credentials, to replace while it runs.
+    #[must_use]
+    pub fn credentials(&self) -> crate::SaslCredentials {
+        let client: Arc<dyn crate::credentials::NativeClient> = self.producer.clone();
+        crate::SaslCredentials::of(&client, "dead-letter producer")
     }
 
     /// Report a letter that keeps failing to `stalls`, so `/readyz` turns

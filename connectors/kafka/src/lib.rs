@@ -25,10 +25,12 @@
 //!   answered by the calling thread (how a revocation reaches the
 //!   controller).
 //! - [`source`]: the controller-side `Source` implementation.
+//! - [`credentials`]: SASL credentials replaced while the clients run.
 
 pub mod config;
 pub mod connect;
 mod context;
+pub mod credentials;
 mod dead_letter;
 mod fence;
 mod fetch_error;
@@ -38,6 +40,7 @@ mod rendezvous;
 mod source;
 
 pub use config::{ConfigError, KafkaSourceConfig, DEFAULTS, REFUSED};
+pub use credentials::SaslCredentials;
 pub use dead_letter::KafkaDeadLetters;
 pub use lane::KafkaLane;
 pub use source::{partition_count, KafkaSource};

@@ -168,6 +168,13 @@ impl KafkaSource {
         })
     }
 
+    /// The consumer's SASL credentials, to replace while it runs.
+    #[must_use]
+    pub fn credentials(&self) -> crate::SaslCredentials {
+        let client: Arc<dyn crate::credentials::NativeClient> = self.consumer.clone();
+        crate::SaslCredentials::of(&client, "consumer")
+    }
+
     /// Run one `BaseConsumer::poll` on a scoped `spate-kafka-poll` thread
     /// while this thread (the controller) serves, with `revoker`, the
     /// revocations the rebalance callback asks for. The callback only

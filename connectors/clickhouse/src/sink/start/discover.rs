@@ -126,8 +126,7 @@ async fn connect(
     url: &str,
 ) -> Result<ChClient, ClientError> {
     let user = spec.user.as_deref();
-    let password = spec.password.as_ref().map(|p| p.expose());
-    ChClient::connect_via(transport, url, user, password, spec.client).await
+    ChClient::connect_via(transport, url, user, spec.password.as_ref(), spec.client).await
 }
 
 async fn describe(

@@ -6,7 +6,7 @@ use super::error::SinkError;
 use super::topology::TopologySource;
 use crate::client::ChClientOptions;
 use crate::sink::insert::retry::RetryPolicy;
-use crate::transport::{Secret, TlsFiles};
+use crate::transport::{SharedSecret, TlsSettings};
 use std::fmt;
 
 /// `[db.]table`.
@@ -49,11 +49,13 @@ pub struct SinkSpec {
     pub topology: TopologySource,
     /// User, if not `default`.
     pub user: Option<String>,
-    /// Password (prints as `***`).
-    pub password: Option<Secret>,
+    /// Password (prints as `***`), read by each request as it is sent:
+    /// replacing it reaches every client of the sink.
+    pub password: Option<SharedSecret>,
     /// CA, client certificate and key for `https://` URLs; the same for
-    /// every shard, replica and the `--cluster` node.
-    pub tls: TlsFiles,
+    /// every shard, replica and the `--cluster` node. Reloading them
+    /// reaches every new connection of the sink.
+    pub tls: TlsSettings,
     /// Target table (the local table on every shard).
     pub table: TableRef,
     /// Reject unknown JSON keys.

@@ -1,0 +1,524 @@
+//! Secrets that rotate: the password and TLS files spate was started with
+//! are read again every [`POLL`], and a file whose contents changed is
+//! applied to the running clients without a restart and without leaving
+//! the consumer group (Kubernetes rewrites a mounted Secret in place;
+//! cert-manager renews certificates before they expire):
+//!
+//! - `--password-file`: every ClickHouse request sends the new password
+//!   from then on (the sink's clients and the dead-letter table's);
+//! - `--clickhouse-{ca,cert,key}`: each new ClickHouse connection uses the
+//!   new CA, certificate and key; open connections keep theirs;
+//! - `--kafka-password-file`: librdkafka's consumer (and the dead-letter
+//!   producer) authenticates with the new password from its next broker
+//!   connection on (`rd_kafka_sasl_set_credentials`);
+//! - librdkafka's own TLS files (`-X ssl.ca.location`,
+//!   `ssl.certificate.location`, `ssl.key.location`) and the schema
+//!   registry's files are read only when their client is made (librdkafka
+//!   has no way to reload them): a change stops the pipelines as SIGTERM
+//!   does (drained, committed) and starts them again in this process, with
+//!   new clients. A static member (`group.instance.id`, as the Kubernetes
+//!   manifests set it) rejoins with its partitions and no rebalance; a
+//!   dynamic one leaves and rejoins (one rebalance).
+//!
+//! Each change is logged (the flag and file, never the contents) and
+//! counted in `spate_secret_reloads_total{file, outcome}`, where outcome is
+//! `reloaded`, `refused` (unreadable, empty, or a key that does not match
+//! its certificate: the secret in force stays, and the next change is
+//! tried again) or `restarted`.
+//!
+//! A tokio task on the I/O runtime; it ends with the runtime.
+
+use crate::cli::RunArgs;
+use crate::settings::Validated;
+use prometheus::{IntCounterVec, Opts, Registry};
+use spate_clickhouse::Secret;
+use spate_core::metrics::Metrics;
+use spate_kafka::{KafkaSourceConfig, SaslCredentials};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// How often the files are read again. Kubernetes takes up to a minute or
+/// two to update a mounted Secret, so this adds little to a rotation.
+pub(crate) const POLL: Duration = Duration::from_secs(2);
+
+/// What a change of a watched file does.
+pub(crate) enum Apply {
+    /// Apply it to the running clients; the error says why it was not.
+    Live(Box<dyn FnMut() -> Result<(), String> + Send>),
+    /// The client reads the file only when it is made: stop the pipelines
+    /// (drained and committed, as at SIGTERM) and start them again in this
+    /// process (`crate::run::assemble`), with new clients.
+    Restart(Arc<Notify>),
+}
+
+/// A set of files applied together (a certificate and its key), each
+/// under the flag that names it.
+pub(crate) struct Watch {
+    /// Each file's flag, for logs and the metric's `file` label.
+    flags: Vec<String>,
+    paths: Vec<PathBuf>,
+    apply: Apply,
+    /// Each file's contents as last seen (`None`: unreadable then).
+    seen: Vec<Option<u64>>,
+    /// A file is missing or unreadable now (logged once per stretch).
+    unreadable: bool,
+}
+
+impl Watch {
+    /// Watch the `(flag, path)` files (as they are now), applied together.
+    pub(crate) fn new(named: Vec<(String, PathBuf)>, apply: Apply) -> Self {
+        let (flags, paths): (Vec<String>, Vec<PathBuf>) = named.into_iter().unzip();
+        let seen = paths.iter().map(fingerprint).collect();
+        Self {
+            flags,
+            paths,
+            apply,
+            seen,
+            unreadable: false,
+        }
+    }
+}
+
+/// A file's contents, hashed (the secret itself is not kept).
+fn fingerprint(path: &PathBuf) -> Option<u64> {
+    let bytes = std::fs::read(path).ok()?;
+    let mut h = DefaultHasher::new();
+    bytes.hash(&mut h);
+    Some(h.finish())
+}
+
+/// `spate_secret_reloads_total{file, outcome}`.
+#[derive(Clone)]
+pub(crate) struct Reloads(IntCounterVec);
+
+impl Reloads {
+    pub(crate) fn of(metrics: &Metrics) -> Self {
+        metrics.extension(|registry: &Registry| {
+            let c = IntCounterVec::new(
+                Opts::new(
+                    "spate_secret_reloads_total",
+                    "Changes of a password or TLS file seen while running, by the flags naming the \
+                     file and outcome: reloaded, refused (the secret in force stays), restarted (the \
+                     pipelines started again in the process, with new clients)",
+                ),
+                &["file", "outcome"],
+            )
+            .expect("a valid metric");
+            // Registered once per registry (extension); a clash is a bug.
+            registry
+                .register(Box::new(c.clone()))
+                .expect("spate_secret_reloads_total registered once");
+            Reloads(c)
+        })
+    }
+
+    fn count(&self, file: &str, outcome: &str) {
+        self.0.with_label_values(&[file, outcome]).inc();
+    }
+}
+
+/// Look at every watch once: apply, log and count what changed (each
+/// changed file under its flag).
+pub(crate) fn check(watches: &mut [Watch], reloads: &Reloads) {
+    for w in watches.iter_mut() {
+        let now: Vec<Option<u64>> = w.paths.iter().map(fingerprint).collect();
+        if now.iter().any(Option::is_none) {
+            // Mid-swap, or removed: keep what is in force, look again later.
+            if !w.unreadable {
+                let (flags, files) = (w.flags.join(","), names(&w.paths));
+                tracing::warn!(%flags, %files, "a secret file cannot be read; the secret in force stays until it can");
+                w.unreadable = true;
+            }
+            continue;
+        }
+        w.unreadable = false;
+        let changed: Vec<usize> = (0..now.len()).filter(|&i| now[i] != w.seen[i]).collect();
+        if changed.is_empty() {
+            continue;
+        }
+        w.seen = now;
+        let flags: Vec<&str> = changed.iter().map(|&i| w.flags[i].as_str()).collect();
+        let paths: Vec<PathBuf> = changed.iter().map(|&i| w.paths[i].clone()).collect();
+        let (label, files) = (flags.join(","), names(&paths));
+        let outcome = match &mut w.apply {
+            Apply::Restart(restart) => {
+                tracing::warn!(flags = %label, %files, "a secret file changed; its client reads it only when made: the pipelines stop (drained and committed) and start again in this process with new clients");
+                restart.notify_one();
+                "restarted"
+            }
+            Apply::Live(apply) => match apply() {
+                Ok(()) => {
+                    tracing::info!(flags = %label, %files, "a secret file changed; reloaded (new connections and requests use it)");
+                    "reloaded"
+                }
+                Err(e) => {
+                    tracing::warn!(flags = %label, %files, error = %e, "a secret file changed but cannot be used; the secret in force stays");
+                    "refused"
+                }
+            },
+        };
+        for flag in flags {
+            reloads.count(flag, outcome);
+        }
+    }
+}
+
+fn names(paths: &[PathBuf]) -> String {
+    let v: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    v.join(",")
+}
+
+/// Check `watches` every [`POLL`] on `io` until the runtime ends. The
+/// counter's series exist from the start (at zero) only once a change is
+/// seen; the family is registered now.
+pub(crate) fn spawn(io: &tokio::runtime::Handle, mut watches: Vec<Watch>, metrics: &Metrics) {
+    let reloads = Reloads::of(metrics);
+    if watches.is_empty() {
+        return;
+    }
+    io.spawn(async move {
+        let mut tick = tokio::time::interval(POLL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            // Small files, read rarely: not worth a blocking thread.
+            check(&mut watches, &reloads);
+        }
+    });
+}
+
+/// The watches of a `spate run` process: each pipeline's ClickHouse
+/// password and TLS files (applied to its sink's clients through the
+/// shared handles in `validated`), the Kafka password file (applied to
+/// `kafka_clients`: the consumer and any dead-letter producer), and the
+/// files read only when a client is made (librdkafka's TLS files, the
+/// registry's), whose change notifies `restart`.
+pub(crate) fn watches(
+    pipelines: &[(String, RunArgs)],
+    validated: &[Validated],
+    kafka: &KafkaSourceConfig,
+    kafka_clients: Vec<SaslCredentials>,
+    restart: &Arc<Notify>,
+) -> Vec<Watch> {
+    let mut all = Vec::new();
+    for ((_, a), v) in pipelines.iter().zip(validated) {
+        if let (None, Some(path), Some(shared)) = (
+            &a.password,
+            &a.clickhouse_files.files.password_file,
+            &v.password,
+        ) {
+            let (path_, shared) = (path.clone(), shared.clone());
+            let apply = move || {
+                let line = crate::secret::read_file("--password-file", &path_)
+                    .map_err(|e| e.message().to_owned())?;
+                shared.replace(Secret::new(line));
+                Ok(())
+            };
+            all.push(Watch::new(
+                vec![("--password-file".into(), path.clone())],
+                Apply::Live(Box::new(apply)),
+            ));
+        }
+        let files = v.tls.files();
+        let named: Vec<(&str, &PathBuf)> = [
+            ("--clickhouse-ca", &files.ca),
+            ("--clickhouse-cert", &files.cert),
+            ("--clickhouse-key", &files.key),
+        ]
+        .into_iter()
+        .filter_map(|(flag, p)| p.as_ref().map(|p| (flag, p)))
+        .collect();
+        if !named.is_empty() {
+            let tls = v.tls.clone();
+            all.push(Watch::new(
+                owned(&named),
+                Apply::Live(Box::new(move || tls.reload().map_err(|e| e.to_string()))),
+            ));
+        }
+        let r = &a.registry_files.files;
+        let named: Vec<(&str, &PathBuf)> = [
+            ("--schema-registry-password-file", &r.password_file),
+            ("--schema-registry-ca", &r.ca),
+            ("--schema-registry-cert", &r.cert),
+            ("--schema-registry-key", &r.key),
+        ]
+        .into_iter()
+        .filter_map(|(flag, p)| p.as_ref().map(|p| (flag, p)))
+        .collect();
+        if !named.is_empty() {
+            all.push(Watch::new(owned(&named), Apply::Restart(restart.clone())));
+        }
+    }
+    let first = &pipelines[0].1;
+    if let Some(path) = &first.kafka_files.files.password_file {
+        let user = kafka
+            .properties
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "sasl.username")
+            .map(|(_, v)| v.clone());
+        let path_ = path.clone();
+        let apply = move || {
+            let line = crate::secret::read_file("--kafka-password-file", &path_)
+                .map_err(|e| e.message().to_owned())?;
+            let user = user
+                .as_deref()
+                .ok_or("no -X sasl.username to go with the password")?;
+            for client in &kafka_clients {
+                client
+                    .set(user, &line)
+                    .map_err(|e| format!("the {}: {e}", client.what))?;
+            }
+            Ok(())
+        };
+        all.push(Watch::new(
+            vec![("--kafka-password-file".into(), path.clone())],
+            Apply::Live(Box::new(apply)),
+        ));
+    }
+    for key in KAFKA_TLS_FILES {
+        let path = kafka
+            .properties
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| PathBuf::from(v));
+        // `ssl.ca.location` may be `probe` or a directory: files only.
+        if let Some(path) = path.filter(|p| p.is_file()) {
+            all.push(Watch::new(
+                vec![(format!("-X {key}"), path)],
+                Apply::Restart(restart.clone()),
+            ));
+        }
+    }
+    all
+}
+
+/// librdkafka's TLS file properties (read when the client is made).
+const KAFKA_TLS_FILES: [&str; 4] = [
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.keystore.location",
+];
+
+fn owned(named: &[(&str, &PathBuf)]) -> Vec<(String, PathBuf)> {
+    named
+        .iter()
+        .map(|(f, p)| ((*f).to_owned(), (*p).clone()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    fn counted(r: &Reloads, file: &str, outcome: &str) -> u64 {
+        r.0.with_label_values(&[file, outcome]).get()
+    }
+
+    #[test]
+    fn a_change_is_applied_once_and_a_refusal_keeps_trying_the_next_change() {
+        let dir = std::env::temp_dir().join(format!("spate-rotate-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (cert, key) = (dir.join("c.pem"), dir.join("k.pem"));
+        std::fs::write(&cert, "c1").unwrap();
+        std::fs::write(&key, "k1").unwrap();
+        let applied = Arc::new(Mutex::new(Vec::new()));
+        let seen = applied.clone();
+        let (c, k) = (cert.clone(), key.clone());
+        let apply = Apply::Live(Box::new(move || {
+            let pair = (
+                std::fs::read_to_string(&c).unwrap(),
+                std::fs::read_to_string(&k).unwrap(),
+            );
+            seen.lock().unwrap().push(pair.clone());
+            // A certificate and key of different generations do not match.
+            if pair.0[1..] == pair.1[1..] {
+                Ok(())
+            } else {
+                Err("the key does not match the certificate".into())
+            }
+        }));
+        let mut watches = vec![Watch::new(
+            vec![
+                ("--clickhouse-cert".into(), cert.clone()),
+                ("--clickhouse-key".into(), key.clone()),
+            ],
+            apply,
+        )];
+        let metrics = Metrics::new();
+        let r = Reloads::of(&metrics);
+
+        check(&mut watches, &r);
+        assert!(applied.lock().unwrap().is_empty(), "nothing changed yet");
+
+        // The certificate is rewritten before its key: refused, kept.
+        std::fs::write(&cert, "c2").unwrap();
+        check(&mut watches, &r);
+        assert_eq!(counted(&r, "--clickhouse-cert", "refused"), 1);
+        assert_eq!(
+            counted(&r, "--clickhouse-key", "refused"),
+            0,
+            "only the changed file counts"
+        );
+        // The same contents are not tried again.
+        check(&mut watches, &r);
+        assert_eq!(applied.lock().unwrap().len(), 1);
+        // The key follows: applied.
+        std::fs::write(&key, "k2").unwrap();
+        check(&mut watches, &r);
+        assert_eq!(counted(&r, "--clickhouse-key", "reloaded"), 1);
+        assert_eq!(counted(&r, "--clickhouse-cert", "reloaded"), 0);
+        assert_eq!(
+            applied.lock().unwrap().last().unwrap(),
+            &("c2".to_owned(), "k2".to_owned())
+        );
+
+        // A file gone (mid-swap) changes nothing; back, unchanged, nothing.
+        std::fs::remove_file(&key).unwrap();
+        check(&mut watches, &r);
+        std::fs::write(&key, "k2").unwrap();
+        check(&mut watches, &r);
+        assert_eq!(applied.lock().unwrap().len(), 2);
+        assert!(metrics.encode_text().contains(
+            "spate_secret_reloads_total{file=\"--clickhouse-key\",outcome=\"reloaded\"} 1"
+        ));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn a_file_read_only_when_a_client_is_made_asks_for_a_start_again() {
+        let dir = std::env::temp_dir().join(format!("spate-rotate-r-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca = dir.join("ca.pem");
+        std::fs::write(&ca, "a").unwrap();
+        let restart = Arc::new(Notify::new());
+        let mut watches = vec![Watch::new(
+            vec![("-X ssl.ca.location".into(), ca.clone())],
+            Apply::Restart(restart.clone()),
+        )];
+        let r = Reloads::of(&Metrics::new());
+        let asked = || {
+            let notified = restart.notified();
+            tokio::pin!(notified);
+            // A stored permit makes it ready at the first poll.
+            notified.as_mut().enable()
+        };
+        check(&mut watches, &r);
+        assert!(!asked(), "nothing changed");
+        std::fs::write(&ca, "b").unwrap();
+        check(&mut watches, &r);
+        assert_eq!(counted(&r, "-X ssl.ca.location", "restarted"), 1);
+        assert!(asked(), "the start again was asked for");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// Which files each flag set watches, and how a change applies.
+    #[test]
+    fn the_watches_of_a_run_cover_every_secret_file() {
+        use crate::cli::{Cli, Command};
+        use clap::Parser;
+        let dir = std::env::temp_dir().join(format!("spate-rotate-w-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = |name: &str| {
+            let p = dir.join(name);
+            std::fs::write(&p, format!("{name}-contents\n")).unwrap();
+            p.display().to_string()
+        };
+        let (pw, kpw, ca, cert, key, kca, rca) = (
+            f("pw"),
+            f("kpw"),
+            f("ca"),
+            f("cert"),
+            f("key"),
+            f("kca"),
+            f("rca"),
+        );
+        let argv = [
+            "spate",
+            "run",
+            "--brokers",
+            "b:9092",
+            "--group",
+            "g",
+            "--topic",
+            "t",
+            "--table",
+            "db.t",
+            "--clickhouse-url",
+            "https://ch:8443",
+            "--password-file",
+            &pw,
+            "--clickhouse-ca",
+            &ca,
+            "--clickhouse-cert",
+            &cert,
+            "--clickhouse-key",
+            &key,
+            "--kafka-password-file",
+            &kpw,
+            "-X",
+            "sasl.username=u",
+            "-X",
+            "security.protocol=SASL_SSL",
+            "-X",
+            &format!("ssl.ca.location={kca}"),
+            "--format",
+            "avro",
+            "--schema-registry",
+            "https://r:8081",
+            "--schema-registry-password-file",
+            &rca,
+        ];
+        let Command::Run(a) = Cli::try_parse_from(argv).unwrap().command else {
+            panic!("not run");
+        };
+        let v = crate::settings::validate(&a).unwrap();
+        let restart = Arc::new(Notify::new());
+        let pipelines = vec![("main".to_owned(), a)];
+        let w = watches(
+            &pipelines,
+            std::slice::from_ref(&v),
+            &v.kafka,
+            Vec::new(),
+            &restart,
+        );
+        let kinds: Vec<(Vec<&str>, &str)> = w
+            .iter()
+            .map(|w| {
+                let kind = match w.apply {
+                    Apply::Live(_) => "live",
+                    Apply::Restart(_) => "restart",
+                };
+                (w.flags.iter().map(String::as_str).collect(), kind)
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (vec!["--password-file"], "live"),
+                (
+                    vec!["--clickhouse-ca", "--clickhouse-cert", "--clickhouse-key"],
+                    "live"
+                ),
+                (vec!["--schema-registry-password-file"], "restart"),
+                (vec!["--kafka-password-file"], "live"),
+                (vec!["-X ssl.ca.location"], "restart"),
+            ]
+        );
+        // The ClickHouse password file reaches the shared password.
+        let mut w = w;
+        std::fs::write(dir.join("pw"), "rotated-pw\n").unwrap();
+        check(&mut w, &Reloads::of(&Metrics::new()));
+        assert_eq!(
+            v.password.as_ref().unwrap().current().expose(),
+            "rotated-pw"
+        );
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
