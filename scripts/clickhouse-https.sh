@@ -209,6 +209,9 @@ export SPATE_TEST_CLICKHOUSE_HTTPS_CLIENT_CERT=$CERTS/client.crt
 export SPATE_TEST_CLICKHOUSE_HTTPS_CLIENT_KEY=$CERTS/client.key
 export SPATE_TEST_CLICKHOUSE_HTTPS_USER=$USER_NAME
 export SPATE_TEST_CLICKHOUSE_HTTPS_PASSWORD_FILE=$CERTS/password
+# the server's users.d: a test adds a user there and changes its password
+# (the server reads the files again within seconds)
+export SPATE_TEST_CLICKHOUSE_HTTPS_USERS_D=$DIR/etc/users.d
 export SPATE_CH_HTTPS_PORT=$HTTPS_PORT
 export SPATE_CH_HTTPS_HTTP_PORT=$HTTP_PORT
 export SPATE_CH_HTTPS_TCP_PORT=$TCP_PORT

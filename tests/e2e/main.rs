@@ -54,6 +54,7 @@ mod e2e_rolling_restart;
 mod e2e_rows;
 mod e2e_schema_change;
 mod e2e_schema_race;
+mod e2e_secret_rotation;
 mod e2e_sharding;
 mod e2e_shutdown_bound;
 mod e2e_sigterm;

@@ -99,14 +99,6 @@ pub fn create_topic_at(endpoint: &KafkaEndpoint, topic: &str, partitions: i32) {
     );
 }
 
-fn metadata_client(brokers: &str) -> BaseConsumer {
-    ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("allow.auto.create.topics", "false")
-        .create()
-        .expect("metadata client")
-}
-
 /// A [`Msg::payload`] that produces a message without a value (a
 /// tombstone, a delete on a compacted topic).
 pub const TOMBSTONE: &str = "\u{0}tombstone";
@@ -400,7 +392,16 @@ pub fn read_partition(
 /// The end offset (high watermark) of each partition `0..partitions`, from
 /// ListOffsets(latest); retried until the broker answers, bounded.
 pub fn end_offsets(brokers: &str, topic: &str, partitions: i32) -> Vec<i64> {
-    let consumer = metadata_client(brokers);
+    end_offsets_at(&KafkaEndpoint::plain(brokers), topic, partitions)
+}
+
+/// [`end_offsets`] on a broker that may need TLS or SASL.
+pub fn end_offsets_at(endpoint: &KafkaEndpoint, topic: &str, partitions: i32) -> Vec<i64> {
+    let consumer: BaseConsumer = endpoint
+        .config()
+        .set("allow.auto.create.topics", "false")
+        .create()
+        .expect("metadata client");
     (0..partitions)
         .map(|p| {
             wait_for(
@@ -458,11 +459,22 @@ pub fn produce_paced(
     over: Duration,
     make: impl Fn(usize) -> Msg + Send + 'static,
 ) -> Paced {
+    produce_paced_at(&KafkaEndpoint::plain(brokers), topic, count, over, make)
+}
+
+/// [`produce_paced`] on a broker that may need TLS or SASL.
+pub fn produce_paced_at(
+    endpoint: &KafkaEndpoint,
+    topic: &str,
+    count: usize,
+    over: Duration,
+    make: impl Fn(usize) -> Msg + Send + 'static,
+) -> Paced {
     let done = Arc::new(AtomicBool::new(false));
-    let (brokers, topic, flag) = (brokers.to_owned(), topic.to_owned(), done.clone());
+    let (config, topic, flag) = (endpoint.config(), topic.to_owned(), done.clone());
     let handle = std::thread::spawn(move || {
-        let producer: BaseProducer<Recorder> = ClientConfig::new()
-            .set("bootstrap.servers", &brokers)
+        let producer: BaseProducer<Recorder> = config
+            .clone()
             .set("linger.ms", "5")
             .set("queue.buffering.max.messages", "1000000")
             .set("message.timeout.ms", "120000")
