@@ -34,9 +34,10 @@ use prometheus::{IntCounterVec, Opts, Registry};
 use spate_clickhouse::Secret;
 use spate_core::metrics::Metrics;
 use spate_kafka::{KafkaSourceConfig, SaslCredentials};
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::Notify;
 
@@ -68,10 +69,15 @@ pub(crate) struct Watch {
 }
 
 impl Watch {
-    /// Watch the `(flag, path)` files (as they are now), applied together.
-    pub(crate) fn new(named: Vec<(String, PathBuf)>, apply: Apply) -> Self {
+    /// Watch the `(flag, path)` files, applied together, from their
+    /// contents in `baseline` (as they were when read at start), or as
+    /// they are now.
+    pub(crate) fn new(named: Vec<(String, PathBuf)>, apply: Apply, baseline: &Baseline) -> Self {
         let (flags, paths): (Vec<String>, Vec<PathBuf>) = named.into_iter().unzip();
-        let seen = paths.iter().map(fingerprint).collect();
+        let seen = paths
+            .iter()
+            .map(|p| baseline.0.get(p).copied().unwrap_or_else(|| fingerprint(p)))
+            .collect();
         Self {
             flags,
             paths,
@@ -79,6 +85,35 @@ impl Watch {
             seen,
             unreadable: false,
         }
+    }
+}
+
+/// The secret files' contents as they were before a start read them, so
+/// that a change made while the start ran is still seen as one.
+#[derive(Default)]
+pub(crate) struct Baseline(HashMap<PathBuf, Option<u64>>);
+
+impl Baseline {
+    /// Every secret file the pipelines name, as it is now.
+    pub(crate) fn of(pipelines: &[(String, RunArgs)]) -> Self {
+        let mut all = HashMap::new();
+        for (_, a) in pipelines {
+            let (c, r) = (&a.clickhouse_files.files, &a.registry_files.files);
+            let files = [&c.password_file, &c.ca, &c.cert, &c.key]
+                .into_iter()
+                .chain([&r.password_file, &r.ca, &r.cert, &r.key])
+                .chain([&a.kafka_files.files.password_file])
+                .flatten()
+                .cloned();
+            let kafka = (a.properties.iter())
+                .filter(|(k, _)| KAFKA_TLS_FILES.contains(&k.as_str()))
+                .map(|(_, v)| PathBuf::from(v));
+            for path in files.chain(kafka) {
+                let seen = fingerprint(&path);
+                all.insert(path, seen);
+            }
+        }
+        Self(all)
     }
 }
 
@@ -90,17 +125,27 @@ fn fingerprint(path: &PathBuf) -> Option<u64> {
     Some(h.finish())
 }
 
+/// `spate_secret_reloads_total` so far, by `(file, outcome)`: a start
+/// again in the process makes a new registry, and this carries the counts
+/// into it so that the counter never goes back.
+#[derive(Clone, Default)]
+pub(crate) struct ReloadTotals(Arc<Mutex<BTreeMap<(String, String), u64>>>);
+
 /// `spate_secret_reloads_total{file, outcome}`.
 #[derive(Clone)]
-pub(crate) struct Reloads(IntCounterVec);
+pub(crate) struct Reloads {
+    counter: IntCounterVec,
+    totals: ReloadTotals,
+}
 
 impl Reloads {
-    pub(crate) fn of(metrics: &Metrics) -> Self {
-        metrics.extension(|registry: &Registry| {
+    /// The counter on `metrics`, starting from `totals`.
+    pub(crate) fn of(metrics: &Metrics, totals: &ReloadTotals) -> Self {
+        let counter = metrics.extension(|registry: &Registry| {
             let c = IntCounterVec::new(
                 Opts::new(
                     "spate_secret_reloads_total",
-                    "Changes of a password or TLS file seen while running, by the flags naming the \
+                    "Changes of a password or TLS file seen while running, by the flag naming the \
                      file and outcome: reloaded, refused (the secret in force stays), restarted (the \
                      pipelines started again in the process, with new clients)",
                 ),
@@ -111,12 +156,32 @@ impl Reloads {
             registry
                 .register(Box::new(c.clone()))
                 .expect("spate_secret_reloads_total registered once");
-            Reloads(c)
-        })
+            c
+        });
+        let carried = totals.0.lock().unwrap_or_else(PoisonError::into_inner);
+        for ((file, outcome), n) in carried.iter() {
+            let series = counter.with_label_values(&[file.as_str(), outcome.as_str()]);
+            series.inc_by(n.saturating_sub(series.get()));
+        }
+        drop(carried);
+        Reloads {
+            counter,
+            totals: totals.clone(),
+        }
+    }
+
+    /// Make the series of `file` and `outcome` exist (at 0 or what was
+    /// carried), so that the first change shows as an increase.
+    fn declare(&self, file: &str, outcome: &str) {
+        self.counter.with_label_values(&[file, outcome]);
     }
 
     fn count(&self, file: &str, outcome: &str) {
-        self.0.with_label_values(&[file, outcome]).inc();
+        self.counter.with_label_values(&[file, outcome]).inc();
+        let mut totals = self.totals.0.lock().unwrap_or_else(PoisonError::into_inner);
+        *totals
+            .entry((file.to_owned(), outcome.to_owned()))
+            .or_default() += 1;
     }
 }
 
@@ -171,21 +236,49 @@ fn names(paths: &[PathBuf]) -> String {
     v.join(",")
 }
 
-/// Check `watches` every [`POLL`] on `io` until the runtime ends. The
-/// counter's series exist from the start (at zero) only once a change is
-/// seen; the family is registered now.
-pub(crate) fn spawn(io: &tokio::runtime::Handle, mut watches: Vec<Watch>, metrics: &Metrics) {
-    let reloads = Reloads::of(metrics);
+/// Check `watches` every [`POLL`] on `io` (on its blocking threads: a TLS
+/// reload reads the system's root certificates) until the runtime ends;
+/// the counter's series of every watched file exist from now on.
+pub(crate) fn spawn(
+    io: &tokio::runtime::Handle,
+    watches: Vec<Watch>,
+    metrics: &Metrics,
+    totals: &ReloadTotals,
+) {
+    let reloads = Reloads::of(metrics, totals);
+    for w in &watches {
+        let outcomes: &[&str] = match w.apply {
+            Apply::Live(_) => &["reloaded", "refused"],
+            Apply::Restart(_) => &["restarted"],
+        };
+        for (flag, outcome) in w
+            .flags
+            .iter()
+            .flat_map(|f| outcomes.iter().map(move |o| (f, o)))
+        {
+            reloads.declare(flag, outcome);
+        }
+    }
     if watches.is_empty() {
         return;
     }
+    let mut watches = Some(watches);
     io.spawn(async move {
         let mut tick = tokio::time::interval(POLL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            // Small files, read rarely: not worth a blocking thread.
-            check(&mut watches, &reloads);
+            let (mut w, r) = (watches.take().unwrap_or_default(), reloads.clone());
+            match tokio::task::spawn_blocking(move || {
+                check(&mut w, &r);
+                w
+            })
+            .await
+            {
+                Ok(w) => watches = Some(w),
+                // The runtime is shutting down (or a check panicked): stop.
+                Err(_) => return,
+            }
         }
     });
 }
@@ -201,9 +294,17 @@ pub(crate) fn watches(
     validated: &[Validated],
     kafka: &KafkaSourceConfig,
     kafka_clients: Vec<SaslCredentials>,
-    restart: &Arc<Notify>,
+    restart: Option<&Arc<Notify>>,
+    baseline: &Baseline,
 ) -> Vec<Watch> {
     let mut all = Vec::new();
+    // Without a start again (a bounded run), the files only new clients
+    // read are not watched: the run ends on its own.
+    let at_start = |all: &mut Vec<Watch>, named: Vec<(String, PathBuf)>| {
+        if let Some(r) = restart {
+            all.push(Watch::new(named, Apply::Restart(r.clone()), baseline));
+        }
+    };
     for ((_, a), v) in pipelines.iter().zip(validated) {
         if let (None, Some(path), Some(shared)) = (
             &a.password,
@@ -220,6 +321,7 @@ pub(crate) fn watches(
             all.push(Watch::new(
                 vec![("--password-file".into(), path.clone())],
                 Apply::Live(Box::new(apply)),
+                baseline,
             ));
         }
         let files = v.tls.files();
@@ -236,6 +338,7 @@ pub(crate) fn watches(
             all.push(Watch::new(
                 owned(&named),
                 Apply::Live(Box::new(move || tls.reload().map_err(|e| e.to_string()))),
+                baseline,
             ));
         }
         let r = &a.registry_files.files;
@@ -249,7 +352,7 @@ pub(crate) fn watches(
         .filter_map(|(flag, p)| p.as_ref().map(|p| (flag, p)))
         .collect();
         if !named.is_empty() {
-            all.push(Watch::new(owned(&named), Apply::Restart(restart.clone())));
+            at_start(&mut all, owned(&named));
         }
     }
     let first = &pipelines[0].1;
@@ -277,6 +380,7 @@ pub(crate) fn watches(
         all.push(Watch::new(
             vec![("--kafka-password-file".into(), path.clone())],
             Apply::Live(Box::new(apply)),
+            baseline,
         ));
     }
     for key in KAFKA_TLS_FILES {
@@ -288,10 +392,7 @@ pub(crate) fn watches(
             .map(|(_, v)| PathBuf::from(v));
         // `ssl.ca.location` may be `probe` or a directory: files only.
         if let Some(path) = path.filter(|p| p.is_file()) {
-            all.push(Watch::new(
-                vec![(format!("-X {key}"), path)],
-                Apply::Restart(restart.clone()),
-            ));
+            at_start(&mut all, vec![(format!("-X {key}"), path)]);
         }
     }
     all
@@ -318,7 +419,7 @@ mod tests {
     use std::sync::Mutex;
 
     fn counted(r: &Reloads, file: &str, outcome: &str) -> u64 {
-        r.0.with_label_values(&[file, outcome]).get()
+        r.counter.with_label_values(&[file, outcome]).get()
     }
 
     #[test]
@@ -350,9 +451,11 @@ mod tests {
                 ("--clickhouse-key".into(), key.clone()),
             ],
             apply,
+            &Baseline::default(),
         )];
         let metrics = Metrics::new();
-        let r = Reloads::of(&metrics);
+        let totals = ReloadTotals::default();
+        let r = Reloads::of(&metrics, &totals);
 
         check(&mut watches, &r);
         assert!(applied.lock().unwrap().is_empty(), "nothing changed yet");
@@ -388,6 +491,10 @@ mod tests {
         assert!(metrics.encode_text().contains(
             "spate_secret_reloads_total{file=\"--clickhouse-key\",outcome=\"reloaded\"} 1"
         ));
+        // A start again's registry goes on from the counts so far.
+        let r2 = Reloads::of(&Metrics::new(), &totals);
+        assert_eq!(counted(&r2, "--clickhouse-key", "reloaded"), 1);
+        assert_eq!(counted(&r2, "--clickhouse-cert", "refused"), 1);
         std::fs::remove_dir_all(&dir).ok();
     }
 
@@ -401,8 +508,9 @@ mod tests {
         let mut watches = vec![Watch::new(
             vec![("-X ssl.ca.location".into(), ca.clone())],
             Apply::Restart(restart.clone()),
+            &Baseline::default(),
         )];
-        let r = Reloads::of(&Metrics::new());
+        let r = Reloads::of(&Metrics::new(), &ReloadTotals::default());
         let asked = || {
             let notified = restart.notified();
             tokio::pin!(notified);
@@ -481,13 +589,36 @@ mod tests {
         let v = crate::settings::validate(&a).unwrap();
         let restart = Arc::new(Notify::new());
         let pipelines = vec![("main".to_owned(), a)];
+        let baseline = Baseline::of(&pipelines);
+        // A change after the baseline and before the watch is still seen.
+        std::fs::write(dir.join("key"), "key-rotated\n").unwrap();
         let w = watches(
             &pipelines,
             std::slice::from_ref(&v),
             &v.kafka,
             Vec::new(),
-            &restart,
+            Some(&restart),
+            &baseline,
         );
+        let pending: Vec<bool> = (w[1].seen.iter().zip(&w[1].paths))
+            .map(|(seen, p)| *seen != fingerprint(p))
+            .collect();
+        assert_eq!(
+            pending,
+            vec![false, false, true],
+            "the key's change is pending"
+        );
+        // A bounded run watches no file that only a start again applies.
+        let bounded = watches(
+            &pipelines,
+            std::slice::from_ref(&v),
+            &v.kafka,
+            Vec::new(),
+            None,
+            &baseline,
+        );
+        assert!(bounded.iter().all(|w| matches!(w.apply, Apply::Live(_))));
+        assert_eq!(bounded.len(), 3);
         let kinds: Vec<(Vec<&str>, &str)> = w
             .iter()
             .map(|w| {
@@ -514,7 +645,10 @@ mod tests {
         // The ClickHouse password file reaches the shared password.
         let mut w = w;
         std::fs::write(dir.join("pw"), "rotated-pw\n").unwrap();
-        check(&mut w, &Reloads::of(&Metrics::new()));
+        check(
+            &mut w,
+            &Reloads::of(&Metrics::new(), &ReloadTotals::default()),
+        );
         assert_eq!(
             v.password.as_ref().unwrap().current().expose(),
             "rotated-pw"

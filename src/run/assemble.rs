@@ -9,7 +9,7 @@
 //! the process ends; the runtime owns the driver, controller and insert
 //! threads it starts.
 
-use super::{chains, signals::signals, sinks};
+use super::{chains, signals, sinks};
 use crate::cli::RunArgs;
 use crate::exit::Exit;
 use crate::print_config::effective_config;
@@ -36,42 +36,74 @@ pub fn run(pipelines: Vec<(String, RunArgs)>) -> Result<(), Exit> {
         .first()
         .ok_or_else(|| Exit::usage("no pipeline configured"))?
         .1;
-    let validated = validate_pipelines(&pipelines)?;
+    let mut baseline = crate::rotate::Baseline::of(&pipelines);
+    let mut validated = validate_pipelines(&pipelines)?;
     let process = process(args, &validated[0]);
     if args.print_config {
         print!("{}", effective_config(&pipelines, &process));
         return Ok(());
     }
+    let shutdown = signals::watch();
+    let reloads = crate::rotate::ReloadTotals::default();
     let mut replays = Vec::<Instant>::new();
-    // One registry for the process: its counters go on across a start
-    // again (every connector registers its series once, see
-    // `Metrics::extension`).
-    let metrics = Arc::new(Metrics::new());
     loop {
-        // A table change spate could not convert encoded batches for: the
-        // run failed without committing them; start again, so their
-        // messages are read and encoded for the new columns
-        // (docs/rows.md). Bounded, in case the change keeps failing batches.
-        let exit = match run_once(&pipelines, &validated, &process, &metrics) {
+        let run = Run {
+            pipelines: &pipelines,
+            validated: &validated,
+            process: &process,
+            shutdown: &shutdown,
+            baseline: &baseline,
+            reloads: &reloads,
+        };
+        let exit = match run_once(&run) {
             Ok(()) => return Ok(()),
             Err(Ended::Exit(exit)) => return Err(exit),
-            Err(Ended::NewClients) => continue,
-            Err(Ended::StartAgain(exit)) => exit,
+            // A signal while the pipelines stopped: they were drained and
+            // committed, so this is the end.
+            Err(Ended::NewClients) if *shutdown.borrow() => return Ok(()),
+            Err(Ended::NewClients) => None,
+            Err(Ended::StartAgain(exit)) if *shutdown.borrow() => return Err(exit),
+            Err(Ended::StartAgain(exit)) => Some(exit),
         };
-        replays.retain(|at| at.elapsed() < REPLAY_WINDOW);
-        if replays.len() >= MAX_REPLAYS {
-            tracing::error!(
-                replays = replays.len(),
-                "the table keeps changing under spate; giving up"
+        if let Some(exit) = exit {
+            // A table change spate could not convert encoded batches for:
+            // the run failed without committing them; start again, so
+            // their messages are read and encoded for the new columns
+            // (docs/rows.md). Bounded, in case the change keeps failing
+            // batches.
+            replays.retain(|at| at.elapsed() < REPLAY_WINDOW);
+            if replays.len() >= MAX_REPLAYS {
+                tracing::error!(
+                    replays = replays.len(),
+                    "the table keeps changing under spate; giving up"
+                );
+                return Err(exit);
+            }
+            replays.push(Instant::now());
+            tracing::warn!(
+                cause = %exit.message(),
+                "starting the pipeline again: batches encoded before the table changed are read from Kafka again and encoded for its new columns"
             );
-            return Err(exit);
         }
-        replays.push(Instant::now());
-        tracing::warn!(
-            cause = %exit.message(),
-            "starting the pipeline again: batches encoded before the table changed are read from Kafka again and encoded for its new columns"
-        );
+        // Every secret read again, as at a start (the files seen first, so
+        // a change after this reading is applied by the next run's watch).
+        baseline = crate::rotate::Baseline::of(&pipelines);
+        validated = validate_pipelines(&pipelines)?;
     }
+}
+
+/// What one run of the pipelines is given.
+struct Run<'a> {
+    pipelines: &'a [(String, RunArgs)],
+    validated: &'a [Validated],
+    process: &'a Process,
+    /// Turns `true` at SIGTERM/SIGINT (watched once for the process).
+    shutdown: &'a tokio::sync::watch::Receiver<bool>,
+    /// The secret files as they were when `validated` read them.
+    baseline: &'a crate::rotate::Baseline,
+    /// `spate_secret_reloads_total` so far, carried into this run's
+    /// registry.
+    reloads: &'a crate::rotate::ReloadTotals,
 }
 
 /// How a run that did not complete ended.
@@ -98,12 +130,13 @@ const MAX_REPLAYS: usize = 3;
 const REPLAY_WINDOW: Duration = Duration::from_secs(300);
 
 /// One run of the pipelines, from building the sinks to the exit report.
-fn run_once(
-    pipelines: &[(String, RunArgs)],
-    validated: &[Validated],
-    process: &Process,
-    metrics: &Arc<Metrics>,
-) -> Result<(), Ended> {
+fn run_once(run: &Run<'_>) -> Result<(), Ended> {
+    let Run {
+        pipelines,
+        validated,
+        process,
+        ..
+    } = *run;
     let kafka = source_config(validated, pipelines);
     let io = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -111,10 +144,11 @@ fn run_once(
         .enable_all()
         .build()
         .map_err(|e| Exit::failed(format!("starting the I/O runtime: {e}")))?;
+    let metrics = Arc::new(Metrics::new());
     let acks = ack_channel();
-    let prepared = sinks::prepare_all(&io, pipelines, validated, metrics)?;
+    let prepared = sinks::prepare_all(&io, pipelines, validated, &metrics)?;
     let sinks = sinks::spawn_all(
-        prepared, pipelines, validated, process, &io, &acks.0, metrics,
+        prepared, pipelines, validated, process, &io, &acks.0, &metrics,
     )?;
     let sink_options = SinkOptions {
         limits: sinks.routes[0].limits,
@@ -123,8 +157,21 @@ fn run_once(
     let source = KafkaSource::new(&kafka).map_err(|e| Exit::usage(e.to_string()))?;
     let mut kafka_clients = sinks.credentials;
     kafka_clients.push(source.credentials());
-    let restart = Arc::new(Notify::new());
-    let watches = crate::rotate::watches(pipelines, validated, &kafka, kafka_clients, &restart);
+    // A bounded run (`--until-end`) ends on its own: no start again.
+    let restart = (!process.until_end).then(|| Arc::new(Notify::new()));
+    let watches = crate::rotate::watches(
+        pipelines,
+        validated,
+        &kafka,
+        kafka_clients,
+        restart.as_ref(),
+        run.baseline,
+    );
+    if *run.shutdown.borrow() {
+        // Signalled while starting: nothing was read yet, nothing to drain.
+        tracing::info!("signal received before the pipelines started; exiting");
+        return Ok(());
+    }
     let pipeline = Pipeline::new(source, chains, sinks.runtime, acks, sink_options)
         .map_err(|e| Exit::failed(e.to_string()))?;
     let mut options = RuntimeOptions::new(io.handle().clone());
@@ -133,7 +180,7 @@ fn run_once(
     let runtime =
         PipelineRuntime::start(pipeline, options).map_err(|e| Exit::failed(e.to_string()))?;
     let progress = process.until_end && crate::stats::stderr_is_terminal();
-    crate::rotate::spawn(io.handle(), watches, metrics);
+    crate::rotate::spawn(io.handle(), watches, &metrics, run.reloads);
     crate::stats::spawn(
         io.handle(),
         metrics.clone(),
@@ -146,10 +193,17 @@ fn run_once(
     let started = Instant::now();
     let new_clients = Arc::new(AtomicBool::new(false));
     let flag = new_clients.clone();
+    let mut signalled = run.shutdown.clone();
     let report = runtime.run(async move {
+        let restart = async {
+            match restart {
+                Some(r) => r.notified().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            () = signals() => {}
-            () = restart.notified() => {
+            _ = signalled.wait_for(|s| *s) => {}
+            () = restart => {
                 flag.store(true, Ordering::SeqCst);
                 tracing::info!("stopping the pipelines to start them again with new clients");
             }

@@ -12,7 +12,8 @@
 //! - `sinks`: one ClickHouse sink per pipeline, its start-up retry, and
 //!   the memory budget's split over batches and shard queues;
 //! - `chains`: the per-driver chain factory over every pipeline;
-//! - `signals`: the shutdown future (first signal drains, second exits).
+//! - `signals`: the shutdown signal, watched once per process (first signal
+//!   drains, second exits).
 
 mod assemble;
 mod chains;

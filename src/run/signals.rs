@@ -1,35 +1,58 @@
-//! The shutdown signal of `spate run`: a future that resolves on the first
-//! SIGTERM or SIGINT, handed to `PipelineRuntime::run`. A second signal
-//! exits the process at once (exit 1), without draining.
+//! The shutdown signal of `spate run`, watched once for the whole process:
+//! a `spate-signals` thread (its own small runtime) sets a flag on the
+//! first SIGTERM or SIGINT, which every run of the pipelines waits on, and
+//! exits the process at once (exit 1, without draining) on the second.
 //!
-//! Polled on the runtime's I/O threads; sends nothing, the runtime reacts
-//! to the future resolving.
+//! Once for the process, not once per run: a signal that arrives while the
+//! pipelines stop and start again in the process (a secret file only a new
+//! client reads, `crate::rotate`) would otherwise find no listener, and
+//! tokio drops a signal nobody waits for.
 
-/// Resolves on the first SIGTERM or SIGINT; a second one exits at once.
-pub(super) async fn signals() {
-    wait_for_signal().await;
-    tracing::info!("signal received; shutting down (a second signal exits at once)");
-    tokio::spawn(async {
-        wait_for_signal().await;
-        eprintln!("spate: error: second signal; exiting without draining (nothing unacknowledged was committed)");
-        std::process::exit(1);
+use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio::sync::watch;
+
+/// Start watching; the receiver turns `true` at the first signal.
+pub(super) fn watch() -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    let spawned = runtime.map_err(|e| e.to_string()).and_then(|rt| {
+        std::thread::Builder::new()
+            .name("spate-signals".into())
+            .spawn(move || rt.block_on(serve(tx)))
+            .map_err(|e| e.to_string())
     });
+    if let Err(e) = spawned {
+        // Without it SIGTERM keeps its default action: the process ends at
+        // once and what was not committed replays.
+        tracing::error!(error = %e, "cannot watch for SIGTERM/SIGINT; a signal ends the process without draining");
+    }
+    rx
 }
 
-async fn wait_for_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match (
+async fn either(term: &mut Signal, int: &mut Signal) {
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+async fn serve(tx: watch::Sender<bool>) {
+    let (Ok(mut term), Ok(mut int)) = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-        }
-        _ => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
+    ) else {
+        tracing::error!(
+            "cannot watch for SIGTERM/SIGINT; a signal ends the process without draining"
+        );
+        return;
+    };
+    // The same streams for both signals: none is lost in between.
+    either(&mut term, &mut int).await;
+    tracing::info!("signal received; shutting down (a second signal exits at once)");
+    let _ = tx.send(true);
+    either(&mut term, &mut int).await;
+    eprintln!("spate: error: second signal; exiting without draining (nothing unacknowledged was committed)");
+    std::process::exit(1);
 }

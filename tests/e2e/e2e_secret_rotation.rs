@@ -23,11 +23,13 @@
 //!   completes.
 //! - Kafka TLS (`kafka_tls_files_rotate_under_load`): librdkafka reads its
 //!   TLS files only when its client is made, so a change stops the
-//!   pipelines and starts them again in the process. A TLS broker of the
-//!   test's own has its certificate re-issued by another CA: spate's CA file
-//!   becomes both CAs (a start again), the broker switches, then the file
-//!   holds the new CA alone (another); a static member, so the group never
-//!   rebalances; every message inserted, committed = ends, one process.
+//!   pipelines and starts them again in the process. A SASL_SSL broker of
+//!   the test's own: first the password rotates (applied live; the starts
+//!   again below must log in with it, not the one read at start); then its
+//!   certificate is re-issued by another CA: spate's CA file becomes both
+//!   CAs (a start again), the broker switches, then the file holds the new
+//!   CA alone (another); a static member, so the group never rebalances;
+//!   every message inserted, committed = ends, one process.
 
 use crate::support::*;
 use std::path::{Path, PathBuf};
@@ -278,12 +280,85 @@ impl Drop for ChUser {
     }
 }
 
+/// Wait (20 s at most) until spate's log satisfies `done`.
+fn wait_logged(spate: &Running, what: &str, done: impl Fn(&str) -> bool) {
+    wait_for(
+        what,
+        Duration::from_secs(20),
+        Duration::from_millis(200),
+        || {
+            done(&spate.stderr_so_far())
+                .then_some(())
+                .ok_or_else(|| "not logged yet".to_owned())
+        },
+    );
+}
+
+/// Wait for `producer` to finish, every one of its messages delivered,
+/// then for all `messages` distinct `n` in `table`, spate running.
+fn every_message(ch: &Ch, table: &str, producer: Paced, spate: &mut Running, messages: usize) {
+    let deadline = Instant::now() + Duration::from_secs(150);
+    while !producer.is_done() {
+        assert!(Instant::now() < deadline, "the producer did not finish");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let delivered = producer.join();
+    assert!(
+        delivered.errors.is_empty(),
+        "{:?}",
+        &delivered.errors[..delivered.errors.len().min(3)]
+    );
+    wait_for(
+        "every message",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || {
+            assert!(
+                !spate.has_exited(),
+                "spate exited:\n{}",
+                spate.stderr_so_far()
+            );
+            let n = ch.u64(&format!("SELECT uniqExact(n) FROM {table}"));
+            (n == messages as u64)
+                .then_some(())
+                .ok_or_else(|| format!("{n} distinct of {messages}"))
+        },
+    );
+}
+
+/// The group's committed offsets are the partitions' end offsets.
+fn assert_committed_ends(endpoint: &KafkaEndpoint, group: &str, topic: &str) {
+    let ends = end_offsets_at(endpoint, topic, PARTITIONS);
+    let committed = committed_at(endpoint, group, topic, PARTITIONS);
+    let ends: Vec<Option<i64>> = ends.into_iter().map(Some).collect();
+    assert_eq!(committed, ends, "committed = ends");
+}
+
+/// A fresh database with the suite's numbered-messages table; `db.t`.
+fn numbered_table(ch: &Ch, prefix: &str) -> (String, String) {
+    let db = ch.fresh_db(prefix);
+    let table = format!("{db}.t");
+    ch.exec(&format!(
+        "CREATE TABLE {table} (n UInt64, s String, _partition UInt32, _offset UInt64) \
+         ENGINE = MergeTree() ORDER BY (_partition, _offset)"
+    ));
+    (db, table)
+}
+
 /// How many times the log says a secret file named by `flag` reloaded.
 fn reloads_logged(stderr: &str, flag: &str) -> usize {
+    let flags_of = |line: &str| -> Option<String> {
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(line) {
+            let fields = &v["fields"];
+            let reloaded = fields["message"].as_str()?.contains("reloaded");
+            return reloaded.then(|| fields["flags"].as_str().map(str::to_owned))?;
+        }
+        line.contains("reloaded")
+            .then(|| Some(line.split(" flags=").nth(1)?.split(' ').next()?.to_owned()))?
+    };
     stderr
         .lines()
-        .filter(|l| l.contains("reloaded"))
-        .filter_map(|l| l.split(" flags=").nth(1)?.split(' ').next())
+        .filter_map(flags_of)
         .filter(|flags| flags.split(',').any(|f| f == flag))
         .count()
 }
@@ -410,12 +485,7 @@ fn clickhouse_secrets_rotate_under_load() {
     );
 
     let ch = Ch::connect(&tls.plain_url);
-    let db = ch.fresh_db("e2e_rotation");
-    let table = format!("{db}.t");
-    ch.exec(&format!(
-        "CREATE TABLE {table} (n UInt64, s String, _partition UInt32, _offset UInt64) \
-         ENGINE = MergeTree() ORDER BY (_partition, _offset)"
-    ));
+    let (db, table) = numbered_table(&ch, "e2e_rotation");
     let topic = unique("t_rotation");
     create_topic(&svc.brokers, &topic, PARTITIONS);
     const MESSAGES: usize = 20_000;
@@ -473,16 +543,9 @@ fn clickhouse_secrets_rotate_under_load() {
         spate.stderr_so_far()
     );
     rewrite(&pw_file, format!("{pw2}\n").as_bytes());
-    wait_for(
-        "the password reload",
-        Duration::from_secs(20),
-        Duration::from_millis(200),
-        || {
-            (reloads_logged(&spate.stderr_so_far(), "--password-file") == 1)
-                .then_some(())
-                .ok_or_else(|| "not logged yet".to_owned())
-        },
-    );
+    wait_logged(&spate, "the password reload", |log| {
+        reloads_logged(log, "--password-file") == 1
+    });
     wait_growing(
         &ch,
         &table,
@@ -495,16 +558,9 @@ fn clickhouse_secrets_rotate_under_load() {
     // reload presents it.
     copy("c2.key", &key);
     copy("c2.crt", &cert);
-    wait_for(
-        "the certificate reload",
-        Duration::from_secs(20),
-        Duration::from_millis(200),
-        || {
-            (reloads_logged(&spate.stderr_so_far(), "--clickhouse-cert") >= 1)
-                .then_some(())
-                .ok_or_else(|| "not logged yet".to_owned())
-        },
-    );
+    wait_logged(&spate, "the certificate reload", |log| {
+        reloads_logged(log, "--clickhouse-cert") >= 1
+    });
     stunnel.start(
         &pki.file("s1.crt"),
         &pki.file("s1.key"),
@@ -520,16 +576,9 @@ fn clickhouse_secrets_rotate_under_load() {
     // 3. The server's certificate re-issued by another CA: spate trusts
     // the new CA (and no longer the old) before the server switches.
     copy("ca2.crt", &ca);
-    wait_for(
-        "the CA reload",
-        Duration::from_secs(20),
-        Duration::from_millis(200),
-        || {
-            (reloads_logged(&spate.stderr_so_far(), "--clickhouse-ca") == 1)
-                .then_some(())
-                .ok_or_else(|| "not logged yet".to_owned())
-        },
-    );
+    wait_logged(&spate, "the CA reload", |log| {
+        reloads_logged(log, "--clickhouse-ca") == 1
+    });
     stunnel.start(
         &pki.file("s2.crt"),
         &pki.file("s2.key"),
@@ -539,28 +588,7 @@ fn clickhouse_secrets_rotate_under_load() {
     assert!(after > rows);
 
     // The whole load, exactly.
-    let deadline = Instant::now() + Duration::from_secs(150);
-    while !producer.is_done() {
-        assert!(Instant::now() < deadline, "the producer did not finish");
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    let delivered = producer.join();
-    assert!(
-        delivered.errors.is_empty(),
-        "{:?}",
-        &delivered.errors[..delivered.errors.len().min(3)]
-    );
-    wait_for(
-        "every message",
-        Duration::from_secs(60),
-        Duration::from_millis(500),
-        || {
-            let n = ch.u64(&format!("SELECT uniqExact(n) FROM {table}"));
-            (n == MESSAGES as u64)
-                .then_some(())
-                .ok_or_else(|| format!("{n} distinct of {MESSAGES}"))
-        },
-    );
+    every_message(&ch, &table, producer, &mut spate, MESSAGES);
     let metrics = http_get(port, "/metrics").expect("/metrics");
     let counted = |file: &str| {
         metric_sum(
@@ -588,13 +616,7 @@ fn clickhouse_secrets_rotate_under_load() {
             "a password in the log"
         );
     }
-    let ends = end_offsets(&svc.brokers, &topic, PARTITIONS);
-    let committed = committed(&svc.brokers, &group, &topic, PARTITIONS);
-    assert_eq!(
-        committed,
-        ends.iter().map(|&e| Some(e)).collect::<Vec<_>>(),
-        "committed = ends"
-    );
+    assert_committed_ends(&KafkaEndpoint::plain(&svc.brokers), &group, &topic);
     ch.exec(&format!("DROP DATABASE IF EXISTS {db}"));
 }
 
@@ -750,12 +772,7 @@ fn kafka_scram_password_rotates_under_load() {
     broker.start(true);
 
     let ch = Ch::connect(&svc.clickhouse_url);
-    let db = ch.fresh_db("e2e_krot");
-    let table = format!("{db}.t");
-    ch.exec(&format!(
-        "CREATE TABLE {table} (n UInt64, s String, _partition UInt32, _offset UInt64) \
-         ENGINE = MergeTree() ORDER BY (_partition, _offset)"
-    ));
+    let (db, table) = numbered_table(&ch, "e2e_krot");
     const MESSAGES: usize = 12_000;
     let producer = produce_paced_at(
         &broker.endpoint("loader", &loader_pw),
@@ -806,16 +823,9 @@ fn kafka_scram_password_rotates_under_load() {
         },
     );
     rewrite(&pw_file, format!("{pw2}\n").as_bytes());
-    wait_for(
-        "the password reload",
-        Duration::from_secs(20),
-        Duration::from_millis(200),
-        || {
-            (reloads_logged(&spate.stderr_so_far(), "--kafka-password-file") == 1)
-                .then_some(())
-                .ok_or_else(|| "not logged yet".to_owned())
-        },
-    );
+    wait_logged(&spate, "the password reload", |log| {
+        reloads_logged(log, "--kafka-password-file") == 1
+    });
     wait_caught_up(
         &ch,
         &table,
@@ -825,33 +835,7 @@ fn kafka_scram_password_rotates_under_load() {
         "the messages produced after the change",
     );
 
-    let deadline = Instant::now() + Duration::from_secs(150);
-    while !producer.is_done() {
-        assert!(Instant::now() < deadline, "the producer did not finish");
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    let delivered = producer.join();
-    assert!(
-        delivered.errors.is_empty(),
-        "{:?}",
-        &delivered.errors[..delivered.errors.len().min(3)]
-    );
-    wait_for(
-        "every message",
-        Duration::from_secs(60),
-        Duration::from_millis(500),
-        || {
-            assert!(
-                !spate.has_exited(),
-                "spate exited:\n{}",
-                spate.stderr_so_far()
-            );
-            let n = ch.u64(&format!("SELECT uniqExact(n) FROM {table}"));
-            (n == MESSAGES as u64)
-                .then_some(())
-                .ok_or_else(|| format!("{n} distinct of {MESSAGES}"))
-        },
-    );
+    every_message(&ch, &table, producer, &mut spate, MESSAGES);
     let metrics = http_get(port, "/metrics").expect("/metrics");
     assert_eq!(
         metric_sum(
@@ -883,18 +867,10 @@ fn kafka_scram_password_rotates_under_load() {
             "a password in the log"
         );
     }
-    let end = (MESSAGES / PARTITIONS as usize) as i64;
-    let committed = committed_at(
-        &broker.endpoint("loader", &loader_pw),
-        &group,
-        &topic,
-        PARTITIONS,
-    );
-    assert_eq!(
-        committed,
-        vec![Some(end); PARTITIONS as usize],
-        "committed = ends"
-    );
+    // The ends, not MESSAGES / PARTITIONS: the producer's retries across
+    // the broker's restart may have written a message twice.
+    let loader = broker.endpoint("loader", &loader_pw);
+    assert_committed_ends(&loader, &group, &topic);
     ch.exec(&format!("DROP DATABASE IF EXISTS {db}"));
 }
 
@@ -909,26 +885,35 @@ fn kafka_tls_files_rotate_under_load() {
     let mut bundle = std::fs::read(pki.file("ca1.crt")).unwrap();
     bundle.extend(std::fs::read(pki.file("ca2.crt")).unwrap());
     std::fs::write(&both, &bundle).unwrap();
+    let (s1, s2) = (
+        (pki.file("s1.crt"), pki.file("s1.key")),
+        (pki.file("s2.crt"), pki.file("s2.key")),
+    );
     let mut broker = TestBroker::new(&dir.join("broker"));
-    broker.start_with(false, Some((&pki.file("s1.crt"), &pki.file("s1.key"))));
+    let (pw1, pw2, loader_pw) = (unique("kpw-a-"), unique("kpw-b-"), unique("kpw-l-"));
+    let topic = unique("t_ktls");
+    broker.start(false);
+    broker.set_user("spate", &pw1);
+    broker.set_user("loader", &loader_pw);
+    create_topic(&broker.brokers(), &topic, PARTITIONS);
+    broker.start_with(true, Some((&s1.0, &s1.1)));
     // The test's own clients trust both CAs throughout.
     let endpoint = KafkaEndpoint {
         brokers: broker.brokers(),
-        properties: vec![
-            ("security.protocol".into(), "SSL".into()),
-            ("ssl.ca.location".into(), both.display().to_string()),
-        ],
+        properties: [
+            ("security.protocol", "SASL_SSL"),
+            ("sasl.mechanism", "SCRAM-SHA-512"),
+            ("sasl.username", "loader"),
+            ("sasl.password", &loader_pw),
+            ("ssl.ca.location", &both.display().to_string()),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect(),
     };
-    let topic = unique("t_ktls");
-    create_topic_at(&endpoint, &topic, PARTITIONS);
 
     let ch = Ch::connect(&svc.clickhouse_url);
-    let db = ch.fresh_db("e2e_ktls");
-    let table = format!("{db}.t");
-    ch.exec(&format!(
-        "CREATE TABLE {table} (n UInt64, s String, _partition UInt32, _offset UInt64) \
-         ENGINE = MergeTree() ORDER BY (_partition, _offset)"
-    ));
+    let (db, table) = numbered_table(&ch, "e2e_ktls");
     const MESSAGES: usize = 15_000;
     let producer = produce_paced_at(
         &endpoint,
@@ -940,12 +925,16 @@ fn kafka_tls_files_rotate_under_load() {
 
     let ca = dir.join("kafka-ca.crt");
     rewrite(&ca, &std::fs::read(pki.file("ca1.crt")).unwrap());
+    let pw_file = dir.join("kafka-password");
+    rewrite(&pw_file, format!("{pw1}\n").as_bytes());
     let group = unique("g_ktls");
     let mut args = run_args(&svc, &topic, &group, &table);
     let at = args.iter().position(|a| a == "--brokers").unwrap() + 1;
     args[at] = broker.brokers();
     for x in [
-        "security.protocol=SSL".to_owned(),
+        "security.protocol=SASL_SSL".to_owned(),
+        "sasl.mechanism=SCRAM-SHA-512".to_owned(),
+        "sasl.username=spate".to_owned(),
         format!("ssl.ca.location={}", ca.display()),
         // A static member that rides out the stop and start.
         format!("group.instance.id={}", unique("member")),
@@ -955,6 +944,8 @@ fn kafka_tls_files_rotate_under_load() {
     }
     let port = free_port();
     args.extend([
+        "--kafka-password-file".into(),
+        pw_file.display().to_string(),
         "--admin-addr".into(),
         format!("127.0.0.1:{port}"),
         "--log-format".into(),
@@ -962,21 +953,30 @@ fn kafka_tls_files_rotate_under_load() {
     ]);
     let mut spate = spawn("rotation_ktls", &args);
     wait_growing(&ch, &table, 0, &mut spate, "the first rows");
-    let starts_again =
-        |spate: &Running| spate.stderr_so_far().matches("starting them again").count();
+
+    // 0. The password, applied to the running consumer: the starts again
+    // below must log in with it too (not the one read at start).
+    broker.start(false);
+    broker.set_user("spate", &pw2);
+    broker.start_with(true, Some((&s1.0, &s1.1)));
+    rewrite(&pw_file, format!("{pw2}\n").as_bytes());
+    wait_logged(&spate, "the password reload", |log| {
+        reloads_logged(log, "--kafka-password-file") == 1
+    });
+    wait_caught_up(
+        &ch,
+        &table,
+        &endpoint,
+        &topic,
+        &mut spate,
+        "the messages after the new password",
+    );
 
     // 1. Both CAs: a start again with a consumer that trusts both.
     rewrite(&ca, &bundle);
-    wait_for(
-        "a start again",
-        Duration::from_secs(60),
-        Duration::from_millis(200),
-        || {
-            (starts_again(&spate) == 1)
-                .then_some(())
-                .ok_or_else(|| "not yet".to_owned())
-        },
-    );
+    wait_logged(&spate, "a start again", |log| {
+        log.matches("starting them again").count() == 1
+    });
     wait_caught_up(
         &ch,
         &table,
@@ -987,7 +987,7 @@ fn kafka_tls_files_rotate_under_load() {
     );
 
     // 2. The broker's certificate re-issued by the second CA.
-    broker.start_with(false, Some((&pki.file("s2.crt"), &pki.file("s2.key"))));
+    broker.start_with(true, Some((&s2.0, &s2.1)));
     wait_caught_up(
         &ch,
         &table,
@@ -999,16 +999,9 @@ fn kafka_tls_files_rotate_under_load() {
 
     // 3. The first CA retired: only the second is trusted.
     rewrite(&ca, &std::fs::read(pki.file("ca2.crt")).unwrap());
-    wait_for(
-        "a second start again",
-        Duration::from_secs(60),
-        Duration::from_millis(200),
-        || {
-            (starts_again(&spate) == 2)
-                .then_some(())
-                .ok_or_else(|| "not yet".to_owned())
-        },
-    );
+    wait_logged(&spate, "a second start again", |log| {
+        log.matches("starting them again").count() == 2
+    });
     wait_caught_up(
         &ch,
         &table,
@@ -1018,33 +1011,7 @@ fn kafka_tls_files_rotate_under_load() {
         "the messages after the second start again",
     );
 
-    let deadline = Instant::now() + Duration::from_secs(150);
-    while !producer.is_done() {
-        assert!(Instant::now() < deadline, "the producer did not finish");
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    let delivered = producer.join();
-    assert!(
-        delivered.errors.is_empty(),
-        "{:?}",
-        &delivered.errors[..delivered.errors.len().min(3)]
-    );
-    wait_for(
-        "every message",
-        Duration::from_secs(60),
-        Duration::from_millis(500),
-        || {
-            assert!(
-                !spate.has_exited(),
-                "spate exited:\n{}",
-                spate.stderr_so_far()
-            );
-            let n = ch.u64(&format!("SELECT uniqExact(n) FROM {table}"));
-            (n == MESSAGES as u64)
-                .then_some(())
-                .ok_or_else(|| format!("{n} distinct of {MESSAGES}"))
-        },
-    );
+    every_message(&ch, &table, producer, &mut spate, MESSAGES);
     let metrics = http_get(port, "/metrics").expect("/metrics");
     assert_eq!(
         metric_sum(
@@ -1054,6 +1021,15 @@ fn kafka_tls_files_rotate_under_load() {
         ),
         2.0,
         "both starts again are counted, across them"
+    );
+    assert_eq!(
+        metric_sum(
+            &metrics,
+            "spate_secret_reloads_total",
+            &["file=\"--kafka-password-file\"", "outcome=\"reloaded\""]
+        ),
+        1.0,
+        "the password reload is still counted after the starts again"
     );
     // The group never rebalanced: every assignment (three starts) in one
     // generation, nothing lost.
@@ -1080,12 +1056,6 @@ fn kafka_tls_files_rotate_under_load() {
     );
     spate.sigterm();
     spate.wait(Duration::from_secs(60)).assert_code(0);
-    let end = (MESSAGES / PARTITIONS as usize) as i64;
-    let committed = committed_at(&endpoint, &group, &topic, PARTITIONS);
-    assert_eq!(
-        committed,
-        vec![Some(end); PARTITIONS as usize],
-        "committed = ends"
-    );
+    assert_committed_ends(&endpoint, &group, &topic);
     ch.exec(&format!("DROP DATABASE IF EXISTS {db}"));
 }

@@ -81,13 +81,19 @@ const PERMISSION: &[u32] = &[
     158, // TOO_MANY_ROWS
     164, // READONLY (the user's profile has readonly=1)
     192, // UNKNOWN_USER
-    193, // WRONG_PASSWORD
     307, // TOO_MANY_BYTES
     396, // TOO_MANY_ROWS_OR_BYTES
     452, // SETTING_CONSTRAINT_VIOLATION (a profile forbids a setting spate sends)
     497, // ACCESS_DENIED
-    516, // AUTHENTICATION_FAILED
 ];
+
+/// A refused login: WRONG_PASSWORD (before 20.x), AUTHENTICATION_FAILED
+/// (later). While running it is most likely a password rotating on the
+/// server before the new one reached `--password-file` (which spate reads
+/// again as it changes), so every running path retries it and reports it
+/// as a stall; at start it is a configuration error (exit 2, by code:
+/// `SinkError::is_config`).
+const REFUSED_LOGIN: &[u32] = &[193, 516];
 
 /// Transient server conditions: back off, retry on the same replica.
 const TRANSIENT: &[u32] = &[
@@ -156,7 +162,7 @@ pub fn code_remedy(code: u32, body: &str) -> Option<Remedy> {
         Some(Remedy::GiveUp)
     } else if REPLICA.contains(&code) {
         Some(Remedy::Failover)
-    } else if TRANSIENT.contains(&code) {
+    } else if TRANSIENT.contains(&code) || REFUSED_LOGIN.contains(&code) {
         Some(Remedy::Retry)
     } else {
         None
@@ -265,7 +271,10 @@ mod tests {
             (Some(500), "Code: 999, Keeper exception", Retriable),
             (Some(500), "Code: 12345, something new", Retriable),
             (Some(400), "Code: 12345, something new", Fatal),
-            (Some(403), "Code: 516, Authentication failed", Fatal),
+            // A refused login while running: a password rotating.
+            (Some(403), "Code: 516, Authentication failed", Retriable),
+            (Some(500), "Code: 193, Wrong password for user x", Retriable),
+            (Some(500), "Code: 192, Unknown user x", Fatal),
             (Some(401), "", Fatal),
             (Some(429), "", Retriable),
             (Some(408), "", Retriable),
@@ -403,7 +412,7 @@ mod tests {
 
     #[test]
     fn tables_are_disjoint() {
-        let all = [DATA, PERMISSION, TRANSIENT, REPLICA];
+        let all = [DATA, PERMISSION, TRANSIENT, REPLICA, REFUSED_LOGIN];
         for (i, a) in all.iter().enumerate() {
             for b in &all[i + 1..] {
                 for c in *a {

@@ -129,10 +129,6 @@ impl ClientError {
     }
 }
 
-/// The codes of a refused login: WRONG_PASSWORD (before 20.x),
-/// AUTHENTICATION_FAILED (later).
-const REFUSED_LOGIN: [u32; 2] = [193, 516];
-
 /// A failed insert, classified.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("insert failed ({class:?}{}): {message}", code.map(|c| format!(", code {c}")).unwrap_or_default())]
@@ -150,15 +146,9 @@ impl InsertError {
     /// [`crate::classify`]: give up, retry here, or fail over to the
     /// shard's next replica. A failure without a server code (no answer,
     /// a timeout, a cut connection, a 5xx from a proxy) fails over.
-    ///
-    /// A refused login is retried here (and reported as a stall while it
-    /// lasts): once running, it is most likely a password rotating on the
-    /// server before the new one reached `--password-file` (which spate
-    /// reads again as it changes). At start it stays a configuration error.
     #[must_use]
     pub fn remedy(&self) -> Remedy {
         match (self.class, self.code) {
-            (_, Some(code)) if REFUSED_LOGIN.contains(&code) => Remedy::Retry,
             (ErrorClass::Fatal, _) => Remedy::GiveUp,
             (ErrorClass::Retriable, None) => Remedy::Failover,
             (ErrorClass::Retriable, Some(code)) => match code_remedy(code, &self.message) {
@@ -614,8 +604,7 @@ mod tests {
         assert_eq!(e(ErrorClass::Retriable, Some(252)).remedy(), Remedy::Retry);
         assert_eq!(e(ErrorClass::Fatal, Some(252)).remedy(), Remedy::GiveUp);
         // A refused login while running: a password rotating, retried.
-        assert_eq!(e(ErrorClass::Fatal, Some(516)).remedy(), Remedy::Retry);
-        assert_eq!(e(ErrorClass::Fatal, Some(193)).remedy(), Remedy::Retry);
-        assert_eq!(e(ErrorClass::Fatal, Some(192)).remedy(), Remedy::GiveUp);
+        assert_eq!(e(ErrorClass::Retriable, Some(516)).remedy(), Remedy::Retry);
+        assert_eq!(e(ErrorClass::Retriable, Some(193)).remedy(), Remedy::Retry);
     }
 }

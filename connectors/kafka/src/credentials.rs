@@ -60,8 +60,9 @@ impl SaslCredentials {
     /// on. `Ok(false)`: the client is gone (nothing to set).
     ///
     /// # Errors
-    /// librdkafka refused them (a NUL in either, or a client that does not
-    /// use SASL PLAIN or SCRAM): its message.
+    /// A NUL byte in either, or librdkafka refused them: its message. (For
+    /// a client that does not use SASL PLAIN or SCRAM, librdkafka stores
+    /// them and nothing uses them.)
     pub fn set(&self, username: &str, password: &str) -> Result<bool, String> {
         let Some(client) = self.client.upgrade() else {
             return Ok(false);
