@@ -308,22 +308,36 @@ fn every_message(ch: &Ch, table: &str, producer: Paced, spate: &mut Running, mes
         "{:?}",
         &delivered.errors[..delivered.errors.len().min(3)]
     );
-    wait_for(
+    wait_running(
+        spate,
         "every message",
         Duration::from_secs(60),
         Duration::from_millis(500),
         || {
-            assert!(
-                !spate.has_exited(),
-                "spate exited:\n{}",
-                spate.stderr_so_far()
-            );
             let n = ch.u64(&format!("SELECT uniqExact(n) FROM {table}"));
             (n == messages as u64)
                 .then_some(())
                 .ok_or_else(|| format!("{n} distinct of {messages}"))
         },
     );
+}
+
+/// [`wait_for`] `cond`, failing at once (with its log) if spate exits.
+fn wait_running<T>(
+    spate: &mut Running,
+    what: &str,
+    within: Duration,
+    every: Duration,
+    mut cond: impl FnMut() -> Result<T, String>,
+) -> T {
+    wait_for(what, within, every, || {
+        assert!(
+            !spate.has_exited(),
+            "spate exited:\n{}",
+            spate.stderr_so_far()
+        );
+        cond()
+    })
 }
 
 /// The group's committed offsets are the partitions' end offsets.
@@ -377,16 +391,12 @@ fn wait_caught_up(
     // Let the producer put some messages on the broker after the change.
     std::thread::sleep(Duration::from_secs(2));
     let ends: i64 = end_offsets_at(endpoint, topic, PARTITIONS).iter().sum();
-    wait_for(
+    wait_running(
+        spate,
         what,
         Duration::from_secs(60),
         Duration::from_millis(250),
         || {
-            assert!(
-                !spate.has_exited(),
-                "spate exited:\n{}",
-                spate.stderr_so_far()
-            );
             let n = ch.u64(&format!("SELECT uniqExact(n) FROM {table}"));
             (n >= ends as u64)
                 .then_some(())
@@ -397,16 +407,12 @@ fn wait_caught_up(
 
 /// Wait until `table` holds more than `above` rows; returns the count.
 fn wait_growing(ch: &Ch, table: &str, above: u64, spate: &mut Running, what: &str) -> u64 {
-    wait_for(
+    wait_running(
+        spate,
         what,
         Duration::from_secs(60),
         Duration::from_millis(250),
         || {
-            assert!(
-                !spate.has_exited(),
-                "spate exited:\n{}",
-                spate.stderr_so_far()
-            );
             let n = ch.u64(&format!("SELECT count() FROM {table}"));
             if n > above {
                 Ok(n)
@@ -420,16 +426,12 @@ fn wait_growing(ch: &Ch, table: &str, above: u64, spate: &mut Running, what: &st
 /// After stunnel's latest restart: wait for spate to connect through it,
 /// then for rows inserted over that connection; returns the count.
 fn through_restarted(ch: &Ch, table: &str, stunnel: &Stunnel, spate: &mut Running) -> u64 {
-    wait_for(
+    wait_running(
+        spate,
         "spate to connect through the restarted stunnel",
         Duration::from_secs(60),
         Duration::from_millis(200),
         || {
-            assert!(
-                !spate.has_exited(),
-                "spate exited:\n{}",
-                spate.stderr_so_far()
-            );
             (!stunnel.accepted(stunnel.starts).is_empty())
                 .then_some(())
                 .ok_or_else(|| "no connection yet".to_owned())
