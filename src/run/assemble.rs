@@ -60,9 +60,9 @@ pub fn run(pipelines: Vec<(String, RunArgs)>) -> Result<(), Exit> {
             Err(Ended::Exit(exit)) => return Err(exit),
             // A signal while the pipelines stopped: they were drained and
             // committed, so this is the end.
-            Err(Ended::NewClients) if *shutdown.borrow() => return Ok(()),
+            Err(Ended::NewClients) if *shutdown.requested.borrow() => return Ok(()),
             Err(Ended::NewClients) => None,
-            Err(Ended::StartAgain(exit)) if *shutdown.borrow() => return Err(exit),
+            Err(Ended::StartAgain(exit)) if *shutdown.requested.borrow() => return Err(exit),
             Err(Ended::StartAgain(exit)) => Some(exit),
         };
         if let Some(exit) = exit {
@@ -97,8 +97,8 @@ struct Run<'a> {
     pipelines: &'a [(String, RunArgs)],
     validated: &'a [Validated],
     process: &'a Process,
-    /// Turns `true` at SIGTERM/SIGINT (watched once for the process).
-    shutdown: &'a tokio::sync::watch::Receiver<bool>,
+    /// SIGTERM/SIGINT, watched once for the process.
+    shutdown: &'a signals::Shutdown,
     /// The secret files as they were when `validated` read them.
     baseline: &'a crate::rotate::Baseline,
     /// `spate_secret_reloads_total` so far, carried into this run's
@@ -167,11 +167,6 @@ fn run_once(run: &Run<'_>) -> Result<(), Ended> {
         restart.as_ref(),
         run.baseline,
     );
-    if *run.shutdown.borrow() {
-        // Signalled while starting: nothing was read yet, nothing to drain.
-        tracing::info!("signal received before the pipelines started; exiting");
-        return Ok(());
-    }
     let pipeline = Pipeline::new(source, chains, sinks.runtime, acks, sink_options)
         .map_err(|e| Exit::failed(e.to_string()))?;
     let mut options = RuntimeOptions::new(io.handle().clone());
@@ -193,7 +188,9 @@ fn run_once(run: &Run<'_>) -> Result<(), Ended> {
     let started = Instant::now();
     let new_clients = Arc::new(AtomicBool::new(false));
     let flag = new_clients.clone();
-    let mut signalled = run.shutdown.clone();
+    let mut signalled = run.shutdown.requested.clone();
+    // From here a signal drains the pipelines (before, it exits at once).
+    run.shutdown.running.store(true, Ordering::SeqCst);
     let report = runtime.run(async move {
         let restart = async {
             match restart {
@@ -209,6 +206,7 @@ fn run_once(run: &Run<'_>) -> Result<(), Ended> {
             }
         }
     });
+    run.shutdown.running.store(false, Ordering::SeqCst);
     let exit = if new_clients.load(Ordering::SeqCst) && report.state == ExitState::Completed {
         tracing::info!("pipelines stopped, drained and committed; starting them again");
         Err(Ended::NewClients)

@@ -1,4 +1,4 @@
-//! End to end: SIGTERM in the middle of a bounded run.
+//! End to end: SIGTERM in the middle of a bounded run, and at start.
 //!
 //! 500 000 small messages on 4 partitions. A first `spate run --until-end`
 //! is stopped with SIGTERM once at least 40% of the rows are in the table;
@@ -145,4 +145,48 @@ fn sigterm_drains_commits_and_resumes(svc: Services) {
         fin1.elapsed, fin2.elapsed
     );
     ch.drop_database_of(&table);
+}
+
+/// SIGTERM while spate waits for ClickHouse at start (it retries for 30 s):
+/// nothing is in flight, so it exits at once (exit 0) rather than when the
+/// start gives up. The signal is watched from the process's start (a
+/// signal during a start again in the process must not be lost), so this
+/// is the path that replaced the default action.
+#[test]
+fn a_signal_while_waiting_for_clickhouse_at_start_exits_at_once() {
+    let Some(svc) = services() else { return };
+    let topic = unique("t_sigterm_start");
+    create_topic(&svc.brokers, &topic, 1);
+    let mut args = run_args(&svc, &topic, &unique("g_sigterm_start"), "db.t");
+    let at = args.iter().position(|a| a == "--clickhouse-url").unwrap() + 1;
+    // Nothing listens there: connection refused, retried.
+    args[at] = format!("http://127.0.0.1:{}", free_port());
+    let spate = spawn("sigterm_at_start", &args);
+    wait_for(
+        "the start-up retry",
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+        || {
+            spate
+                .stderr_so_far()
+                .contains("ClickHouse not reachable at start; retrying")
+                .then_some(())
+                .ok_or_else(|| "not yet".to_owned())
+        },
+    );
+    let sent = Instant::now();
+    spate.sigterm();
+    let fin = spate.wait(Duration::from_secs(20));
+    fin.assert_code(0);
+    assert!(
+        sent.elapsed() < Duration::from_secs(5),
+        "exited {:?} after the signal, not at once",
+        sent.elapsed()
+    );
+    assert!(
+        fin.stderr
+            .contains("signal received while no pipeline runs"),
+        "{}",
+        fin.tail(5)
+    );
 }
