@@ -30,6 +30,7 @@
 
 use crate::cli::RunArgs;
 use crate::settings::Validated;
+use crate::tls_files::Field;
 use prometheus::{IntCounterVec, Opts, Registry};
 use spate_clickhouse::Secret;
 use spate_core::metrics::Metrics;
@@ -98,13 +99,10 @@ impl Baseline {
     pub(crate) fn of(pipelines: &[(String, RunArgs)]) -> Self {
         let mut all = HashMap::new();
         for (_, a) in pipelines {
-            let (c, r) = (&a.clickhouse_files.files, &a.registry_files.files);
-            let files = [&c.password_file, &c.ca, &c.cert, &c.key]
-                .into_iter()
-                .chain([&r.password_file, &r.ca, &r.cert, &r.key])
-                .chain([&a.kafka_files.files.password_file])
-                .flatten()
-                .cloned();
+            let files = (a.clickhouse_files.named(ALL).into_iter())
+                .chain(a.registry_files.named(ALL))
+                .chain(a.kafka_files.named(ALL))
+                .map(|(_, path)| path);
             let kafka = (a.properties.iter())
                 .filter(|(k, _)| KAFKA_TLS_FILES.contains(&k.as_str()))
                 .map(|(_, v)| PathBuf::from(v));
@@ -116,6 +114,13 @@ impl Baseline {
         Self(all)
     }
 }
+
+/// Every file a service's flags name.
+const ALL: &[Field] = &[Field::PasswordFile, Field::Ca, Field::Cert, Field::Key];
+/// Its TLS files.
+const TLS: &[Field] = &[Field::Ca, Field::Cert, Field::Key];
+/// Its password file.
+const PASSWORD: &[Field] = &[Field::PasswordFile];
 
 /// A file's contents, hashed (the secret itself is not kept).
 fn fingerprint(path: &PathBuf) -> Option<u64> {
@@ -306,67 +311,36 @@ pub(crate) fn watches(
         }
     };
     for ((_, a), v) in pipelines.iter().zip(validated) {
-        if let (None, Some(path), Some(shared)) = (
-            &a.password,
-            &a.clickhouse_files.files.password_file,
-            &v.password,
-        ) {
-            let (path_, shared) = (path.clone(), shared.clone());
-            let apply = move || {
-                let line = crate::secret::read_file("--password-file", &path_)
-                    .map_err(|e| e.message().to_owned())?;
-                shared.replace(Secret::new(line));
-                Ok(())
-            };
-            all.push(Watch::new(
-                vec![("--password-file".into(), path.clone())],
-                Apply::Live(Box::new(apply)),
+        // `--password` given: the file is not read (nor watched).
+        if let (None, Some(shared)) = (&a.password, &v.password) {
+            let shared = shared.clone();
+            all.extend(password_watch(
+                a.clickhouse_files.named(PASSWORD),
+                move |line| {
+                    shared.replace(Secret::new(line));
+                    Ok(())
+                },
                 baseline,
             ));
         }
-        let files = v.tls.files();
-        let named: Vec<(&str, &PathBuf)> = [
-            ("--clickhouse-ca", &files.ca),
-            ("--clickhouse-cert", &files.cert),
-            ("--clickhouse-key", &files.key),
-        ]
-        .into_iter()
-        .filter_map(|(flag, p)| p.as_ref().map(|p| (flag, p)))
-        .collect();
+        let named = a.clickhouse_files.named(TLS);
         if !named.is_empty() {
             let tls = v.tls.clone();
             all.push(Watch::new(
-                owned(&named),
+                named,
                 Apply::Live(Box::new(move || tls.reload().map_err(|e| e.to_string()))),
                 baseline,
             ));
         }
-        let r = &a.registry_files.files;
-        let named: Vec<(&str, &PathBuf)> = [
-            ("--schema-registry-password-file", &r.password_file),
-            ("--schema-registry-ca", &r.ca),
-            ("--schema-registry-cert", &r.cert),
-            ("--schema-registry-key", &r.key),
-        ]
-        .into_iter()
-        .filter_map(|(flag, p)| p.as_ref().map(|p| (flag, p)))
-        .collect();
+        let named = a.registry_files.named(ALL);
         if !named.is_empty() {
-            at_start(&mut all, owned(&named));
+            at_start(&mut all, named);
         }
     }
-    let first = &pipelines[0].1;
-    if let Some(path) = &first.kafka_files.files.password_file {
-        let user = kafka
-            .properties
-            .iter()
-            .rev()
-            .find(|(k, _)| k == "sasl.username")
-            .map(|(_, v)| v.clone());
-        let path_ = path.clone();
-        let apply = move || {
-            let line = crate::secret::read_file("--kafka-password-file", &path_)
-                .map_err(|e| e.message().to_owned())?;
+    let user = kafka.property("sasl.username").map(str::to_owned);
+    all.extend(password_watch(
+        pipelines[0].1.kafka_files.named(PASSWORD),
+        move |line| {
             let user = user
                 .as_deref()
                 .ok_or("no -X sasl.username to go with the password")?;
@@ -376,26 +350,35 @@ pub(crate) fn watches(
                     .map_err(|e| format!("the {}: {e}", client.what))?;
             }
             Ok(())
-        };
-        all.push(Watch::new(
-            vec![("--kafka-password-file".into(), path.clone())],
-            Apply::Live(Box::new(apply)),
-            baseline,
-        ));
-    }
+        },
+        baseline,
+    ));
     for key in KAFKA_TLS_FILES {
-        let path = kafka
-            .properties
-            .iter()
-            .rev()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| PathBuf::from(v));
         // `ssl.ca.location` may be `probe` or a directory: files only.
-        if let Some(path) = path.filter(|p| p.is_file()) {
+        if let Some(path) = kafka
+            .property(key)
+            .map(PathBuf::from)
+            .filter(|p| p.is_file())
+        {
             at_start(&mut all, vec![(format!("-X {key}"), path)]);
         }
     }
     all
+}
+
+/// A watch of the password file in `named` (none if it is not set) that
+/// hands its first line, read as at start, to `apply`.
+fn password_watch(
+    named: Vec<(String, PathBuf)>,
+    mut apply: impl FnMut(String) -> Result<(), String> + Send + 'static,
+    baseline: &Baseline,
+) -> Option<Watch> {
+    let (flag, path) = named.first()?.clone();
+    let read = move || {
+        let line = crate::secret::read_file(&flag, &path).map_err(|e| e.message().to_owned())?;
+        apply(line)
+    };
+    Some(Watch::new(named, Apply::Live(Box::new(read)), baseline))
 }
 
 /// librdkafka's TLS file properties (read when the client is made).
@@ -405,13 +388,6 @@ const KAFKA_TLS_FILES: [&str; 4] = [
     "ssl.key.location",
     "ssl.keystore.location",
 ];
-
-fn owned(named: &[(&str, &PathBuf)]) -> Vec<(String, PathBuf)> {
-    named
-        .iter()
-        .map(|(f, p)| ((*f).to_owned(), (*p).clone()))
-        .collect()
-}
 
 #[cfg(test)]
 mod tests {

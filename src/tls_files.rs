@@ -34,6 +34,17 @@ pub struct TlsFiles {
 }
 
 impl TlsFiles {
+    /// The file `field` names, if set.
+    #[must_use]
+    pub fn get(&self, field: Field) -> Option<&PathBuf> {
+        match field {
+            Field::PasswordFile => self.password_file.as_ref(),
+            Field::Ca => self.ca.as_ref(),
+            Field::Cert => self.cert.as_ref(),
+            Field::Key => self.key.as_ref(),
+        }
+    }
+
     /// The connector's TLS settings: the CA, certificate and key.
     #[must_use]
     pub fn tls(&self) -> spate_clickhouse::TlsFiles {
@@ -241,6 +252,17 @@ impl<S: Service> TlsFlags<S> {
     /// The password: `given` if set, else the password file's first line.
     pub fn password(&self, given: Option<&String>) -> Result<Option<String>, Exit> {
         self.files.password(given, &Self::flag(Field::PasswordFile))
+    }
+
+    /// Each file set among `fields`, under its flag (`--clickhouse-ca`,
+    /// ...), in the order `--help` lists them.
+    #[must_use]
+    pub fn named(&self, fields: &[Field]) -> Vec<(String, PathBuf)> {
+        S::FLAGS
+            .iter()
+            .filter(|f| fields.contains(&f.field))
+            .filter_map(|f| Some((f.flag(), self.files.get(f.field)?.clone())))
+            .collect()
     }
 
     #[cfg(test)]

@@ -146,63 +146,32 @@ fn rewrite(to: &Path, contents: &[u8]) {
     std::fs::rename(&tmp, to).unwrap();
 }
 
-/// A stunnel of the test's own: TLS with `cert` (verifying client
-/// certificates against `client_ca`) in front of `backend`; each start
-/// logs to a file of its own.
-struct Stunnel {
-    dir: PathBuf,
+/// A server process of the test's own on a loopback port: started, waited
+/// for until it listens, stopped (SIGTERM) when restarted or dropped.
+struct Daemon {
     port: u16,
-    backend: String,
     child: Option<Child>,
-    starts: usize,
 }
 
-impl Stunnel {
-    fn new(dir: &Path, backend: &str) -> Stunnel {
-        Stunnel {
-            dir: dir.to_owned(),
+impl Daemon {
+    fn new() -> Daemon {
+        Daemon {
             port: free_port(),
-            backend: backend.to_owned(),
             child: None,
-            starts: 0,
         }
     }
 
-    fn log(&self, start: usize) -> PathBuf {
-        self.dir.join(format!("stunnel-{start}.log"))
-    }
-
-    /// (Re)start it serving `cert`/`key`; waits until it accepts.
-    fn start(&mut self, cert: &Path, key: &Path, client_ca: &Path) {
+    /// Stop the running one (if any), spawn `cmd`, wait until it listens.
+    fn start(&mut self, what: &str, cmd: &mut Command, within: Duration) {
         self.stop();
-        self.starts += 1;
-        let conf = self.dir.join("stunnel.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "foreground = yes\npid =\ndebug = 5\noutput = {}\n[ch]\naccept = 127.0.0.1:{}\n\
-                 connect = {}\ncert = {}\nkey = {}\nCAfile = {}\nverify = 2\n",
-                self.log(self.starts).display(),
-                self.port,
-                self.backend,
-                cert.display(),
-                key.display(),
-                client_ca.display()
-            ),
-        )
-        .unwrap();
         self.child = Some(
-            Command::new("stunnel")
-                .arg(&conf)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
+            cmd.stdin(Stdio::null())
                 .spawn()
-                .expect("stunnel (apt-get install stunnel4)"),
+                .unwrap_or_else(|e| panic!("{what}: {e}")),
         );
         wait_for(
-            "the test's stunnel to listen",
-            Duration::from_secs(10),
+            &format!("{what} to listen"),
+            within,
             Duration::from_millis(50),
             || {
                 std::net::TcpStream::connect(("127.0.0.1", self.port))
@@ -210,15 +179,6 @@ impl Stunnel {
                     .map_err(|e| e.to_string())
             },
         );
-    }
-
-    /// The client certificates stunnel accepted in start `start`.
-    fn accepted(&self, start: usize) -> Vec<String> {
-        let log = std::fs::read_to_string(self.log(start)).unwrap_or_default();
-        log.lines()
-            .filter_map(|l| l.split("Certificate accepted at depth=0: ").nth(1))
-            .map(str::to_owned)
-            .collect()
     }
 
     fn stop(&mut self) {
@@ -229,9 +189,74 @@ impl Stunnel {
     }
 }
 
-impl Drop for Stunnel {
+impl Drop for Daemon {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// A stunnel of the test's own: TLS with `cert` (verifying client
+/// certificates against `client_ca`) in front of `backend`; each start
+/// logs to a file of its own.
+struct Stunnel {
+    dir: PathBuf,
+    daemon: Daemon,
+    backend: String,
+    starts: usize,
+}
+
+impl Stunnel {
+    fn new(dir: &Path, backend: &str) -> Stunnel {
+        Stunnel {
+            dir: dir.to_owned(),
+            daemon: Daemon::new(),
+            backend: backend.to_owned(),
+            starts: 0,
+        }
+    }
+
+    fn log(&self, start: usize) -> PathBuf {
+        self.dir.join(format!("stunnel-{start}.log"))
+    }
+
+    /// (Re)start it serving `cert`/`key`; waits until it accepts.
+    fn start(&mut self, cert: &Path, key: &Path, client_ca: &Path) {
+        self.starts += 1;
+        let conf = self.dir.join("stunnel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "foreground = yes\npid =\ndebug = 5\noutput = {}\n[ch]\naccept = 127.0.0.1:{}\n\
+                 connect = {}\ncert = {}\nkey = {}\nCAfile = {}\nverify = 2\n",
+                self.log(self.starts).display(),
+                self.port(),
+                self.backend,
+                cert.display(),
+                key.display(),
+                client_ca.display()
+            ),
+        )
+        .unwrap();
+        let mut cmd = Command::new("stunnel");
+        cmd.arg(&conf).stdout(Stdio::null()).stderr(Stdio::null());
+        self.daemon.start(
+            "the test's stunnel (apt-get install stunnel4)",
+            &mut cmd,
+            Duration::from_secs(10),
+        );
+    }
+
+    fn port(&self) -> u16 {
+        self.daemon.port
+    }
+
+    /// The client certificates stunnel accepted in start `start`.
+    fn accepted(&self, start: usize) -> Vec<String> {
+        let log = std::fs::read_to_string(self.log(start)).unwrap_or_default();
+        log.lines()
+            .filter_map(|l| l.split("Certificate accepted at depth=0: ").nth(1))
+            .map(str::to_owned)
+            .collect()
     }
 }
 
@@ -357,6 +382,19 @@ fn numbered_table(ch: &Ch, prefix: &str) -> (String, String) {
          ENGINE = MergeTree() ORDER BY (_partition, _offset)"
     ));
     (db, table)
+}
+
+/// `spate_secret_reloads_total{file, outcome}` on the admin port `port`.
+fn reloads_counted(port: u16, file: &str, outcome: &str) -> f64 {
+    let metrics = http_get(port, "/metrics").expect("/metrics");
+    metric_sum(
+        &metrics,
+        "spate_secret_reloads_total",
+        &[
+            &format!("file=\"{file}\""),
+            &format!("outcome=\"{outcome}\""),
+        ],
+    )
 }
 
 /// How many times the log says a secret file named by `flag` reloaded.
@@ -503,7 +541,7 @@ fn clickhouse_secrets_rotate_under_load() {
     let port = free_port();
     let mut args = run_args(&svc, &topic, &group, &table);
     let at = args.iter().position(|a| a == "--clickhouse-url").unwrap() + 1;
-    args[at] = format!("https://127.0.0.1:{}", stunnel.port);
+    args[at] = format!("https://127.0.0.1:{}", stunnel.port());
     for (flag, value) in [
         ("--user", user.name.clone()),
         ("--password-file", pw_file.display().to_string()),
@@ -591,14 +629,7 @@ fn clickhouse_secrets_rotate_under_load() {
 
     // The whole load, exactly.
     every_message(&ch, &table, producer, &mut spate, MESSAGES);
-    let metrics = http_get(port, "/metrics").expect("/metrics");
-    let counted = |file: &str| {
-        metric_sum(
-            &metrics,
-            "spate_secret_reloads_total",
-            &[&format!("file=\"{file}\""), "outcome=\"reloaded\""],
-        )
-    };
+    let counted = |file: &str| reloads_counted(port, file, "reloaded");
     assert_eq!(
         counted("--password-file"),
         1.0,
@@ -629,8 +660,7 @@ fn clickhouse_secrets_rotate_under_load() {
 struct TestBroker {
     bin: String,
     dir: PathBuf,
-    port: u16,
-    child: Option<Child>,
+    daemon: Daemon,
 }
 
 impl TestBroker {
@@ -640,13 +670,12 @@ impl TestBroker {
             bin: std::env::var("SPATE_TEST_KAFKA_BIN")
                 .expect("SPATE_TEST_KAFKA_BIN: source build/services.env"),
             dir: dir.to_owned(),
-            port: free_port(),
-            child: None,
+            daemon: Daemon::new(),
         }
     }
 
     fn brokers(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("127.0.0.1:{}", self.daemon.port)
     }
 
     /// (Re)start it, requiring SASL or not; waits until it answers.
@@ -657,8 +686,7 @@ impl TestBroker {
     /// (Re)start it, requiring SASL or not, serving TLS with `tls`
     /// (certificate, key) if given; waits until it listens.
     fn start_with(&mut self, authentication: bool, tls: Option<(&Path, &Path)>) {
-        self.stop();
-        let url = format!("tcp://127.0.0.1:{}", self.port);
+        let url = format!("tcp://127.0.0.1:{}", self.daemon.port);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -680,7 +708,6 @@ impl TestBroker {
         ])
         .args(["--group-initial-rebalance-delay", "0s"])
         .current_dir(&self.dir)
-        .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
         .stderr(log);
         if authentication {
@@ -689,17 +716,27 @@ impl TestBroker {
         if let Some((cert, key)) = tls {
             cmd.arg("--cert").arg(cert).arg("--key").arg(key);
         }
-        self.child = Some(cmd.spawn().expect("nisshi"));
-        wait_for(
-            "the test's broker to listen",
-            Duration::from_secs(30),
-            Duration::from_millis(100),
-            || {
-                std::net::TcpStream::connect(("127.0.0.1", self.port))
-                    .map(drop)
-                    .map_err(|e| e.to_string())
-            },
-        );
+        self.daemon
+            .start("the test's broker", &mut cmd, Duration::from_secs(30));
+    }
+
+    /// From a fresh storage: `users` with their passwords, `topic`, then
+    /// the broker with authentication (over TLS with `tls` if given).
+    fn set_up(&mut self, users: &[(&str, &str)], topic: &str, tls: Option<(&Path, &Path)>) {
+        self.start(false);
+        for (user, password) in users {
+            self.set_user(user, password);
+        }
+        create_topic(&self.brokers(), topic, PARTITIONS);
+        self.start_with(true, tls);
+    }
+
+    /// Change `user`'s password: the broker restarts without
+    /// authentication to take it, then with (every client logs in again).
+    fn change_password(&mut self, user: &str, password: &str, tls: Option<(&Path, &Path)>) {
+        self.start(false);
+        self.set_user(user, password);
+        self.start_with(true, tls);
     }
 
     /// Create (or change) `user`'s password, both SCRAM mechanisms; the
@@ -711,7 +748,7 @@ impl TestBroker {
                     "user",
                     "create",
                     "--broker",
-                    &format!("tcp://127.0.0.1:{}", self.port),
+                    &format!("tcp://127.0.0.1:{}", self.daemon.port),
                 ])
                 .args(["--mechanism", m, user, password])
                 .output()
@@ -724,32 +761,62 @@ impl TestBroker {
         }
     }
 
-    fn endpoint(&self, user: &str, password: &str) -> KafkaEndpoint {
+    /// A client's view of it: SCRAM-SHA-512 as `user`, over TLS
+    /// verified with `ca` if given.
+    fn endpoint(&self, user: &str, password: &str, ca: Option<&Path>) -> KafkaEndpoint {
+        let mut properties: Vec<(String, String)> = [
+            ("sasl.mechanism", "SCRAM-SHA-512"),
+            ("sasl.username", user),
+            ("sasl.password", password),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+        let protocol = match ca {
+            Some(ca) => {
+                properties.push(("ssl.ca.location".into(), ca.display().to_string()));
+                "SASL_SSL"
+            }
+            None => "SASL_PLAINTEXT",
+        };
+        properties.push(("security.protocol".into(), protocol.into()));
         KafkaEndpoint {
             brokers: self.brokers(),
-            properties: [
-                ("security.protocol", "SASL_PLAINTEXT"),
-                ("sasl.mechanism", "SCRAM-SHA-512"),
-                ("sasl.username", user),
-                ("sasl.password", password),
-            ]
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect(),
+            properties,
         }
     }
 
-    fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            kill_pid(c.id(), libc::SIGTERM);
-            let _ = c.wait();
+    /// `spate run` from `topic` into `table` on this broker as `spate`,
+    /// the password from `pw_file` (over TLS with `ca` if given), the admin
+    /// server on `admin_port`, with a session timeout long enough to ride
+    /// out the broker's restarts.
+    fn spate_args(
+        &self,
+        svc: &Services,
+        run: [&str; 3],
+        ca: Option<&Path>,
+        pw_file: &Path,
+        admin_port: u16,
+    ) -> Vec<String> {
+        let [topic, group, table] = run;
+        let mut args = run_args(svc, topic, group, table);
+        let at = args.iter().position(|a| a == "--brokers").unwrap() + 1;
+        args[at] = self.brokers();
+        let client = self.endpoint("spate", "", ca);
+        let x = (client.properties.iter())
+            .filter(|(k, _)| k != "sasl.password")
+            .map(|(k, v)| format!("{k}={v}"))
+            .chain(["session.timeout.ms=45000".to_owned()]);
+        for x in x {
+            args.extend(["-X".to_owned(), x]);
         }
-    }
-}
-
-impl Drop for TestBroker {
-    fn drop(&mut self) {
-        self.stop();
+        args.extend([
+            "--kafka-password-file".into(),
+            pw_file.display().to_string(),
+            "--admin-addr".into(),
+            format!("127.0.0.1:{admin_port}"),
+        ]);
+        args
     }
 }
 
@@ -766,18 +833,14 @@ fn kafka_scram_password_rotates_under_load() {
         unique("kpw-loader-"),
     );
     let topic = unique("t_krot");
-    broker.start(false);
-    broker.set_user("spate", &pw1);
     // The load's producer logs in as a user whose password stays.
-    broker.set_user("loader", &loader_pw);
-    create_topic(&broker.brokers(), &topic, PARTITIONS);
-    broker.start(true);
+    broker.set_up(&[("spate", &pw1), ("loader", &loader_pw)], &topic, None);
 
     let ch = Ch::connect(&svc.clickhouse_url);
     let (db, table) = numbered_table(&ch, "e2e_krot");
     const MESSAGES: usize = 12_000;
     let producer = produce_paced_at(
-        &broker.endpoint("loader", &loader_pw),
+        &broker.endpoint("loader", &loader_pw, None),
         &topic,
         MESSAGES,
         Duration::from_secs(40),
@@ -787,32 +850,14 @@ fn kafka_scram_password_rotates_under_load() {
     let pw_file = dir.join("kafka-password");
     rewrite(&pw_file, format!("{pw1}\n").as_bytes());
     let group = unique("g_krot");
-    let mut args = run_args(&svc, &topic, &group, &table);
-    let at = args.iter().position(|a| a == "--brokers").unwrap() + 1;
-    args[at] = broker.brokers();
-    for x in [
-        "security.protocol=SASL_PLAINTEXT",
-        "sasl.mechanism=SCRAM-SHA-512",
-        "sasl.username=spate",
-        // Long enough to ride out the broker's restart: the member stays.
-        "session.timeout.ms=45000",
-    ] {
-        args.extend(["-X".to_owned(), x.to_owned()]);
-    }
     let port = free_port();
-    args.extend([
-        "--kafka-password-file".into(),
-        pw_file.display().to_string(),
-    ]);
-    args.extend(["--admin-addr".into(), format!("127.0.0.1:{port}")]);
+    let args = broker.spate_args(&svc, [&topic, &group, &table], None, &pw_file, port);
     let mut spate = spawn("rotation_kafka", &args);
     wait_growing(&ch, &table, 0, &mut spate, "the first rows");
 
     // The password changes on the broker, which restarts: every client
     // must log in again, and spate's old password is refused.
-    broker.start(false);
-    broker.set_user("spate", &pw2);
-    broker.start(true);
+    broker.change_password("spate", &pw2, None);
     wait_for(
         "spate's old password to be refused",
         Duration::from_secs(60),
@@ -831,20 +876,15 @@ fn kafka_scram_password_rotates_under_load() {
     wait_caught_up(
         &ch,
         &table,
-        &broker.endpoint("loader", &loader_pw),
+        &broker.endpoint("loader", &loader_pw, None),
         &topic,
         &mut spate,
         "the messages produced after the change",
     );
 
     every_message(&ch, &table, producer, &mut spate, MESSAGES);
-    let metrics = http_get(port, "/metrics").expect("/metrics");
     assert_eq!(
-        metric_sum(
-            &metrics,
-            "spate_secret_reloads_total",
-            &["file=\"--kafka-password-file\"", "outcome=\"reloaded\""]
-        ),
+        reloads_counted(port, "--kafka-password-file", "reloaded"),
         1.0,
         "the reload is counted"
     );
@@ -871,7 +911,7 @@ fn kafka_scram_password_rotates_under_load() {
     }
     // The ends, not MESSAGES / PARTITIONS: the producer's retries across
     // the broker's restart may have written a message twice.
-    let loader = broker.endpoint("loader", &loader_pw);
+    let loader = broker.endpoint("loader", &loader_pw, None);
     assert_committed_ends(&loader, &group, &topic);
     ch.exec(&format!("DROP DATABASE IF EXISTS {db}"));
 }
@@ -894,25 +934,13 @@ fn kafka_tls_files_rotate_under_load() {
     let mut broker = TestBroker::new(&dir.join("broker"));
     let (pw1, pw2, loader_pw) = (unique("kpw-a-"), unique("kpw-b-"), unique("kpw-l-"));
     let topic = unique("t_ktls");
-    broker.start(false);
-    broker.set_user("spate", &pw1);
-    broker.set_user("loader", &loader_pw);
-    create_topic(&broker.brokers(), &topic, PARTITIONS);
-    broker.start_with(true, Some((&s1.0, &s1.1)));
+    broker.set_up(
+        &[("spate", &pw1), ("loader", &loader_pw)],
+        &topic,
+        Some((&s1.0, &s1.1)),
+    );
     // The test's own clients trust both CAs throughout.
-    let endpoint = KafkaEndpoint {
-        brokers: broker.brokers(),
-        properties: [
-            ("security.protocol", "SASL_SSL"),
-            ("sasl.mechanism", "SCRAM-SHA-512"),
-            ("sasl.username", "loader"),
-            ("sasl.password", &loader_pw),
-            ("ssl.ca.location", &both.display().to_string()),
-        ]
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect(),
-    };
+    let endpoint = broker.endpoint("loader", &loader_pw, Some(&both));
 
     let ch = Ch::connect(&svc.clickhouse_url);
     let (db, table) = numbered_table(&ch, "e2e_ktls");
@@ -930,26 +958,12 @@ fn kafka_tls_files_rotate_under_load() {
     let pw_file = dir.join("kafka-password");
     rewrite(&pw_file, format!("{pw1}\n").as_bytes());
     let group = unique("g_ktls");
-    let mut args = run_args(&svc, &topic, &group, &table);
-    let at = args.iter().position(|a| a == "--brokers").unwrap() + 1;
-    args[at] = broker.brokers();
-    for x in [
-        "security.protocol=SASL_SSL".to_owned(),
-        "sasl.mechanism=SCRAM-SHA-512".to_owned(),
-        "sasl.username=spate".to_owned(),
-        format!("ssl.ca.location={}", ca.display()),
+    let port = free_port();
+    let mut args = broker.spate_args(&svc, [&topic, &group, &table], Some(&ca), &pw_file, port);
+    args.extend([
+        "-X".into(),
         // A static member that rides out the stop and start.
         format!("group.instance.id={}", unique("member")),
-        "session.timeout.ms=45000".to_owned(),
-    ] {
-        args.extend(["-X".to_owned(), x]);
-    }
-    let port = free_port();
-    args.extend([
-        "--kafka-password-file".into(),
-        pw_file.display().to_string(),
-        "--admin-addr".into(),
-        format!("127.0.0.1:{port}"),
         "--log-format".into(),
         "json".into(),
     ]);
@@ -958,9 +972,7 @@ fn kafka_tls_files_rotate_under_load() {
 
     // 0. The password, applied to the running consumer: the starts again
     // below must log in with it too (not the one read at start).
-    broker.start(false);
-    broker.set_user("spate", &pw2);
-    broker.start_with(true, Some((&s1.0, &s1.1)));
+    broker.change_password("spate", &pw2, Some((&s1.0, &s1.1)));
     rewrite(&pw_file, format!("{pw2}\n").as_bytes());
     wait_logged(&spate, "the password reload", |log| {
         reloads_logged(log, "--kafka-password-file") == 1
@@ -1014,22 +1026,13 @@ fn kafka_tls_files_rotate_under_load() {
     );
 
     every_message(&ch, &table, producer, &mut spate, MESSAGES);
-    let metrics = http_get(port, "/metrics").expect("/metrics");
     assert_eq!(
-        metric_sum(
-            &metrics,
-            "spate_secret_reloads_total",
-            &["file=\"-X ssl.ca.location\"", "outcome=\"restarted\""]
-        ),
+        reloads_counted(port, "-X ssl.ca.location", "restarted"),
         2.0,
         "both starts again are counted, across them"
     );
     assert_eq!(
-        metric_sum(
-            &metrics,
-            "spate_secret_reloads_total",
-            &["file=\"--kafka-password-file\"", "outcome=\"reloaded\""]
-        ),
+        reloads_counted(port, "--kafka-password-file", "reloaded"),
         1.0,
         "the password reload is still counted after the starts again"
     );

@@ -169,7 +169,10 @@ impl KafkaSourceConfig {
         })
     }
 
-    fn property(&self, key: &str) -> Option<&str> {
+    /// The value of librdkafka property `key` as the user set it (the last
+    /// setting wins).
+    #[must_use]
+    pub fn property(&self, key: &str) -> Option<&str> {
         self.properties
             .iter()
             .rev()
