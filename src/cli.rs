@@ -118,6 +118,37 @@ pub enum MessageFormat {
     Csv,
 }
 
+/// What each message is (`--envelope`; docs/cdc.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Envelope {
+    /// A row of the table.
+    None,
+    /// A Debezium change event (JSON: the envelope, with or without the
+    /// schema/payload wrapper, or flattened by ExtractNewRecordState).
+    Debezium,
+    /// A keyed row: the value is the row, a tombstone deletes its key.
+    Upsert,
+}
+
+/// What a change stream's delete does (`--on-delete`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OnDelete {
+    /// Mark the key deleted (the engine's is_deleted, or a `_deleted`
+    /// column); refused at start when the table has neither.
+    Apply,
+    /// Keep deleted rows (counted in spate_messages_skipped_total).
+    Skip,
+}
+
+/// What a Debezium truncate does (`--on-truncate`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OnTruncate {
+    /// Stop, naming topic, partition and offset.
+    Fail,
+    /// Go on; the truncated rows stay (counted).
+    Skip,
+}
+
 /// Log output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -225,6 +256,16 @@ pub struct RunArgs {
     /// Format of the message values.
     #[arg(long, env = "SPATE_FORMAT", value_enum, default_value_t = MessageFormat::Json)]
     pub format: MessageFormat,
+    /// What each message is: a row, or a change to apply to the table
+    /// (needs a ReplacingMergeTree(ver[, is_deleted]) table; docs/cdc.md).
+    #[arg(long, env = "SPATE_ENVELOPE", value_enum, default_value_t = Envelope::None)]
+    pub envelope: Envelope,
+    /// --envelope: what a delete does [default: apply].
+    #[arg(long, env = "SPATE_ON_DELETE", value_enum)]
+    pub on_delete: Option<OnDelete>,
+    /// --envelope debezium: what a truncate (op "t") does [default: fail].
+    #[arg(long, env = "SPATE_ON_TRUNCATE", value_enum)]
+    pub on_truncate: Option<OnTruncate>,
     /// --format raw: the String column that takes each whole value.
     #[arg(long, env = "SPATE_RAW_COLUMN", value_name = "COLUMN")]
     pub raw_column: Option<String>,

@@ -289,6 +289,18 @@ fn format_settings(out: &mut String, p: &RunArgs) {
             "format",
             set(quoted(&format!("{:?}", p.format).to_lowercase())),
         ),
+        (
+            "envelope",
+            set(quoted(&format!("{:?}", p.envelope).to_lowercase())),
+        ),
+        (
+            "on_delete",
+            opt(p.on_delete.map(|d| format!("{d:?}").to_lowercase())),
+        ),
+        (
+            "on_truncate",
+            opt(p.on_truncate.map(|t| format!("{t:?}").to_lowercase())),
+        ),
         ("raw_column", opt(p.raw_column.clone())),
         ("csv_columns", list(&p.csv_columns)),
         ("csv_delimiter", set(quoted(&p.csv_delimiter.to_string()))),

@@ -148,6 +148,7 @@ pub(crate) fn validate(args: &RunArgs) -> Result<Validated, Exit> {
         return Err(Exit::usage("--batch-rows must be at least 1"));
     }
     validate_error_policy(args)?;
+    validate_envelope(args)?;
     let max_poll = kafka
         .max_poll_interval_ms()
         .map_err(|e| Exit::usage(e.to_string()))?;
@@ -243,11 +244,59 @@ pub(crate) fn sink_spec(a: &RunArgs, v: &Validated) -> SinkSpec {
         workers_per_shard: a.insert_workers.max(1),
         native: a.insert_format == InsertFormat::Native,
         format: v.format.clone(),
+        envelope: envelope_spec(a),
         exactly_once: a.delivery == crate::cli::Delivery::ExactlyOnce,
         topics: a.topics.len(),
         // Needs the partition count from Kafka metadata: not filled yet.
         takeover: None,
     }
+}
+
+/// The envelope flags (checked together by [`validate_envelope`]).
+fn envelope_spec(a: &RunArgs) -> spate_clickhouse::EnvelopeSpec {
+    use crate::cli::{Envelope, OnDelete, OnTruncate};
+    use spate_clickhouse::{EnvelopeKind, EnvelopeSpec};
+    EnvelopeSpec {
+        kind: match a.envelope {
+            Envelope::None => EnvelopeKind::None,
+            Envelope::Debezium => EnvelopeKind::Debezium,
+            Envelope::Upsert => EnvelopeKind::Upsert,
+        },
+        on_delete: match a.on_delete {
+            Some(OnDelete::Skip) => spate_clickhouse::OnDelete::Skip,
+            Some(OnDelete::Apply) | None => spate_clickhouse::OnDelete::Apply,
+        },
+        on_truncate: match a.on_truncate {
+            Some(OnTruncate::Skip) => spate_clickhouse::OnTruncate::Skip,
+            Some(OnTruncate::Fail) | None => spate_clickhouse::OnTruncate::Fail,
+        },
+    }
+}
+
+/// `--envelope` and the flags that go with it.
+fn validate_envelope(a: &RunArgs) -> Result<(), Exit> {
+    use crate::cli::Envelope;
+    if a.envelope == Envelope::None {
+        if a.on_delete.is_some() || a.on_truncate.is_some() {
+            return Err(Exit::usage(
+                "--on-delete and --on-truncate need --envelope debezium or upsert",
+            ));
+        }
+        return Ok(());
+    }
+    if a.format != MessageFormat::Json {
+        return Err(Exit::usage(format!(
+            "--envelope {} reads JSON change events; --format {} is not supported with it yet",
+            format!("{:?}", a.envelope).to_lowercase(),
+            format!("{:?}", a.format).to_lowercase()
+        )));
+    }
+    if a.envelope == Envelope::Upsert && a.on_truncate.is_some() {
+        return Err(Exit::usage(
+            "--on-truncate needs --envelope debezium (an upsert topic has no truncates)",
+        ));
+    }
+    Ok(())
 }
 
 /// Retries: a timed-out attempt's timeout doubles for the next attempt,

@@ -58,6 +58,9 @@ pub struct Metrics {
     pub prefetch_bytes: IntGauge,
     /// `spate_decode_errors_total`.
     pub decode_errors: IntCounter,
+    /// `spate_messages_skipped_total{topic,reason}`: messages done with
+    /// without a row, none being owed (see `sink::Encoded::Nothing`).
+    pub messages_skipped: IntCounterVec,
     /// `spate_rebalances_total{kind}`.
     pub rebalances: IntCounterVec,
     /// `spate_commits_total{result}`.
@@ -111,6 +114,7 @@ pub const METRIC_NAMES: &[&str] = &[
     "spate_queue_bytes",
     "spate_prefetch_bytes",
     "spate_decode_errors_total",
+    "spate_messages_skipped_total",
     "spate_rebalances_total",
     "spate_commits_total",
     "spate_high_watermark",
@@ -195,6 +199,7 @@ impl Metrics {
             queue_bytes: gv("spate_queue_bytes", "Bytes queued or in flight per shard.", &["shard"]),
             prefetch_bytes: g("spate_prefetch_bytes", "Payload bytes librdkafka holds prefetched in the partitions' fetch queues."),
             decode_errors: c("spate_decode_errors_total", "Messages that could not be decoded into a row."),
+            messages_skipped: cv("spate_messages_skipped_total", "Messages done with without a row, none being owed (a change stream's tombstone, a skipped operation).", &["topic", "reason"]),
             rebalances: cv("spate_rebalances_total", "Partition assignments and revocations.", &["kind"]),
             commits: cv("spate_commits_total", "Offset commits by result.", &["result"]),
             high_watermark: gv("spate_high_watermark", "End offset of the partition as the broker last reported it.", tp),
@@ -301,6 +306,9 @@ mod tests {
             .with_label_values(&["db.t", "1"])
             .observe(1000.0);
         m.uptime.set(1);
+        m.messages_skipped
+            .with_label_values(&["t", "tombstone"])
+            .inc();
         m.lanes_paused.set(2);
         m.consumer_lag.with_label_values(&["t", "1"]).set(7);
         let t = m.totals();

@@ -6,6 +6,8 @@
 //!   [`ServerFeatures`];
 //! - [`encode`]: [`RowEncoder`], JSON message → one RowBinary row, with no
 //!   per-row allocation;
+//! - [`envelope`]: change data capture (Debezium, upserts) into
+//!   `ReplacingMergeTree` tables;
 //! - [`classify`]: the one classification of ClickHouse errors (give up,
 //!   retry, fail over);
 //! - [`metrics`]: the connector's per-replica series ([`ChMetrics`]), on
@@ -28,6 +30,7 @@ pub mod classify;
 pub mod client;
 pub mod dead_letter;
 pub mod encode;
+pub mod envelope;
 pub mod formats;
 pub mod metrics;
 pub(crate) mod rowbinary;
@@ -44,6 +47,7 @@ pub use encode::{
     EncoderOptions, NativeLayout, NativeScratch, PathTarget, RowEncoder, RowError, SchemaError,
     TransposeError,
 };
+pub use envelope::{ChangeEncoder, ChangePlan, EnvelopeKind, EnvelopeSpec, OnDelete, OnTruncate};
 pub use formats::{
     CsvOptions, FormatEncoder, FormatSpec, ProtobufSource, RegistryConfig, SchemaRegistry,
 };

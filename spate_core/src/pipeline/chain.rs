@@ -16,7 +16,9 @@
 //! goes to the pipeline's [`Rejections`] when the chain has one
 //! ([`EncodeChain::with_rejections`]): skipped offsets are covered by the
 //! lane's segment ([`ShardWriter::skip`]); without a policy, or under
-//! `fail`, it is the chain's error and stops the pipeline.
+//! `fail`, it is the chain's error and stops the pipeline. A message the
+//! encoder owes no row ([`Encoded::Nothing`]: a change stream's tombstone)
+//! is covered the same way, whatever the policy, and counted.
 //! - [`TopicChains`]: one chain per pipeline of a process, chosen by the
 //!   lane's topic.
 
@@ -26,7 +28,7 @@ use crate::error::{ChainError, DecodeError, MessagePosition};
 use crate::metrics::Metrics;
 use crate::policy::{decode_reason, Action, DeadLetter, PolicyError, Rejection, Rejections, Stage};
 use crate::record::{Message, Offset, PartitionId};
-use crate::sink::{BatchLimits, RowEncode, ShardQueues, ShardWriter};
+use crate::sink::{BatchLimits, EncodeFailure, Encoded, RowEncode, ShardQueues, ShardWriter};
 use crate::source::LaneId;
 use std::sync::Arc;
 use std::time::Instant;
@@ -106,6 +108,8 @@ pub struct EncodeChain<E: RowEncode> {
     accepted: u64,
     /// Keep each row's original message (dead letters of server rejections).
     keep_originals: bool,
+    /// The encoder reads tombstones itself ([`RowEncode::takes_tombstones`]).
+    takes_tombstones: bool,
 }
 
 impl<E: RowEncode> EncodeChain<E> {
@@ -127,6 +131,7 @@ impl<E: RowEncode> EncodeChain<E> {
         let next_slot = ctx.thread % slots.len();
         Self {
             keyed: encoder.routes_by_key(),
+            takes_tombstones: encoder.takes_tombstones(),
             encoder,
             writer: ShardWriter::new(
                 ctx.queues.clone(),
@@ -249,6 +254,7 @@ impl<E: RowEncode> EncodeChain<E> {
     /// A message without a value: skipped when the policy says so.
     fn tombstone_skipped(&mut self, slot: usize, msg: &Message<'_>) -> Result<bool, ChainError> {
         let skipped = msg.payload.is_none()
+            && !self.takes_tombstones
             && self
                 .rejections
                 .as_ref()
@@ -259,10 +265,38 @@ impl<E: RowEncode> EncodeChain<E> {
         Ok(skipped)
     }
 
+    /// `msg` owes no row: covered by the lane's segment, and counted.
+    fn nothing(
+        &mut self,
+        slot: usize,
+        msg: &Message<'_>,
+        reason: &'static str,
+    ) -> Result<(), ChainError> {
+        self.metrics
+            .messages_skipped
+            .with_label_values(&[msg.topic, reason])
+            .inc();
+        self.writer.skip(slot, Offset(msg.offset))
+    }
+
+    /// `msg` asks for what the pipeline must not do: its error, whatever
+    /// the error policy.
+    fn stop(&self, msg: &Message<'_>, reason: &'static str) -> ChainError {
+        ChainError::Decode(DecodeError {
+            position: MessagePosition::of(msg),
+            column: None,
+            value: None,
+            reason: reason.to_owned(),
+        })
+    }
+
     fn push_keyed(&mut self, slot: usize, msg: &Message<'_>) -> Result<(), ChainError> {
         self.row.clear();
-        if let Err(failure) = self.encoder.encode(msg, &mut self.row) {
-            return self.rejected(slot, msg, failure);
+        match self.encoder.encode(msg, &mut self.row) {
+            Ok(Encoded::Row) => {}
+            Ok(Encoded::Nothing { reason }) => return self.nothing(slot, msg, reason),
+            Ok(Encoded::Stop { reason }) => return Err(self.stop(msg, reason)),
+            Err(failure) => return self.rejected(slot, msg, failure),
         }
         let Some(hash) = self.encoder.route_hash(&self.row) else {
             let failure = crate::sink::EncodeFailure {
@@ -328,11 +362,23 @@ impl<E: RowEncode> Chain for EncodeChain<E> {
         let original = self.keep_originals.then(|| crate::sink::Original::of(msg));
         let outcome =
             self.writer
-                .append_keeping(slot, shard, Offset(msg.offset), original, |out| {
-                    encoder.encode(msg, out)
-                })?;
-        if let Err(failure) = outcome {
-            return self.rejected(slot, msg, failure);
+                .append_keeping(
+                    slot,
+                    shard,
+                    Offset(msg.offset),
+                    original,
+                    |out| match encoder.encode(msg, out) {
+                        Ok(Encoded::Row) => Ok(()),
+                        Ok(Encoded::Nothing { reason }) => Err(NoRow::Nothing(reason)),
+                        Ok(Encoded::Stop { reason }) => Err(NoRow::Stop(reason)),
+                        Err(failure) => Err(NoRow::Failed(failure)),
+                    },
+                )?;
+        match outcome {
+            Ok(()) => {}
+            Err(NoRow::Nothing(reason)) => return self.nothing(slot, msg, reason),
+            Err(NoRow::Stop(reason)) => return Err(self.stop(msg, reason)),
+            Err(NoRow::Failed(failure)) => return self.rejected(slot, msg, failure),
         }
         self.accepted += 1;
         if self.writer.open_rows() <= before && self.slots.len() > 1 {
@@ -358,6 +404,16 @@ impl<E: RowEncode> Chain for EncodeChain<E> {
     fn take_shards_fed(&mut self, slot: usize) -> u64 {
         self.writer.take_fed(slot)
     }
+}
+
+/// Why an append made no row.
+enum NoRow {
+    /// None is owed.
+    Nothing(&'static str),
+    /// The pipeline must stop.
+    Stop(&'static str),
+    /// One is owed and failed.
+    Failed(EncodeFailure),
 }
 
 /// One chain per pipeline, chosen by the lane's topic: several pipelines

@@ -2,7 +2,7 @@
 //! replays across a schema switch.
 
 use super::*;
-use crate::sink::{BatchLimits, EncodeFailure, ShardReceiver};
+use crate::sink::{BatchLimits, EncodeFailure, Encoded, ShardReceiver};
 use std::time::Duration;
 
 /// Writes the payload as the row; routes by its first byte when keyed.
@@ -11,11 +11,11 @@ struct ByteEncoder {
 }
 
 impl RowEncode for ByteEncoder {
-    fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<(), EncodeFailure> {
+    fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<Encoded, EncodeFailure> {
         match msg.payload {
             Some(p) if !p.is_empty() => {
                 out.extend_from_slice(p);
-                Ok(())
+                Ok(Encoded::Row)
             }
             _ => Err(EncodeFailure {
                 column: Some("k".into()),
@@ -176,6 +176,102 @@ fn skipped_messages_and_tombstones_are_counted_and_committed_past() {
     }
 }
 
+/// A change stream's encoder: a tombstone and a payload `-` owe no row.
+struct Changes {
+    keyed: bool,
+}
+
+impl RowEncode for Changes {
+    fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<Encoded, EncodeFailure> {
+        match msg.payload {
+            None => Ok(Encoded::Nothing {
+                reason: "tombstone",
+            }),
+            Some(b"-") => Ok(Encoded::Nothing { reason: "truncate" }),
+            Some(b"!") => Ok(Encoded::Stop {
+                reason: "a truncate, and --on-truncate is fail",
+            }),
+            Some(p) => {
+                out.extend_from_slice(p);
+                Ok(Encoded::Row)
+            }
+        }
+    }
+    fn takes_tombstones(&self) -> bool {
+        true
+    }
+    fn routes_by_key(&self) -> bool {
+        self.keyed
+    }
+    fn route_hash(&self, row: &[u8]) -> Option<u64> {
+        self.keyed.then(|| u64::from(row[0]))
+    }
+}
+
+/// Messages that owe no row leave none, need no error policy (under the
+/// default `fail` they are not errors), are counted by reason, and their
+/// offsets are covered: the watermark moves past the last of them once
+/// the rows around them are acknowledged, never before.
+#[test]
+fn messages_that_owe_no_row_are_counted_and_committed_past() {
+    for keyed in [false, true] {
+        let (ctx, mut rx) = ctx(1, 1000);
+        let mut chain = EncodeChain::new(Changes { keyed }, &ctx);
+        let mut cp = crate::checkpoint::Checkpointer::new();
+        let gate = cp.add_lane(LaneId(1), PartitionId::new("t", 0), 1000);
+        let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), Some(gate));
+        push(&mut chain, slot, 0, &[1]).unwrap();
+        tombstone(&mut chain, slot, 1).unwrap();
+        push(&mut chain, slot, 2, b"-").unwrap();
+        push(&mut chain, slot, 3, &[2]).unwrap();
+        tombstone(&mut chain, slot, 4).unwrap();
+        assert_eq!(
+            cp.watermark(LaneId(1)),
+            None,
+            "keyed {keyed}: nothing acked yet"
+        );
+        chain.flush().unwrap();
+        let mut rows = 0;
+        while let Some(c) = rx[0].try_recv() {
+            rows += c.rows;
+            c.acks.iter().for_each(|a| {
+                cp.ack(a);
+            });
+        }
+        assert_eq!(rows, 2, "keyed {keyed}");
+        assert_eq!(
+            cp.watermark(LaneId(1)),
+            Some(crate::record::Watermark(5)),
+            "keyed {keyed}"
+        );
+        // A stop is the chain's error even with a policy that skips.
+        let policy = crate::policy::ErrorPolicy {
+            on_error: crate::policy::OnError::Skip,
+            tombstones_are_errors: false,
+            limit: crate::policy::RejectLimit {
+                window: 100,
+                max_ratio: 1.0,
+                max_consecutive: 3,
+            },
+        };
+        let r = Rejections::new(policy, &ctx.metrics, crate::clock::system());
+        let mut chain = EncodeChain::new(Changes { keyed }, &ctx).with_rejections(r);
+        let slot = chain.add_lane(LaneId(2), &PartitionId::new("t", 0), None);
+        let e = push(&mut chain, slot, 7, b"!").unwrap_err();
+        assert!(
+            e.to_string().contains("offset 7") && e.to_string().contains("--on-truncate"),
+            "{e}"
+        );
+        let text = ctx.metrics.encode_text();
+        for needle in [
+            "spate_messages_skipped_total{reason=\"tombstone\",topic=\"t\"} 2",
+            "spate_messages_skipped_total{reason=\"truncate\",topic=\"t\"} 1",
+        ] {
+            assert!(text.contains(needle), "keyed {keyed}: {needle} in\n{text}");
+        }
+    }
+}
+
 #[test]
 fn fail_stops_at_the_first_bad_message_and_the_limit_names_itself() {
     let (ctx, _rx) = ctx(1, 1000);
@@ -294,10 +390,10 @@ struct Versioned {
 }
 
 impl RowEncode for Versioned {
-    fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<(), EncodeFailure> {
+    fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<Encoded, EncodeFailure> {
         out.extend_from_slice(msg.payload.unwrap_or_default());
         out.push(b'0' + self.version as u8);
-        Ok(())
+        Ok(Encoded::Row)
     }
     fn schema_pending(&self) -> bool {
         self.live.load(std::sync::atomic::Ordering::Acquire) != self.version

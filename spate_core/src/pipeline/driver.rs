@@ -447,7 +447,7 @@ mod tests {
     use crate::pipeline::fakes::FakeLane;
     use crate::pipeline::{ChainCtx, EncodeChain, SinkOptions};
     use crate::record::{Message, PartitionId};
-    use crate::sink::{BatchLimits, EncodeFailure, RowEncode};
+    use crate::sink::{BatchLimits, EncodeFailure, Encoded, RowEncode};
     use crossbeam_channel::unbounded;
     use std::time::Instant;
 
@@ -456,10 +456,14 @@ mod tests {
     struct ByPartition;
 
     impl RowEncode for ByPartition {
-        fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<(), EncodeFailure> {
+        fn encode(
+            &mut self,
+            msg: &Message<'_>,
+            out: &mut Vec<u8>,
+        ) -> Result<Encoded, EncodeFailure> {
             out.extend_from_slice(msg.payload.unwrap_or_default());
             out.push(msg.partition as u8);
-            Ok(())
+            Ok(Encoded::Row)
         }
         fn routes_by_key(&self) -> bool {
             true

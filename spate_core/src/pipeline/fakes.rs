@@ -12,8 +12,8 @@ use crate::checkpoint::AckRange;
 use crate::error::SourceError;
 use crate::record::{Message, PartitionId, Watermark};
 use crate::sink::{
-    ack_channel, AckEvent, AckReceiver, AckSender, Chunk, DrainReport, EncodeFailure, RowEncode,
-    ShardQueues,
+    ack_channel, AckEvent, AckReceiver, AckSender, Chunk, DrainReport, EncodeFailure, Encoded,
+    RowEncode, ShardQueues,
 };
 use crate::source::{Deliver, Lane, LaneError, LaneId, LanePoll, Revoker, Source, SourceEvent};
 use crossbeam_channel::{unbounded, Receiver, Sender};
@@ -432,7 +432,7 @@ impl Source for FakeSource {
 pub(crate) struct LineEncoder;
 
 impl RowEncode for LineEncoder {
-    fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<(), EncodeFailure> {
+    fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<Encoded, EncodeFailure> {
         let payload = msg.payload.unwrap_or_default();
         if payload.starts_with(b"bad") {
             return Err(EncodeFailure {
@@ -448,9 +448,12 @@ impl RowEncode for LineEncoder {
             // A stuck driver, for the liveness test.
             std::thread::sleep(std::time::Duration::from_secs(2));
         }
+        if payload.starts_with(b"none") {
+            return Ok(Encoded::Nothing { reason: "none" });
+        }
         out.extend_from_slice(payload);
         out.push(b'\n');
-        Ok(())
+        Ok(Encoded::Row)
     }
 }
 

@@ -264,13 +264,47 @@ pub struct EncodeFailure {
     pub reason: String,
 }
 
+/// What [`RowEncode::encode`] made of a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Encoded {
+    /// One row appended.
+    Row,
+    /// No row, and none is owed: the message is done with as it is (a
+    /// change stream's tombstone after its delete, an operation the
+    /// pipeline is told to skip). `out` is unchanged; the chain covers the
+    /// offset with its lane's segment (acknowledged with the rows before
+    /// it) and counts it in `spate_messages_skipped_total{reason}`.
+    Nothing {
+        /// Why, as a metric label (`tombstone`, `truncate`, ...).
+        reason: &'static str,
+    },
+    /// No row, and the pipeline must stop here: the message is well formed
+    /// but asks for what the pipeline is told not to do (a truncate under
+    /// `--on-truncate fail`). Never dead-lettered or skipped by the error
+    /// policy: the chain fails with `reason`, naming the message.
+    Stop {
+        /// Why, for the error (the chain adds topic, partition, offset).
+        reason: &'static str,
+    },
+}
+
 /// Turns one message into one encoded row of the target table. Provided by
 /// the sink connector; one instance per driver thread (so it may keep
 /// scratch buffers and needs no locking).
 pub trait RowEncode: Send {
-    /// Append exactly one row for `msg` to `out`, or leave `out` unchanged
-    /// and report why not.
-    fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<(), EncodeFailure>;
+    /// Append exactly one row for `msg` to `out` ([`Encoded::Row`]), or
+    /// leave `out` unchanged and say why: a row is owed but cannot be had
+    /// (`Err`, the error policy decides), or none is owed
+    /// ([`Encoded::Nothing`]).
+    fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<Encoded, EncodeFailure>;
+
+    /// Whether messages without a value (tombstones) are the encoder's to
+    /// read (a change stream's delete of a key). The default, `false`:
+    /// the chain handles them by the error policy and never calls
+    /// [`encode`](Self::encode) with one.
+    fn takes_tombstones(&self) -> bool {
+        false
+    }
 
     /// Whether rows are routed to shards by a key (then the chain calls
     /// [`route_hash`](Self::route_hash) after each row). Without a key,

@@ -24,7 +24,7 @@
 
 mod dynamic;
 pub(crate) mod encoder;
-mod json;
+pub(crate) mod json;
 mod metadata;
 mod names;
 mod native;

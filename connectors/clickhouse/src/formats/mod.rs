@@ -32,7 +32,7 @@ pub use registry::{
 use crate::encode::RowError;
 use crate::sink::ChRowEncoder;
 use spate_core::record::Message;
-use spate_core::sink::{EncodeFailure, RowEncode};
+use spate_core::sink::{EncodeFailure, Encoded, RowEncode};
 use std::sync::Arc;
 
 /// The format of a pipeline's message values.
@@ -90,6 +90,8 @@ pub enum FormatEncoder {
     Avro(AvroEncoder),
     /// Protobuf.
     Protobuf(ProtobufEncoder),
+    /// A change stream (`--envelope`), its rows encoded as JSON.
+    Change(Box<crate::envelope::ChangeEncoder>),
 }
 
 impl FormatEncoder {
@@ -105,6 +107,10 @@ impl FormatEncoder {
     }
 }
 
+fn row((): ()) -> Encoded {
+    Encoded::Row
+}
+
 fn failure(e: RowError) -> EncodeFailure {
     EncodeFailure {
         column: e.column,
@@ -114,13 +120,21 @@ fn failure(e: RowError) -> EncodeFailure {
 }
 
 impl RowEncode for FormatEncoder {
-    fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<(), EncodeFailure> {
+    fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<Encoded, EncodeFailure> {
         match self {
             FormatEncoder::Json(e) => e.encode(msg, out),
-            FormatEncoder::Raw(e) => e.encode(msg, out).map_err(failure),
-            FormatEncoder::Csv(e) => e.encode(msg, out).map_err(failure),
-            FormatEncoder::Avro(e) => e.encode(msg, out).map_err(failure),
-            FormatEncoder::Protobuf(e) => e.encode(msg, out).map_err(failure),
+            FormatEncoder::Raw(e) => e.encode(msg, out).map_err(failure).map(row),
+            FormatEncoder::Csv(e) => e.encode(msg, out).map_err(failure).map(row),
+            FormatEncoder::Avro(e) => e.encode(msg, out).map_err(failure).map(row),
+            FormatEncoder::Protobuf(e) => e.encode(msg, out).map_err(failure).map(row),
+            FormatEncoder::Change(e) => e.encode(msg, out),
+        }
+    }
+
+    fn takes_tombstones(&self) -> bool {
+        match self {
+            FormatEncoder::Change(e) => e.takes_tombstones(),
+            _ => false,
         }
     }
 
@@ -131,6 +145,7 @@ impl RowEncode for FormatEncoder {
             FormatEncoder::Csv(e) => e.has_shard_key(),
             FormatEncoder::Avro(e) => e.has_shard_key(),
             FormatEncoder::Protobuf(e) => e.has_shard_key(),
+            FormatEncoder::Change(e) => e.routes_by_key(),
         }
     }
 
@@ -141,6 +156,7 @@ impl RowEncode for FormatEncoder {
             FormatEncoder::Csv(e) => e.key_hash(row),
             FormatEncoder::Avro(e) => e.key_hash(row),
             FormatEncoder::Protobuf(e) => e.key_hash(row),
+            FormatEncoder::Change(e) => e.route_hash(row),
         }
     }
 }

@@ -41,7 +41,7 @@ fn encode(format: FormatSpec, cols: &[Column], payload: &[u8]) -> Result<Vec<u8>
     if r.is_err() {
         assert_eq!(out, [0xAA], "a failed row leaves the buffer as it was");
     }
-    r.map(|()| out[1..].to_vec())
+    r.map(|_| out[1..].to_vec())
 }
 
 fn table() -> Vec<Column> {

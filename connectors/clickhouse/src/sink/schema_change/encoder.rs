@@ -10,7 +10,7 @@ use crate::encode::SchemaError;
 use crate::formats::FormatSpec;
 use crate::sink::start::encoder::EncoderFactory;
 use spate_core::record::Message;
-use spate_core::sink::{EncodeFailure, RowEncode};
+use spate_core::sink::{EncodeFailure, Encoded, RowEncode};
 use std::sync::Arc;
 
 /// Builds a [`LiveRowEncoder`] per driver thread: the first version's
@@ -63,8 +63,12 @@ impl LiveRowEncoder {
 }
 
 impl RowEncode for LiveRowEncoder {
-    fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<(), EncodeFailure> {
+    fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<Encoded, EncodeFailure> {
         self.inner.encode(msg, out)
+    }
+
+    fn takes_tombstones(&self) -> bool {
+        self.inner.takes_tombstones()
     }
 
     fn routes_by_key(&self) -> bool {

@@ -234,6 +234,7 @@ pub(crate) fn test_version(id: u64, columns: Vec<Column>, server: &str, native: 
         shard_key: Vec::new(),
         renames: Vec::new(),
         format: crate::formats::FormatSpec::Json,
+        envelope: None,
     };
     let template = InsertQuery {
         db: "db".into(),

@@ -10,7 +10,7 @@ use crate::encode::{EncoderOptions, NativeLayout, RowEncoder, RowError, SchemaEr
 use crate::formats::{FormatEncoder, FormatSpec};
 use crate::schema::{Column, ServerFeatures};
 use spate_core::record::Message;
-use spate_core::sink::{EncodeFailure, RowEncode};
+use spate_core::sink::{EncodeFailure, Encoded, RowEncode};
 
 /// Builds [`ChRowEncoder`]s: one per driver thread.
 #[derive(Clone, Debug)]
@@ -21,12 +21,20 @@ pub struct EncoderFactory {
     pub(crate) renames: Vec<(String, String)>,
     /// The format of the message values.
     pub(crate) format: FormatSpec,
+    /// A change stream's plan (`--envelope`), resolved from the table.
+    pub(crate) envelope: Option<crate::envelope::ChangePlan>,
 }
 
 impl EncoderFactory {
     /// A fresh decoder for the pipeline's format, on this factory's
     /// columns (one schema version).
     pub(crate) fn build_format(&self) -> Result<FormatEncoder, SchemaError> {
+        if let Some(plan) = &self.envelope {
+            // The sink refuses an envelope over another format at start.
+            let rows = ChRowEncoder(self.row_encoder()?);
+            let change = crate::envelope::ChangeEncoder::new(plan.clone(), &self.columns, rows);
+            return Ok(FormatEncoder::Change(Box::new(change)));
+        }
         if matches!(self.format, FormatSpec::Json) {
             return Ok(FormatEncoder::Json(ChRowEncoder(self.row_encoder()?)));
         }
@@ -118,9 +126,10 @@ impl WirePlan {
 pub struct ChRowEncoder(pub RowEncoder);
 
 impl RowEncode for ChRowEncoder {
-    fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<(), EncodeFailure> {
+    fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<Encoded, EncodeFailure> {
         self.0
             .encode(msg, out)
+            .map(|()| Encoded::Row)
             .map_err(|e: RowError| EncodeFailure {
                 column: e.column,
                 value: Some(e.value),

@@ -86,6 +86,8 @@ pub struct SinkSpec {
     pub takeover: Option<crate::sink::exactly_once::window::Takeover>,
     /// The format of the message values (JSON unless said).
     pub format: crate::formats::FormatSpec,
+    /// The messages' envelope: rows, or changes to apply (`--envelope`).
+    pub envelope: crate::envelope::EnvelopeSpec,
 }
 
 #[cfg(test)]

@@ -1,0 +1,318 @@
+//! Change data capture: messages that are changes of a source table's
+//! rows, applied so the target table shows the source's current state.
+//!
+//! - `debezium`: Debezium change events in JSON (the envelope, with or
+//!   without the `schema`/`payload` wrapper, or flattened by
+//!   `ExtractNewRecordState`);
+//! - `upsert`: a keyed topic of plain values, a tombstone deleting its key;
+//! - `target`: what the target table can take, read from its engine at
+//!   start ([`ChangePlan`]), and every refusal;
+//! - `doc`: the row document a change becomes.
+//!
+//! A change becomes one row of a `ReplacingMergeTree(ver[, is_deleted])`:
+//! the row image (`after`; for a delete, the `before` image or the key),
+//! `ver` = the message's Kafka offset, the deleted column = 1 for a delete,
+//! `_op` and `_source_<field>` columns from the event. The row document is
+//! then encoded by the JSON [`RowEncoder`](crate::RowEncoder) like any
+//! message, so every column rule of docs/rows.md holds.
+//!
+//! Why the offset is the version: Debezium keys a table's topic by the
+//! primary key, so every change of a key is in one partition, in order,
+//! and a later change has a higher offset; a replayed message has the same
+//! offset, so a replay inserts the same version again and the current
+//! state does not move (docs/cdc.md).
+//!
+//! [`ChangeEncoder`] is owned by one driver thread, like every encoder;
+//! built per schema version by the sink's `EncoderFactory`.
+
+mod debezium;
+mod doc;
+mod target;
+mod upsert;
+
+pub(crate) use target::engine_full;
+pub use target::{ChangePlan, TableEngine, TableShape, DELETED_COLUMN};
+
+use crate::encode::RowError;
+use crate::schema::Column;
+use crate::sink::ChRowEncoder;
+use debezium::{Op, Shape};
+use doc::{json_key, Doc};
+use spate_core::record::Message;
+use spate_core::sink::{EncodeFailure, Encoded, RowEncode};
+
+/// The shape of a pipeline's messages.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum EnvelopeKind {
+    /// Each message is a row (no envelope).
+    #[default]
+    None,
+    /// Debezium change events.
+    Debezium,
+    /// Keyed values, tombstones deleting their key.
+    Upsert,
+}
+
+impl EnvelopeKind {
+    /// As `--envelope` spells it.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            EnvelopeKind::None => "none",
+            EnvelopeKind::Debezium => "debezium",
+            EnvelopeKind::Upsert => "upsert",
+        }
+    }
+}
+
+/// `--on-delete`: what a delete does to a table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnDelete {
+    /// Write the deleted key with the deleted column set to 1; refused at
+    /// start when the table has no deleted column.
+    #[default]
+    Apply,
+    /// Leave deleted rows in the table (counted, logged at debug).
+    Skip,
+}
+
+/// `--on-truncate`: what a Debezium truncate (`op` `t`) does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnTruncate {
+    /// Stop, naming topic, partition and offset.
+    #[default]
+    Fail,
+    /// Go on; the rows the source truncated stay in the table.
+    Skip,
+}
+
+/// What a pipeline asks of its envelope.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EnvelopeSpec {
+    /// The envelope.
+    pub kind: EnvelopeKind,
+    /// Deletes.
+    pub on_delete: OnDelete,
+    /// Truncates.
+    pub on_truncate: OnTruncate,
+}
+
+/// The column keys a change fills, as JSON text, for one schema version.
+#[derive(Debug)]
+struct Filled {
+    version: Vec<u8>,
+    deleted: Option<Vec<u8>>,
+    op: Option<Vec<u8>>,
+    /// `(source field, key of its _source_<field> column)`.
+    source: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Prefix of the columns filled from a change's source fields.
+pub const SOURCE_PREFIX: &str = "_source_";
+/// The column filled with a change's operation letter.
+pub const OP_COLUMN: &str = "_op";
+
+impl Filled {
+    fn new(plan: &ChangePlan, columns: &[Column]) -> Filled {
+        let insertable = |c: &&Column| c.default_kind.is_insertable();
+        Filled {
+            version: json_key(&plan.version),
+            deleted: plan.deleted.as_deref().map(json_key),
+            op: (columns.iter().filter(insertable))
+                .find(|c| c.name == OP_COLUMN)
+                .map(|c| json_key(&c.name)),
+            source: (columns.iter().filter(insertable))
+                .filter_map(|c| {
+                    let field = c.name.strip_prefix(SOURCE_PREFIX)?;
+                    (!field.is_empty()).then(|| (field.as_bytes().to_vec(), json_key(&c.name)))
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A change stream's encoder: the envelope read, then the row document
+/// encoded by the JSON encoder `inner`.
+pub struct ChangeEncoder {
+    plan: ChangePlan,
+    inner: ChRowEncoder,
+    filled: Filled,
+    doc: Doc,
+}
+
+fn failure(e: RowError) -> EncodeFailure {
+    EncodeFailure {
+        column: e.column,
+        value: Some(e.value),
+        reason: e.reason,
+    }
+}
+
+impl ChangeEncoder {
+    /// The encoder of `plan` over `columns`, rows encoded by `inner`.
+    #[must_use]
+    pub fn new(plan: ChangePlan, columns: &[Column], inner: ChRowEncoder) -> ChangeEncoder {
+        ChangeEncoder {
+            filled: Filled::new(&plan, columns),
+            plan,
+            inner,
+            doc: Doc::default(),
+        }
+    }
+
+    /// The columns spate fills beyond the image, after it.
+    fn fill(&mut self, msg: &Message<'_>, op: Op) {
+        let deleted = op == Op::Delete;
+        self.doc.int_member(&self.filled.version, msg.offset);
+        if let Some(key) = &self.filled.deleted {
+            self.doc.int_member(key, i64::from(deleted));
+        }
+        if let Some(key) = &self.filled.op {
+            self.doc.member(key, op.json());
+        }
+    }
+
+    /// `_source_<field>` from the envelope's `source` block.
+    fn fill_source(&mut self, source: &[u8]) {
+        if self.filled.source.is_empty() {
+            return;
+        }
+        let (doc, wanted) = (&mut self.doc, &self.filled.source);
+        // The block was validated with the whole message.
+        let _ = crate::encode::json::scan_document(source, |key, value| {
+            if let Some((_, k)) = wanted.iter().find(|(f, _)| f == key.raw) {
+                doc.member(k, value);
+            }
+            Ok::<_, ()>(())
+        });
+    }
+
+    /// `_source_<field>` from a flattened event's `__source_<field>` or
+    /// `__<field>` members.
+    fn fill_flattened(&mut self, row: &[u8]) {
+        if self.filled.source.is_empty() {
+            return;
+        }
+        let (doc, wanted) = (&mut self.doc, &self.filled.source);
+        let _ = crate::encode::json::scan_document(row, |key, value| {
+            if let Some(name) = key.raw.strip_prefix(b"__") {
+                let field = name.strip_prefix(b"source_").unwrap_or(name);
+                if let Some((_, k)) = wanted.iter().find(|(f, _)| f == field) {
+                    doc.member(k, value);
+                }
+            }
+            Ok::<_, ()>(())
+        });
+    }
+
+    fn row(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<Encoded, EncodeFailure> {
+        let row = Message {
+            payload: Some(self.doc.finish()),
+            ..*msg
+        };
+        self.inner.encode(&row, out)
+    }
+
+    fn debezium(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<Encoded, EncodeFailure> {
+        let Some(payload) = msg.payload else {
+            return Ok(Encoded::Nothing {
+                reason: "tombstone",
+            });
+        };
+        let Some(change) = debezium::parse(payload).map_err(failure)? else {
+            return Ok(Encoded::Nothing {
+                reason: "tombstone",
+            });
+        };
+        match change.op {
+            Op::Truncate => {
+                return Ok(match self.plan.spec.on_truncate {
+                    OnTruncate::Fail => Encoded::Stop {
+                        reason: "a Debezium truncate (op \"t\"): spate cannot empty the table in order with the inserts; with --on-truncate skip it goes on and the truncated rows stay",
+                    },
+                    OnTruncate::Skip => Encoded::Nothing { reason: "truncate" },
+                })
+            }
+            Op::Message => return Ok(Encoded::Nothing { reason: "message" }),
+            Op::Delete if self.filled.deleted.is_none() => {
+                return Ok(Encoded::Nothing { reason: "delete" })
+            }
+            _ => {}
+        }
+        self.doc.start();
+        match change.shape {
+            Shape::Envelope { image, source } => {
+                self.doc.members_of(image.unwrap_or(b"{}"));
+                self.fill(msg, change.op);
+                if let Some(source) = source {
+                    self.fill_source(source);
+                }
+            }
+            Shape::Flattened(row) => {
+                // Validated by the parse.
+                let _ = self.doc.members_without_added(row);
+                self.fill(msg, change.op);
+                self.fill_flattened(row);
+            }
+        }
+        self.row(msg, out)
+    }
+
+    fn upsert(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<Encoded, EncodeFailure> {
+        let Some(key) = msg.key else {
+            return Err(failure(RowError::new(
+                None,
+                "",
+                "an upsert message needs a key (a JSON object of the key columns)",
+            )));
+        };
+        let key = upsert::object(key, "key")
+            .map_err(failure)?
+            .ok_or_else(|| failure(RowError::new(None, "", "the key's payload is null")))?;
+        let value = match msg.payload {
+            Some(v) => upsert::object(v, "value").map_err(failure)?,
+            None => None,
+        };
+        let op = if value.is_some() {
+            Op::Update
+        } else {
+            Op::Delete
+        };
+        if op == Op::Delete && self.filled.deleted.is_none() {
+            return Ok(Encoded::Nothing { reason: "delete" });
+        }
+        self.doc.start();
+        if let Some(value) = value {
+            self.doc.members_of(value);
+        }
+        // The key's fields last: they are the row's identity.
+        self.doc.members_of(key);
+        self.fill(msg, op);
+        self.row(msg, out)
+    }
+}
+
+impl RowEncode for ChangeEncoder {
+    fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<Encoded, EncodeFailure> {
+        match self.plan.spec.kind {
+            EnvelopeKind::Debezium => self.debezium(msg, out),
+            EnvelopeKind::Upsert => self.upsert(msg, out),
+            EnvelopeKind::None => self.inner.encode(msg, out),
+        }
+    }
+
+    fn takes_tombstones(&self) -> bool {
+        true
+    }
+
+    fn routes_by_key(&self) -> bool {
+        self.inner.routes_by_key()
+    }
+
+    fn route_hash(&self, row: &[u8]) -> Option<u64> {
+        self.inner.route_hash(row)
+    }
+}
+
+#[cfg(test)]
+mod tests;

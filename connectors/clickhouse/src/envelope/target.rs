@@ -1,0 +1,434 @@
+//! What a change stream can do to the target table, read from the table
+//! itself (`system.tables.engine_full`), never from a flag that could
+//! disagree with it: [`TableEngine::parse`] reads the engine and its
+//! sorting key, [`ChangePlan::resolve`] decides which columns spate fills
+//! (version, deleted flag) or refuses to start, with the reason. Start-up
+//! code only; no I/O but [`engine_full`].
+
+use super::{EnvelopeSpec, OnDelete};
+use crate::client::ChClient;
+use crate::schema::Column;
+use crate::types::ChType;
+
+/// The target table's engine, as far as a change stream cares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TableEngine {
+    /// `[Replicated]ReplacingMergeTree([ver[, is_deleted]])`.
+    Replacing {
+        /// The version column.
+        version: Option<String>,
+        /// The `is_deleted` column (23.2+).
+        is_deleted: Option<String>,
+    },
+    /// `[Replicated]CollapsingMergeTree(sign)` or
+    /// `VersionedCollapsingMergeTree(sign, ver)`.
+    Collapsing {
+        /// The engine's name.
+        engine: String,
+    },
+    /// Any other engine.
+    Other {
+        /// Its name.
+        engine: String,
+    },
+}
+
+/// The engine and the sorting key of a table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableShape {
+    /// The engine.
+    pub engine: TableEngine,
+    /// The columns of `ORDER BY` (old-syntax tables: the primary key
+    /// argument), as written; expressions stay as their text.
+    pub sorting_key: Vec<String>,
+}
+
+/// Split `s` at top-level commas (outside parentheses and quotes).
+fn split_args(s: &str) -> Vec<String> {
+    let (mut out, mut cur, mut depth, mut quote) = (Vec::new(), String::new(), 0i32, None);
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some(_), '\\') => {
+                cur.push(c);
+                if let Some(n) = chars.next() {
+                    cur.push(n);
+                }
+                continue;
+            }
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '`' | '"') => quote = Some(c),
+            (None, '(' | '[') => depth += 1,
+            (None, ')' | ']') => depth -= 1,
+            (None, ',') if depth == 0 => {
+                out.push(cur.trim().to_owned());
+                cur.clear();
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(c);
+    }
+    if !cur.trim().is_empty() {
+        out.push(cur.trim().to_owned());
+    }
+    out
+}
+
+/// `(a, b)` or `a` → `[a, b]` / `[a]`; backquotes removed.
+fn key_columns(s: &str) -> Vec<String> {
+    let s = s.trim();
+    let inner = match s.strip_prefix('(').and_then(|r| r.strip_suffix(')')) {
+        Some(inner) => inner,
+        None => s,
+    };
+    split_args(inner)
+        .into_iter()
+        .map(|c| c.trim_matches('`').to_owned())
+        .filter(|c| !c.is_empty())
+        .collect()
+}
+
+/// The text of the parenthesised group opening at `s[0] == '('`, and the
+/// rest after its `)`.
+fn group(s: &str) -> Option<(&str, &str)> {
+    let mut depth = 0;
+    let mut quote = None;
+    let mut escaped = false;
+    for (i, c) in s.char_indices() {
+        if escaped {
+            escaped = false;
+            continue;
+        }
+        match (quote, c) {
+            (Some(_), '\\') => escaped = true,
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '`' | '"') => quote = Some(c),
+            (None, '(') => depth += 1,
+            (None, ')') => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some((&s[1..i], &s[i + 1..]));
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+impl TableShape {
+    /// Read `engine_full` (as `system.tables` prints it).
+    #[must_use]
+    pub fn parse(engine_full: &str) -> TableShape {
+        let s = engine_full.trim();
+        let name_end = s
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(s.len());
+        let name = &s[..name_end];
+        let rest = s[name_end..].trim_start();
+        let (args, rest) = match rest.starts_with('(') {
+            true => group(rest).map_or((Vec::new(), rest), |(a, r)| (split_args(a), r)),
+            false => (Vec::new(), rest),
+        };
+        let bare = name.strip_prefix("Replicated").unwrap_or(name);
+        // A Replicated engine's first two arguments are its ZooKeeper path
+        // and replica name (string literals), when given.
+        let params: &[String] = match name.starts_with("Replicated")
+            && args.first().is_some_and(|a| a.starts_with('\''))
+        {
+            true => args.get(2..).unwrap_or_default(),
+            false => &args,
+        };
+        let order_by = rest.find("ORDER BY ").map(|at| {
+            let tail = rest[at + "ORDER BY ".len()..].trim_start();
+            let end = match tail.starts_with('(') {
+                true => group(tail).map_or(tail.len(), |(g, _)| g.len() + 2),
+                false => tail.find(char::is_whitespace).unwrap_or(tail.len()),
+            };
+            key_columns(&tail[..end])
+        });
+        // Old syntax (no ORDER BY): (date, primary key, granularity[, ver]).
+        let old = order_by.is_none() && params.len() >= 3;
+        let (sorting_key, params) = match (order_by, old) {
+            (Some(k), _) => (k, params),
+            (None, true) => (key_columns(&params[1]), &params[3..]),
+            (None, false) => (Vec::new(), params),
+        };
+        let column = |i: usize| params.get(i).map(|p| p.trim_matches('`').to_owned());
+        let engine = match bare {
+            "ReplacingMergeTree" => TableEngine::Replacing {
+                version: column(0),
+                is_deleted: column(1),
+            },
+            "CollapsingMergeTree" | "VersionedCollapsingMergeTree" => TableEngine::Collapsing {
+                engine: name.to_owned(),
+            },
+            _ => TableEngine::Other {
+                engine: name.to_owned(),
+            },
+        };
+        TableShape {
+            engine,
+            sorting_key,
+        }
+    }
+}
+
+/// The `engine_full` of `db.table`.
+pub(crate) async fn engine_full(
+    client: &ChClient,
+    db: &str,
+    table: &str,
+) -> Result<String, String> {
+    use crate::sink::exactly_once::sql::{quote, untsv};
+    let sql = format!(
+        "SELECT replaceAll(engine_full, '\\t', ' ') FROM system.tables WHERE database = {} AND name = {}",
+        quote(db),
+        quote(table)
+    );
+    let text = client
+        .fetch_text(&sql, "TabSeparated")
+        .await
+        .map_err(|e| e.to_string())?;
+    let line = text
+        .lines()
+        .next()
+        .ok_or_else(|| format!("table {db}.{table} not found"))?;
+    Ok(untsv(line))
+}
+
+/// Which columns a change stream fills in the target table, beyond the
+/// row image: resolved once at start from the table's shape and columns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChangePlan {
+    /// The envelope and its switches.
+    pub spec: EnvelopeSpec,
+    /// Filled with the change's version (the Kafka offset).
+    pub version: String,
+    /// Filled with 1 for a delete, 0 otherwise: the engine's `is_deleted`,
+    /// else a column named [`DELETED_COLUMN`]; `None` under
+    /// `--on-delete skip` with neither.
+    pub deleted: Option<String>,
+}
+
+/// The column that marks deletes in a table whose engine has no
+/// `is_deleted` (servers before 23.2): read with `FINAL WHERE _deleted = 0`.
+pub const DELETED_COLUMN: &str = "_deleted";
+
+fn is_wide_integer(ty: &ChType) -> bool {
+    matches!(
+        ty,
+        ChType::UInt64
+            | ChType::Int64
+            | ChType::UInt128
+            | ChType::Int128
+            | ChType::UInt256
+            | ChType::Int256
+    )
+}
+
+impl ChangePlan {
+    /// The plan for `spec` into a table of `shape` with `columns`, routed
+    /// to `shards` shards by `shard_key` (empty: batches spread). `Err`:
+    /// why spate refuses to start.
+    pub fn resolve(
+        spec: EnvelopeSpec,
+        shape: &TableShape,
+        columns: &[Column],
+        shards: usize,
+        shard_key: &[String],
+    ) -> Result<ChangePlan, String> {
+        let (version, is_deleted) = match &shape.engine {
+            TableEngine::Replacing {
+                version: Some(v),
+                is_deleted,
+            } => (v.clone(), is_deleted.clone()),
+            TableEngine::Replacing { version: None, .. } => {
+                return Err("the table is a ReplacingMergeTree without a version column: it keeps the last row inserted, and spate inserts batches concurrently, so an older change could win. Create it as ReplacingMergeTree(ver) with `ver UInt64` (spate fills it)".into())
+            }
+            TableEngine::Collapsing { engine } => {
+                return Err(format!("the table's engine is {engine}: spate does not write collapsing targets (cancel rows) yet; use ReplacingMergeTree(ver[, is_deleted])"))
+            }
+            TableEngine::Other { engine } => {
+                return Err(format!("the table's engine is {engine}, which keeps every row: a change stream needs ReplacingMergeTree(ver[, is_deleted]) so the table shows the source's current state"))
+            }
+        };
+        let column = |name: &str| columns.iter().find(|c| c.name == name);
+        let ver = column(&version).ok_or_else(|| {
+            format!("the version column `{version}` is not a column of the table")
+        })?;
+        if !is_wide_integer(ver.ty.strip_low_cardinality()) || !ver.default_kind.is_insertable() {
+            return Err(format!(
+                "the version column `{version}` is {}: spate fills it with the message's Kafka offset, so it must be an insertable UInt64 (or another integer of 64 bits or more)",
+                ver.ty
+            ));
+        }
+        let deleted = match is_deleted {
+            Some(d) => Some(d),
+            None => column(DELETED_COLUMN).map(|c| c.name.clone()),
+        };
+        if let Some(d) = &deleted {
+            let c = column(d)
+                .ok_or_else(|| format!("the deleted column `{d}` is not a column of the table"))?;
+            let ok = matches!(c.ty, ChType::UInt8 | ChType::Bool) && c.default_kind.is_insertable();
+            if !ok {
+                return Err(format!("the deleted column `{d}` is {}: spate fills it with 1 for a delete, so it must be an insertable UInt8", c.ty));
+            }
+        }
+        if deleted.is_none() && spec.on_delete == OnDelete::Apply {
+            return Err(format!("the table has no way to mark a delete: its engine has no is_deleted column (ReplacingMergeTree(ver, is_deleted), ClickHouse 23.2+) and it has no `{DELETED_COLUMN} UInt8` column (read with FINAL WHERE {DELETED_COLUMN} = 0). Add one, or pass --on-delete skip to keep deleted rows"));
+        }
+        if shards > 1 {
+            if shard_key.is_empty() {
+                return Err(format!("the table has {shards} shards and no --shard-key: every change of a key must land on one shard, so route by (part of) the table's ORDER BY ({})", shape.sorting_key.join(", ")));
+            }
+            if let Some(k) = shard_key.iter().find(|k| !shape.sorting_key.contains(k)) {
+                return Err(format!("--shard-key column `{k}` is not in the table's ORDER BY ({}): every change of a key must land on one shard, so the shard key must be (part of) the sorting key", shape.sorting_key.join(", ")));
+            }
+        }
+        Ok(ChangePlan {
+            spec,
+            version,
+            deleted,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envelope::{EnvelopeKind, OnTruncate};
+    use crate::schema::DefaultKind;
+    use crate::types::parse_type;
+
+    fn col(name: &str, ty: &str) -> Column {
+        Column {
+            name: name.into(),
+            ty: parse_type(ty).unwrap(),
+            default_kind: DefaultKind::None,
+            default_expression: String::new(),
+        }
+    }
+
+    fn spec(on_delete: OnDelete) -> EnvelopeSpec {
+        EnvelopeSpec {
+            kind: EnvelopeKind::Debezium,
+            on_delete,
+            on_truncate: OnTruncate::Fail,
+        }
+    }
+
+    #[test]
+    fn engines_parse_in_both_syntaxes_and_replicated() {
+        let s = TableShape::parse(
+            "ReplacingMergeTree(ver, is_deleted) ORDER BY id SETTINGS index_granularity = 8192",
+        );
+        assert_eq!(
+            s.engine,
+            TableEngine::Replacing {
+                version: Some("ver".into()),
+                is_deleted: Some("is_deleted".into())
+            }
+        );
+        assert_eq!(s.sorting_key, vec!["id"]);
+        let s = TableShape::parse("ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/t', '{replica}', ver) PARTITION BY tuple() ORDER BY (tenant, id) SETTINGS index_granularity = 8192");
+        assert_eq!(
+            s.engine,
+            TableEngine::Replacing {
+                version: Some("ver".into()),
+                is_deleted: None
+            }
+        );
+        assert_eq!(s.sorting_key, vec!["tenant", "id"]);
+        let s = TableShape::parse("ReplacingMergeTree(d, (id, d), 8192, ver)");
+        assert_eq!(s.sorting_key, vec!["id", "d"]);
+        assert!(
+            matches!(s.engine, TableEngine::Replacing { version: Some(ref v), .. } if v == "ver")
+        );
+        let s = TableShape::parse("ReplacingMergeTree ORDER BY id");
+        assert_eq!(
+            s.engine,
+            TableEngine::Replacing {
+                version: None,
+                is_deleted: None
+            }
+        );
+        assert!(matches!(
+            TableShape::parse("VersionedCollapsingMergeTree(sign, ver) ORDER BY id").engine,
+            TableEngine::Collapsing { .. }
+        ));
+        assert!(
+            matches!(TableShape::parse("MergeTree ORDER BY id").engine, TableEngine::Other { ref engine } if engine == "MergeTree")
+        );
+    }
+
+    #[test]
+    fn plans_fill_the_engine_columns_and_refusals_say_why() {
+        let cols = vec![
+            col("id", "UInt64"),
+            col("ver", "UInt64"),
+            col("is_deleted", "UInt8"),
+        ];
+        let modern = TableShape::parse("ReplacingMergeTree(ver, is_deleted) ORDER BY id");
+        let p = ChangePlan::resolve(spec(OnDelete::Apply), &modern, &cols, 1, &[]).unwrap();
+        assert_eq!(
+            (p.version.as_str(), p.deleted.as_deref()),
+            ("ver", Some("is_deleted"))
+        );
+
+        let old = TableShape::parse("ReplacingMergeTree(ver) ORDER BY id");
+        let soft = vec![
+            col("id", "UInt64"),
+            col("ver", "UInt64"),
+            col("_deleted", "UInt8"),
+        ];
+        let p = ChangePlan::resolve(spec(OnDelete::Apply), &old, &soft, 1, &[]).unwrap();
+        assert_eq!(p.deleted.as_deref(), Some("_deleted"));
+
+        let bare = vec![col("id", "UInt64"), col("ver", "UInt64")];
+        let e = ChangePlan::resolve(spec(OnDelete::Apply), &old, &bare, 1, &[]).unwrap_err();
+        assert!(
+            e.contains("no way to mark a delete") && e.contains("--on-delete skip"),
+            "{e}"
+        );
+        let p = ChangePlan::resolve(spec(OnDelete::Skip), &old, &bare, 1, &[]).unwrap();
+        assert_eq!(p.deleted, None);
+
+        let small = vec![
+            col("id", "UInt64"),
+            col("ver", "UInt32"),
+            col("_deleted", "UInt8"),
+        ];
+        let e = ChangePlan::resolve(spec(OnDelete::Apply), &old, &small, 1, &[]).unwrap_err();
+        assert!(e.contains("`ver` is UInt32"), "{e}");
+
+        for (engine, needle) in [
+            ("ReplacingMergeTree ORDER BY id", "without a version column"),
+            ("CollapsingMergeTree(sign) ORDER BY id", "collapsing"),
+            ("MergeTree ORDER BY id", "keeps every row"),
+        ] {
+            let e = ChangePlan::resolve(
+                spec(OnDelete::Apply),
+                &TableShape::parse(engine),
+                &cols,
+                1,
+                &[],
+            )
+            .unwrap_err();
+            assert!(e.contains(needle), "{engine}: {e}");
+        }
+
+        let e = ChangePlan::resolve(spec(OnDelete::Apply), &modern, &cols, 2, &[]).unwrap_err();
+        assert!(e.contains("2 shards and no --shard-key"), "{e}");
+        let e = ChangePlan::resolve(spec(OnDelete::Apply), &modern, &cols, 2, &["ver".into()])
+            .unwrap_err();
+        assert!(
+            e.contains("`ver` is not in the table's ORDER BY (id)"),
+            "{e}"
+        );
+        ChangePlan::resolve(spec(OnDelete::Apply), &modern, &cols, 2, &["id".into()]).unwrap();
+    }
+}
