@@ -23,6 +23,7 @@ mod cli_check_formats;
 mod e2e_bad_message;
 mod e2e_block_hash;
 mod e2e_broker_restart;
+mod e2e_cdc;
 mod e2e_clickhouse_outage;
 mod e2e_codecs;
 mod e2e_config;

@@ -1,0 +1,669 @@
+//! End to end: change data capture (issue 31) against the real broker and
+//! both ClickHouse servers.
+//!
+//! A model source table (`shop.users`: `id`, `name`, `qty`) goes through a
+//! snapshot, creates, updates, deletes (each followed by Debezium's
+//! tombstone) and primary-key changes (a delete of the old key, its
+//! tombstone, a create of the new one); every change is produced keyed by
+//! `{"id": N}` to partition `id % 3`, as Debezium keys a table's topic.
+//! Per Debezium JSON shape (the envelope, the same inside
+//! `schema`/`payload`, flattened by `ExtractNewRecordState`) and for an
+//! upsert topic of the same changes:
+//!
+//! 1. spate loads the stream and is killed (`kill -9`) a third of the way;
+//! 2. a second run with `--until-end` finishes it: exit 0, committed
+//!    offsets equal the end offsets;
+//! 3. the table's current state (`FINAL`; on 18.16 `FINAL WHERE _deleted =
+//!    0`) equals the model's final state row for row, `_source_lsn` and
+//!    `_op` of the last change included;
+//! 4. the whole stream is loaded again by a new group (every change
+//!    replayed over the loaded table): the state does not move.
+//!
+//! On 26.9 the table is `ReplacingMergeTree(ver, is_deleted)`; on 18.16
+//! (no `is_deleted` before 23.2) `ReplacingMergeTree(ver)` with a
+//! `_deleted UInt8` column, the documented delete handling.
+//!
+//! The refusals: each table spate cannot keep current, and each flag that
+//! does not go with `--envelope`, stops the start with its reason; a
+//! truncate stops the run naming topic, partition and offset (or is skipped
+//! under `--on-truncate skip`).
+
+use crate::support::*;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const PARTITIONS: i32 = 3;
+
+/// A row of the model source table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Row {
+    id: u64,
+    name: String,
+    qty: i64,
+}
+
+impl Row {
+    fn json(&self) -> String {
+        format!(
+            r#"{{"id":{},"name":"{}","qty":{}}}"#,
+            self.id, self.name, self.qty
+        )
+    }
+}
+
+/// One message of the change stream.
+#[derive(Clone, Debug)]
+enum Event {
+    Change {
+        op: char,
+        before: Option<Row>,
+        after: Option<Row>,
+        lsn: u64,
+    },
+    /// Debezium's null value after a delete of `id`.
+    Tombstone { id: u64 },
+}
+
+impl Event {
+    fn id(&self) -> u64 {
+        match self {
+            Event::Change { before, after, .. } => {
+                after.as_ref().or(before.as_ref()).map_or(0, |r| r.id)
+            }
+            Event::Tombstone { id } => *id,
+        }
+    }
+}
+
+fn splitmix(x: &mut u64) -> u64 {
+    *x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *x;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The change stream of the model table and its final state (id → row,
+/// lsn of its last change, op of its last change).
+struct Stream {
+    events: Vec<Event>,
+    state: BTreeMap<u64, (Row, u64, char)>,
+}
+
+fn stream(steps: usize) -> Stream {
+    let mut seed = 31;
+    let mut lsn = 1000;
+    let mut state: BTreeMap<u64, (Row, u64, char)> = BTreeMap::new();
+    let mut events = Vec::new();
+    let mut next_id = 0;
+    let mut emit = |events: &mut Vec<Event>,
+                    state: &mut BTreeMap<u64, (Row, u64, char)>,
+                    op: char,
+                    before: Option<Row>,
+                    after: Option<Row>| {
+        lsn += 8;
+        match (&after, &before) {
+            (Some(a), _) => {
+                state.insert(a.id, (a.clone(), lsn, op));
+            }
+            (None, Some(b)) => {
+                state.remove(&b.id);
+            }
+            (None, None) => unreachable!("a change has an image"),
+        }
+        let id = after
+            .as_ref()
+            .or(before.as_ref())
+            .map(|r| r.id)
+            .unwrap_or(0);
+        events.push(Event::Change {
+            op,
+            before,
+            after,
+            lsn,
+        });
+        if op == 'd' {
+            events.push(Event::Tombstone { id });
+        }
+    };
+    for _ in 0..120 {
+        let row = Row {
+            id: next_id,
+            name: format!("user {next_id}"),
+            qty: 0,
+        };
+        next_id += 1;
+        emit(&mut events, &mut state, 'r', None, Some(row));
+    }
+    for step in 0..steps {
+        let r = splitmix(&mut seed) % 100;
+        let ids: Vec<u64> = state.keys().copied().collect();
+        let pick = |seed: &mut u64| ids[(splitmix(seed) % ids.len() as u64) as usize];
+        match r {
+            0..=44 if !ids.is_empty() => {
+                let id = pick(&mut seed);
+                let before = state[&id].0.clone();
+                let after = Row {
+                    qty: before.qty + 1 + (step % 7) as i64,
+                    name: format!("user {id} v{step}"),
+                    ..before.clone()
+                };
+                emit(&mut events, &mut state, 'u', Some(before), Some(after));
+            }
+            45..=69 => {
+                let row = Row {
+                    id: next_id,
+                    name: format!("new {next_id}"),
+                    qty: step as i64,
+                };
+                next_id += 1;
+                emit(&mut events, &mut state, 'c', None, Some(row));
+            }
+            70..=87 if !ids.is_empty() => {
+                let id = pick(&mut seed);
+                let before = state[&id].0.clone();
+                emit(&mut events, &mut state, 'd', Some(before), None);
+            }
+            88..=99 if !ids.is_empty() => {
+                // A primary-key change: Debezium's delete of the old key
+                // (and its tombstone), then a create of the new one.
+                let id = pick(&mut seed);
+                let before = state[&id].0.clone();
+                let moved = Row {
+                    id: next_id,
+                    ..before.clone()
+                };
+                next_id += 1;
+                emit(&mut events, &mut state, 'd', Some(before), None);
+                emit(&mut events, &mut state, 'c', None, Some(moved));
+            }
+            _ => {}
+        }
+    }
+    Stream { events, state }
+}
+
+/// The three JSON shapes of a Debezium event, and an upsert topic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shape {
+    Envelope,
+    Wrapped,
+    Flattened,
+    Upsert,
+}
+
+fn image(r: &Option<Row>) -> String {
+    r.as_ref().map_or("null".into(), Row::json)
+}
+
+/// `event` as the message value in `shape` (`TOMBSTONE`: no value).
+fn payload(event: &Event, shape: Shape) -> String {
+    let Event::Change {
+        op,
+        before,
+        after,
+        lsn,
+    } = event
+    else {
+        return TOMBSTONE.to_owned();
+    };
+    let ts = 1_700_000_000_000u64 + lsn;
+    let envelope = || {
+        format!(
+            r#"{{"before":{},"after":{},"source":{{"version":"2.7.0.Final","connector":"postgresql","name":"shop","ts_ms":{ts},"snapshot":"{}","db":"shop","schema":"public","table":"users","txId":{lsn},"lsn":{lsn}}},"op":"{op}","ts_ms":{ts}}}"#,
+            image(before),
+            image(after),
+            if *op == 'r' { "true" } else { "false" }
+        )
+    };
+    match shape {
+        Shape::Envelope => envelope(),
+        Shape::Wrapped => format!(
+            r#"{{"schema":{{"type":"struct","fields":[{{"type":"struct","fields":[{{"type":"int64","optional":false,"field":"id"}},{{"type":"string","optional":true,"field":"name"}},{{"type":"int64","optional":true,"field":"qty"}}],"optional":true,"name":"shop.public.users.Value","field":"before"}},{{"type":"string","optional":false,"field":"op"}}],"optional":false,"name":"shop.public.users.Envelope"}},"payload":{}}}"#,
+            envelope()
+        ),
+        Shape::Flattened => {
+            let deleted = *op == 'd';
+            let row = if deleted { before } else { after };
+            let row = row.as_ref().expect("an image");
+            format!(
+                r#"{{"id":{},"name":"{}","qty":{},"__op":"{op}","__lsn":{lsn},"__source_table":"users","__source_ts_ms":{ts},"__deleted":"{deleted}"}}"#,
+                row.id, row.name, row.qty
+            )
+        }
+        Shape::Upsert => match (op, after) {
+            ('d', _) | (_, None) => TOMBSTONE.to_owned(),
+            (_, Some(a)) => format!(r#"{{"name":"{}","qty":{}}}"#, a.name, a.qty),
+        },
+    }
+}
+
+/// The messages of `shape`: an upsert topic has one tombstone per delete,
+/// not Debezium's delete event plus tombstone.
+fn messages(s: &Stream, shape: Shape) -> Vec<&Event> {
+    s.events
+        .iter()
+        .filter(|e| shape != Shape::Upsert || !matches!(e, Event::Tombstone { .. }))
+        .collect()
+}
+
+fn create_table(ch: &Ch, svc: &Services, table: &str) {
+    let (deleted, engine) = match svc.is_modern() {
+        true => ("is_deleted UInt8", "ReplacingMergeTree(ver, is_deleted)"),
+        false => ("_deleted UInt8", "ReplacingMergeTree(ver)"),
+    };
+    ch.exec(&format!(
+        "CREATE TABLE {table} (id UInt64, name String, qty Int64, ver UInt64, {deleted}, \
+         _op String, _source_lsn UInt64, _source_table String) \
+         ENGINE = {engine} ORDER BY id"
+    ));
+}
+
+/// The table's current state: `(id, name, qty, _source_lsn, _op)` per row.
+fn current(ch: &Ch, svc: &Services, table: &str) -> Vec<String> {
+    let live = if svc.is_modern() {
+        ""
+    } else {
+        " WHERE _deleted = 0"
+    };
+    ch.text(
+        &format!("SELECT id, name, qty, _source_lsn, _op FROM {table} FINAL{live} ORDER BY id"),
+        "TabSeparated",
+    )
+    .lines()
+    .map(str::to_owned)
+    .collect()
+}
+
+fn expected(s: &Stream, shape: Shape) -> Vec<String> {
+    s.state
+        .values()
+        .map(|(r, lsn, op)| match shape {
+            // An upsert topic has no source block: `_source_lsn` stays 0
+            // and every value is an update.
+            Shape::Upsert => format!("{}\t{}\t{}\t0\tu", r.id, r.name, r.qty),
+            _ => format!("{}\t{}\t{}\t{lsn}\t{op}", r.id, r.name, r.qty),
+        })
+        .collect()
+}
+
+fn cdc_args(svc: &Services, topic: &str, group: &str, table: &str, shape: Shape) -> Vec<String> {
+    let mut args = run_args(svc, topic, group, table);
+    let envelope = if shape == Shape::Upsert {
+        "upsert"
+    } else {
+        "debezium"
+    };
+    args.extend(
+        [
+            "--envelope",
+            envelope,
+            "--batch-rows",
+            "200",
+            "--flush-interval",
+            "100ms",
+        ]
+        .map(String::from),
+    );
+    args
+}
+
+fn first_diff(have: &[String], want: &[String]) -> String {
+    let at = have
+        .iter()
+        .zip(want)
+        .position(|(h, w)| h != w)
+        .unwrap_or(have.len().min(want.len()));
+    format!(
+        "{} rows, {} expected; first difference at row {at}: have {:?}, want {:?}",
+        have.len(),
+        want.len(),
+        have.get(at),
+        want.get(at)
+    )
+}
+
+/// Steps 1-4 of the module docs for one shape.
+fn load_and_replay(svc: &Services, shape: Shape) {
+    let label = format!("{shape:?}").to_lowercase();
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let s = stream(1500);
+    let msgs = messages(&s, shape);
+    let topic = unique(&format!("t_cdc_{label}"));
+    let group = unique(&format!("g_cdc_{label}"));
+    let db = ch.fresh_db("e2e_cdc");
+    let table = format!("{db}.users");
+    create_table(&ch, svc, &table);
+    create_topic(&svc.brokers, &topic, PARTITIONS);
+    let produced = produce(&svc.brokers, &topic, PARTITIONS, msgs.len(), |i| Msg {
+        partition: (msgs[i].id() % PARTITIONS as u64) as i32,
+        key: Some(format!(r#"{{"id":{}}}"#, msgs[i].id())),
+        payload: payload(msgs[i], shape),
+        timestamp_ms: None,
+    });
+    let rows_owed = msgs
+        .iter()
+        .filter(|e| match e {
+            Event::Tombstone { .. } => shape == Shape::Upsert,
+            Event::Change { op, .. } => shape != Shape::Upsert || *op != 'd',
+        })
+        .count() as u64;
+
+    let args = cdc_args(svc, &topic, &group, &table, shape);
+    let mut running = spawn(&format!("cdc-{label}-killed"), &args);
+    // Row counts say nothing here (merges replace rows), so the kill comes
+    // after a third of the messages is committed.
+    let total = produced.total();
+    wait_for(
+        "a third of the changes committed",
+        Duration::from_secs(60),
+        Duration::from_millis(50),
+        || {
+            assert!(
+                !running.has_exited(),
+                "spate exited early:\n{}",
+                running.stderr_so_far()
+            );
+            let done: i64 = committed(&svc.brokers, &group, &topic, PARTITIONS)
+                .iter()
+                .map(|c| c.unwrap_or(0))
+                .sum();
+            (done * 3 >= total)
+                .then_some(done)
+                .ok_or(format!("{done} of {total}"))
+        },
+    );
+    running.kill9();
+
+    let ends: Vec<Option<i64>> = produced.counts.iter().map(|&c| Some(c)).collect();
+    let mut rest = args.clone();
+    rest.push("--until-end".into());
+    run(
+        &format!("cdc-{label}-rest"),
+        &rest,
+        Duration::from_secs(120),
+    )
+    .assert_code(0);
+    assert_eq!(
+        committed(&svc.brokers, &group, &topic, PARTITIONS),
+        ends,
+        "{label}: committed offsets are the end offsets"
+    );
+    let want = expected(&s, shape);
+    let have = current(&ch, svc, &table);
+    assert!(
+        have == want,
+        "{label} on {}: the current state is not the source's: {}",
+        svc.server.label(),
+        first_diff(&have, &want)
+    );
+
+    // Every change again, over the loaded table: the same versions, so the
+    // current state does not move.
+    let replay = unique("g_cdc_replay");
+    let mut again = cdc_args(svc, &topic, &replay, &table, shape);
+    again.push("--until-end".into());
+    run(
+        &format!("cdc-{label}-replay"),
+        &again,
+        Duration::from_secs(120),
+    )
+    .assert_code(0);
+    assert_eq!(
+        committed(&svc.brokers, &replay, &topic, PARTITIONS),
+        ends,
+        "{label}: the replay read every change"
+    );
+    let have = current(&ch, svc, &table);
+    assert!(
+        have == want,
+        "{label} after a full replay: {}",
+        first_diff(&have, &want)
+    );
+    eprintln!(
+        "[e2e_cdc::{label}] {} messages, {rows_owed} rows owed, {} keys live at the end",
+        msgs.len(),
+        want.len()
+    );
+    ch.exec(&format!("DROP DATABASE {db}"));
+}
+
+on_both_servers!(debezium_json_streams_end_in_the_source_state);
+
+fn debezium_json_streams_end_in_the_source_state(svc: Services) {
+    let _timer = Timer::start("e2e_cdc debezium");
+    let _lock = ch_shared_lock();
+    for shape in [Shape::Envelope, Shape::Wrapped, Shape::Flattened] {
+        load_and_replay(&svc, shape);
+    }
+}
+
+on_both_servers!(an_upsert_topic_ends_in_the_source_state);
+
+fn an_upsert_topic_ends_in_the_source_state(svc: Services) {
+    let _timer = Timer::start("e2e_cdc upsert");
+    let _lock = ch_shared_lock();
+    load_and_replay(&svc, Shape::Upsert);
+}
+
+on_both_servers!(tables_that_cannot_show_the_current_state_are_refused);
+
+fn tables_that_cannot_show_the_current_state_are_refused(svc: Services) {
+    let _timer = Timer::start("e2e_cdc refusals");
+    let _lock = ch_shared_lock();
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let db = ch.fresh_db("e2e_cdc_refused");
+    let cols = "id UInt64, name String, ver UInt64, sign Int8";
+    for (name, engine) in [
+        ("log", "MergeTree ORDER BY id"),
+        ("unversioned", "ReplacingMergeTree ORDER BY id"),
+        ("collapsing", "CollapsingMergeTree(sign) ORDER BY id"),
+        (
+            "versioned",
+            "VersionedCollapsingMergeTree(sign, ver) ORDER BY id",
+        ),
+        ("nodelete", "ReplacingMergeTree(ver) ORDER BY id"),
+    ] {
+        ch.exec(&format!(
+            "CREATE TABLE {db}.{name} ({cols}) ENGINE = {engine}"
+        ));
+    }
+    ch.exec(&format!("CREATE TABLE {db}.narrow (id UInt64, ver UInt32, _deleted UInt8) ENGINE = ReplacingMergeTree(ver) ORDER BY id"));
+    let debezium = ["--envelope", "debezium"];
+    for (table, extra, needle) in [
+        (
+            "log",
+            &debezium[..],
+            "the table's engine is MergeTree, which keeps every row",
+        ),
+        (
+            "unversioned",
+            &debezium[..],
+            "ReplacingMergeTree without a version column",
+        ),
+        (
+            "collapsing",
+            &debezium[..],
+            "the table's engine is CollapsingMergeTree",
+        ),
+        (
+            "versioned",
+            &debezium[..],
+            "the table's engine is VersionedCollapsingMergeTree",
+        ),
+        ("nodelete", &debezium[..], "no way to mark a delete"),
+        (
+            "narrow",
+            &["--envelope", "upsert"][..],
+            "the version column `ver` is UInt32",
+        ),
+        (
+            "nodelete",
+            &[
+                "--envelope",
+                "debezium",
+                "--on-delete",
+                "skip",
+                "--shard",
+                &svc.clickhouse_url,
+                "--shard",
+                &svc.clickhouse_url,
+            ][..],
+            "2 shards and no --shard-key",
+        ),
+        (
+            "nodelete",
+            &[
+                "--envelope",
+                "debezium",
+                "--on-delete",
+                "skip",
+                "--shard",
+                &svc.clickhouse_url,
+                "--shard",
+                &svc.clickhouse_url,
+                "--shard-key",
+                "ver",
+            ][..],
+            "`ver` is not in the table's ORDER BY (id)",
+        ),
+        (
+            "nodelete",
+            &["--envelope", "debezium", "--format", "csv"][..],
+            "--format csv is not supported with it",
+        ),
+        ("nodelete", &["--on-delete", "skip"][..], "need --envelope"),
+        (
+            "nodelete",
+            &["--envelope", "upsert", "--on-truncate", "skip"][..],
+            "an upsert topic has no truncates",
+        ),
+    ] {
+        refused_at(&svc, &format!("{db}.{table}"), extra, needle);
+    }
+    // `--on-delete skip` is the way into a table without a deleted column.
+    let topic = unique("t_cdc_skipdelete");
+    create_topic(&svc.brokers, &topic, 1);
+    let delete = r#"{"before":{"id":1,"name":"a"},"after":null,"op":"d","source":{}}"#;
+    let create = r#"{"before":null,"after":{"id":1,"name":"a"},"op":"c","source":{}}"#;
+    produce(&svc.brokers, &topic, 1, 3, |i| Msg {
+        partition: 0,
+        key: Some(r#"{"id":1}"#.into()),
+        payload: [create, delete, TOMBSTONE][i].into(),
+        timestamp_ms: None,
+    });
+    let mut args = run_args(
+        &svc,
+        &topic,
+        &unique("g_cdc_skipdelete"),
+        &format!("{db}.nodelete"),
+    );
+    args.extend(
+        [
+            "--envelope",
+            "debezium",
+            "--on-delete",
+            "skip",
+            "--until-end",
+        ]
+        .map(String::from),
+    );
+    run("cdc-skip-delete", &args, Duration::from_secs(60)).assert_code(0);
+    assert_eq!(
+        ch.u64(&format!("SELECT count() FROM {db}.nodelete FINAL")),
+        1,
+        "the deleted row stays under --on-delete skip"
+    );
+    ch.exec(&format!("DROP DATABASE {db}"));
+}
+
+/// A start refused with exit 2 and `needle` in its stderr (`--shard`
+/// flags in `extra` replace `--clickhouse-url`).
+fn refused_at(svc: &Services, table: &str, extra: &[&str], needle: &str) {
+    let topic = unique("t_cdc_refused");
+    create_topic(&svc.brokers, &topic, 1);
+    let mut args = run_args(svc, &topic, &unique("g_cdc_refused"), table);
+    if extra.contains(&"--shard") {
+        let at = args
+            .iter()
+            .position(|a| a == "--clickhouse-url")
+            .expect("--clickhouse-url");
+        args.drain(at..at + 2);
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let fin = run("cdc-refused", &args, Duration::from_secs(60));
+    fin.assert_code(2);
+    assert!(
+        fin.stderr.contains(needle),
+        "{table} {extra:?}: expected `{needle}` in:\n{}",
+        fin.tail(10)
+    );
+}
+
+on_both_servers!(a_truncate_stops_the_run_unless_skipped);
+
+fn a_truncate_stops_the_run_unless_skipped(svc: Services) {
+    let _timer = Timer::start("e2e_cdc truncate");
+    let _lock = ch_shared_lock();
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let db = ch.fresh_db("e2e_cdc_truncate");
+    let table = format!("{db}.users");
+    create_table(&ch, &svc, &table);
+    let topic = unique("t_cdc_truncate");
+    create_topic(&svc.brokers, &topic, 1);
+    const AT: usize = 40;
+    produce(&svc.brokers, &topic, 1, 60, |i| Msg {
+        partition: 0,
+        key: None,
+        payload: match i {
+            AT => {
+                r#"{"before":null,"after":null,"op":"t","source":{"table":"users","lsn":5}}"#.into()
+            }
+            _ => format!(
+                r#"{{"before":null,"after":{{"id":{i},"name":"n","qty":1}},"op":"c","source":{{"lsn":{i}}}}}"#
+            ),
+        },
+        timestamp_ms: None,
+    });
+    let group = unique("g_cdc_truncate");
+    let mut args = run_args(&svc, &topic, &group, &table);
+    // Even a policy that skips bad messages does not skip a truncate.
+    args.extend(
+        [
+            "--envelope",
+            "debezium",
+            "--on-error",
+            "skip",
+            "--until-end",
+        ]
+        .map(String::from),
+    );
+    let fin = run("cdc-truncate-fail", &args, Duration::from_secs(60));
+    fin.assert_code(1);
+    let needle = format!("topic {topic} partition 0 offset {AT}");
+    assert!(
+        fin.stderr.contains("--on-truncate skip") && fin.stderr.contains(&needle),
+        "expected the truncate at {needle} named:\n{}",
+        fin.tail(10)
+    );
+    let at_fail = committed(&svc.brokers, &group, &topic, 1)[0];
+    assert!(
+        at_fail.unwrap_or(0) <= AT as i64,
+        "committed {at_fail:?}, past the truncate at {AT}"
+    );
+
+    args.extend(["--on-truncate", "skip"].map(String::from));
+    run("cdc-truncate-skip", &args, Duration::from_secs(60)).assert_code(0);
+    assert_eq!(committed(&svc.brokers, &group, &topic, 1), vec![Some(60)]);
+    let live = if svc.is_modern() {
+        ""
+    } else {
+        " WHERE _deleted = 0"
+    };
+    assert_eq!(
+        ch.u64(&format!("SELECT count() FROM {table} FINAL{live}")),
+        59,
+        "every create, the truncate skipped"
+    );
+    ch.exec(&format!("DROP DATABASE {db}"));
+}
