@@ -468,6 +468,11 @@ pub struct GenArgs {
     /// wire format (the schema is registered under --subject first).
     #[arg(long = "format", env = "SPATE_GEN_FORMAT", value_enum, default_value_t = GenFormat::Json)]
     pub format: GenFormat,
+    /// `debezium`: each event as a Debezium change event (a create of the
+    /// event, JSON envelope, `source.lsn` = its index), for
+    /// `spate run --envelope debezium` (docs/cdc.md).
+    #[arg(long = "envelope", env = "SPATE_GEN_ENVELOPE", value_enum, default_value_t = GenEnvelope::None)]
+    pub envelope: GenEnvelope,
     /// Schema registry URL (--format avro/protobuf).
     #[arg(long, env = "SPATE_SCHEMA_REGISTRY", value_name = "URL")]
     pub schema_registry: Option<String>,
@@ -484,6 +489,15 @@ pub struct GenArgs {
     /// Confluent TopicNameStrategy].
     #[arg(long, env = "SPATE_GEN_SUBJECT")]
     pub subject: Option<String>,
+}
+
+/// How `spate gen` wraps each event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum GenEnvelope {
+    /// The event itself.
+    None,
+    /// A Debezium create of the event.
+    Debezium,
 }
 
 /// The format `spate gen` writes events in.

@@ -14,7 +14,7 @@ pub mod avro;
 #[path = "gen_protobuf.rs"]
 pub mod protobuf;
 
-use crate::cli::{GenArgs, GenFormat};
+use crate::cli::{GenArgs, GenEnvelope, GenFormat};
 use crate::exit::Exit;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -33,6 +33,9 @@ enum Encoding {
 pub fn run(args: GenArgs) -> Result<(), Exit> {
     if args.partitions < 1 {
         return Err(Exit::usage("--partitions must be at least 1"));
+    }
+    if args.envelope == GenEnvelope::Debezium && args.format != GenFormat::Json {
+        return Err(Exit::usage("--envelope debezium writes JSON events"));
     }
     let mut config = ClientConfig::new();
     config
@@ -57,10 +60,18 @@ pub fn run(args: GenArgs) -> Result<(), Exit> {
     let mut encoding = encoding(&args)?;
     let started = Instant::now();
     let mut payload = String::with_capacity(2048);
+    let mut event = String::with_capacity(2048);
     let mut binary = Vec::with_capacity(2048);
     for i in 0..args.count {
         payload.clear();
-        args.schema.write(i, &mut payload);
+        match args.envelope {
+            GenEnvelope::None => args.schema.write(i, &mut payload),
+            GenEnvelope::Debezium => {
+                event.clear();
+                args.schema.write(i, &mut event);
+                debezium_create(i, &event, &mut payload);
+            }
+        }
         let bytes = match &mut encoding {
             Encoding::Avro(a) => {
                 a.encode(&payload, &mut binary).map_err(Exit::failed)?;
@@ -104,6 +115,17 @@ pub fn run(args: GenArgs) -> Result<(), Exit> {
         args.count as f64 / secs.max(1e-9)
     );
     Ok(())
+}
+
+/// A Debezium create (PostgreSQL connector, JSON envelope without
+/// schemas) whose `after` image is `row`.
+fn debezium_create(i: u64, row: &str, out: &mut String) {
+    use std::fmt::Write;
+    let ts = 1_700_000_000_000 + i;
+    let _ = write!(
+        out,
+        r#"{{"before":null,"after":{row},"source":{{"version":"2.7.0.Final","connector":"postgresql","name":"demo","ts_ms":{ts},"snapshot":"false","db":"demo","schema":"public","table":"events","txId":{i},"lsn":{i}}},"op":"c","ts_ms":{ts},"transaction":null}}"#
+    );
 }
 
 /// The converter of `--format avro|protobuf` (its schema registered), or

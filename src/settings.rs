@@ -284,9 +284,9 @@ fn validate_envelope(a: &RunArgs) -> Result<(), Exit> {
         }
         return Ok(());
     }
-    if a.format != MessageFormat::Json {
+    if !matches!(a.format, MessageFormat::Json | MessageFormat::Avro) {
         return Err(Exit::usage(format!(
-            "--envelope {} reads JSON change events; --format {} is not supported with it yet",
+            "--envelope {} reads JSON or Avro change events; --format {} is not supported with it yet",
             format!("{:?}", a.envelope).to_lowercase(),
             format!("{:?}", a.format).to_lowercase()
         )));

@@ -290,6 +290,9 @@ impl Kafka {
             let fetch_error = self.read(topic, &mut spread, until, |msg| {
                 let outcome = schema.try_message(msg, &mut results);
                 tally.add(msg, outcome.map(|()| results.as_slice()));
+                if let Some((op, row)) = schema.last_change.take() {
+                    tally.add_change(op, row);
+                }
             });
             let _ = self.consumer.unassign();
             let short = spread.short();

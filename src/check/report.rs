@@ -123,6 +123,9 @@ pub(super) struct TopicTally {
     first_bad: Option<(Option<String>, Failure)>,
     /// One line per partition: start, end, messages read.
     pub partitions: Vec<String>,
+    /// `--envelope`: per operation seen, in first-seen order: how many
+    /// messages, and the row document the first of them makes.
+    changes: Vec<(&'static str, usize, Option<String>)>,
 }
 
 impl TopicTally {
@@ -160,6 +163,39 @@ impl TopicTally {
         }
     }
 
+    /// A sampled message of a change stream was the operation `op`, and
+    /// made the row document `row` (if it made a row).
+    pub fn add_change(&mut self, op: &'static str, row: Option<String>) {
+        match self.changes.iter_mut().find(|(o, _, _)| *o == op) {
+            Some((_, n, first)) => {
+                *n += 1;
+                if first.is_none() {
+                    *first = row;
+                }
+            }
+            None => self.changes.push((op, 1, row)),
+        }
+    }
+
+    /// The changes table: operation, messages, the row the first makes.
+    fn render_changes(&self) -> String {
+        if self.changes.is_empty() {
+            return String::new();
+        }
+        let mut rows = vec![cells(["operation", "messages", "row written (the first)"])];
+        for (op, n, row) in &self.changes {
+            let row = match row {
+                Some(r) if r.chars().count() > 160 => {
+                    format!("{}…", r.chars().take(159).collect::<String>())
+                }
+                Some(r) => r.clone(),
+                None => "(no row)".into(),
+            };
+            rows.push(cells([op, &n.to_string(), &row]));
+        }
+        format!("  Changes:\n{}", table(&rows, "    "))
+    }
+
     pub fn render(&self, schema: &Schema) -> String {
         let mut out = format!(
             "\nTopic {}: {} message(s) sampled\n",
@@ -188,6 +224,7 @@ impl TopicTally {
             rows.push(cells([name, &ty, &d, &f, &first(c, "(whole message)")]));
         }
         out.push_str(&table(&rows, "  "));
+        out.push_str(&self.render_changes());
         out
     }
 }
@@ -241,6 +278,34 @@ mod tests {
     use spate_clickhouse::{Column, EncoderOptions, RowEncoder};
 
     #[test]
+    fn changes_are_counted_per_operation_with_the_first_row() {
+        let mut tally = TopicTally::new("t", 1);
+        assert_eq!(tally.render_changes(), "", "no envelope, no table");
+        tally.add_change("tombstone", None);
+        tally.add_change("c (create)", Some(r#"{"id":1,"ver":0}"#.into()));
+        tally.add_change("c (create)", Some(r#"{"id":2,"ver":1}"#.into()));
+        tally.add_change("tombstone", None);
+        tally.add_change("d (delete)", Some("x".repeat(300)));
+        let text = tally.render_changes();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "  Changes:");
+        assert!(
+            lines[2].starts_with("    tombstone")
+                && lines[2].contains(" 2 ")
+                && lines[2].ends_with("(no row)"),
+            "{text}"
+        );
+        assert!(
+            lines[3].contains(" 2 ") && lines[3].ends_with(r#"{"id":1,"ver":0}"#),
+            "{text}"
+        );
+        assert!(
+            lines[4].ends_with('…') && lines[4].matches('x').count() == 159,
+            "{text}"
+        );
+    }
+
+    #[test]
     fn whole_message_failures_count_in_every_column() {
         let columns = vec![Column {
             name: "n".into(),
@@ -254,6 +319,7 @@ mod tests {
             encoder,
             format: None,
             format_name: "json",
+            last_change: None,
         };
         let mut tally = TopicTally::new("t", 1);
         let mut results = Vec::new();

@@ -9,6 +9,10 @@
 //! Shards and replicas are found by the sink's one resolver
 //! ([`spate_clickhouse::discover`]), the same code `run` starts with.
 //!
+//! With `--envelope`, the table's engine is read as `run` reads it
+//! ([`change_plan_for`]) and samples go through the change encoder; each
+//! message's operation and the row document it makes are reported.
+//!
 //! With `--format` other than JSON, samples are decoded by that format's
 //! encoder ([`FormatEncoder`], the one `run` builds), whole messages at a
 //! time; its schema registry, if any, is asked once up front and waits
@@ -16,12 +20,14 @@
 
 use super::flags::{Flags, REQUEST_TIMEOUT};
 use super::verdict::Verdict;
+use spate_clickhouse::formats::AvroText;
 use spate_clickhouse::{
-    discover, ClientError, Column, EncoderOptions, FormatEncoder, FormatSpec, ReplicaAnswer,
-    ReplicaSchema, RowEncoder, RowError, SinkError, TopologySource,
+    change_plan_for, discover, ChRowEncoder, ChangeEncoder, ChangePlan, ClientError, Column,
+    EncoderOptions, FormatEncoder, FormatSpec, ReplicaAnswer, ReplicaSchema, RowEncoder, RowError,
+    SinkError, TopologySource,
 };
 use spate_core::record::Message;
-use spate_core::sink::RowEncode;
+use spate_core::sink::{Encoded, RowEncode};
 
 /// The target table, read from every replica.
 pub(super) struct Schema {
@@ -32,6 +38,9 @@ pub(super) struct Schema {
     pub format: Option<FormatEncoder>,
     /// `--format`, as spelled there.
     pub format_name: &'static str,
+    /// `--envelope`: what the last message tried was, and the row
+    /// document it made, if any.
+    pub last_change: Option<(&'static str, Option<String>)>,
 }
 
 impl Schema {
@@ -80,27 +89,59 @@ impl Schema {
             }
         }
         let (_, columns) = columns?;
-        Self::plan(flags, columns, verdict)
+        let change = match change_plan_for(&flags.sink, &columns).await {
+            Ok(plan) => plan,
+            Err(e) => {
+                match e.is_config() {
+                    true => verdict.config(e.to_string()),
+                    false => verdict.failed(e.to_string()),
+                }
+                return None;
+            }
+        };
+        if let Some(plan) = &change {
+            println!(
+                "  OK: {} changes into {} (version: {}, deletes: {})",
+                plan.spec.kind.name(),
+                flags.table,
+                plan.version,
+                plan.deleted.as_deref().unwrap_or("skipped")
+            );
+        }
+        Self::plan(flags, columns, change, verdict)
     }
 
     /// The encoder `run` would build, and the column list.
-    fn plan(flags: &Flags<'_>, columns: Vec<Column>, verdict: &mut Verdict) -> Option<Self> {
+    fn plan(
+        flags: &Flags<'_>,
+        columns: Vec<Column>,
+        change: Option<ChangePlan>,
+        verdict: &mut Verdict,
+    ) -> Option<Self> {
         let options = EncoderOptions {
             strict: flags.args.strict,
             with_defaults: false,
         };
-        let built = RowEncoder::new(&columns, options).and_then(|mut e| {
-            if !flags.args.shard_key.is_empty() {
-                e.set_shard_key(&flags.args.shard_key)?;
-            }
-            if !flags.args.rename.is_empty() {
-                e.set_renames(&flags.args.rename)?;
-            }
-            Ok(e)
-        });
+        let build = || {
+            RowEncoder::new(&columns, options).and_then(|mut e| {
+                if !flags.args.shard_key.is_empty() {
+                    e.set_shard_key(&flags.args.shard_key)?;
+                }
+                if !flags.args.rename.is_empty() {
+                    e.set_renames(&flags.args.rename)?;
+                }
+                Ok(e)
+            })
+        };
+        let built = build();
         let spec = &flags.sink.format;
-        let format = match spec {
-            FormatSpec::Json => Ok(None),
+        let format = match (spec, &change) {
+            (_, Some(plan)) => build().map(|rows| {
+                let avro = spec.registry().map(|r| AvroText::new(r.clone()));
+                let change = ChangeEncoder::new(plan.clone(), &columns, ChRowEncoder(rows), avro);
+                Some(FormatEncoder::Change(Box::new(change)))
+            }),
+            (FormatSpec::Json, None) => Ok(None),
             _ => FormatEncoder::new(spec, &columns, options, &flags.args.shard_key).map(Some),
         };
         let (encoder, format) = match built.and_then(|e| Ok((e, format?))) {
@@ -116,6 +157,7 @@ impl Schema {
             encoder,
             format,
             format_name: spec.name(),
+            last_change: None,
         })
     }
 
@@ -132,11 +174,23 @@ impl Schema {
             return self.encoder.check_columns(msg, results);
         };
         let mut row = Vec::new();
-        format.encode(msg, &mut row).map_err(|f| RowError {
+        let encoded = format.encode(msg, &mut row).map_err(|f| RowError {
             column: f.column,
             value: f.value.unwrap_or_default(),
             reason: f.reason,
-        })?;
+        });
+        if let FormatEncoder::Change(change) = format {
+            let (op, row) = change.last_change();
+            self.last_change = Some((op, row.map(|r| String::from_utf8_lossy(r).into_owned())));
+        }
+        if let Ok(Encoded::Stop { reason }) = encoded {
+            return Err(RowError {
+                column: None,
+                value: String::new(),
+                reason: reason.to_owned(),
+            });
+        }
+        encoded?;
         results.clear();
         results.resize(self.encoder.insert_columns().len(), Ok(()));
         Ok(())

@@ -6,9 +6,10 @@
 //! tombstone) and primary-key changes (a delete of the old key, its
 //! tombstone, a create of the new one); every change is produced keyed by
 //! `{"id": N}` to partition `id % 3`, as Debezium keys a table's topic.
-//! Per Debezium JSON shape (the envelope, the same inside
-//! `schema`/`payload`, flattened by `ExtractNewRecordState`) and for an
-//! upsert topic of the same changes:
+//! Per Debezium shape (in JSON: the envelope, the same inside
+//! `schema`/`payload`, flattened by `ExtractNewRecordState`; the envelope
+//! in Avro through the test schema registry) and for an upsert topic of
+//! the same changes (JSON, and Avro keys and values):
 //!
 //! 1. spate loads the stream and is killed (`kill -9`) a third of the way;
 //! 2. a second run with `--until-end` finishes it: exit 0, committed
@@ -190,6 +191,89 @@ enum Shape {
     Wrapped,
     Flattened,
     Upsert,
+    /// Debezium's envelope in Avro through the schema registry.
+    Avro,
+    /// An upsert topic with Avro keys and values.
+    AvroUpsert,
+}
+
+impl Shape {
+    fn upsert(self) -> bool {
+        matches!(self, Shape::Upsert | Shape::AvroUpsert)
+    }
+
+    fn avro(self) -> bool {
+        matches!(self, Shape::Avro | Shape::AvroUpsert)
+    }
+}
+
+/// Debezium's Avro envelope for `shop.public.users`.
+const AVRO_ENVELOPE: &str = r#"{"type":"record","name":"Envelope","namespace":"shop.public.users","fields":[
+  {"name":"before","type":["null",{"type":"record","name":"Value","fields":[
+     {"name":"id","type":"long"},
+     {"name":"name","type":["null","string"],"default":null},
+     {"name":"qty","type":["null","long"],"default":null}]}],"default":null},
+  {"name":"after","type":["null","Value"],"default":null},
+  {"name":"source","type":{"type":"record","name":"Source","namespace":"io.debezium.connector.postgresql","fields":[
+     {"name":"version","type":"string"},
+     {"name":"connector","type":"string"},
+     {"name":"ts_ms","type":"long"},
+     {"name":"db","type":"string"},
+     {"name":"table","type":"string"},
+     {"name":"lsn","type":["null","long"],"default":null}]}},
+  {"name":"op","type":"string"},
+  {"name":"ts_ms","type":["null","long"],"default":null}]}"#;
+const AVRO_KEY: &str = r#"{"type":"record","name":"Key","namespace":"shop.public.users","fields":[{"name":"id","type":"long"}]}"#;
+const AVRO_VALUE: &str = r#"{"type":"record","name":"Row","namespace":"shop.public.users","fields":[{"name":"name","type":"string"},{"name":"qty","type":"long"}]}"#;
+
+/// `event` in Avro: (key, value), a `None` value being a tombstone.
+fn avro(event: &Event, shape: Shape, ids: (u32, u32)) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
+    use spate_clickhouse::formats::AvroWrite;
+    let mut key = Vec::new();
+    key.confluent_header(ids.0).avro_long(event.id() as i64);
+    let Event::Change {
+        op,
+        before,
+        after,
+        lsn,
+    } = event
+    else {
+        return (Some(key), None);
+    };
+    let mut v = Vec::new();
+    v.confluent_header(ids.1);
+    if shape == Shape::AvroUpsert {
+        return match (op, after) {
+            ('d', _) | (_, None) => (Some(key), None),
+            (_, Some(a)) => {
+                v.avro_bytes(a.name.as_bytes()).avro_long(a.qty);
+                (Some(key), Some(v))
+            }
+        };
+    }
+    for image in [before, after] {
+        match image {
+            None => {
+                v.avro_long(0);
+            }
+            Some(r) => {
+                v.avro_long(1).avro_long(r.id as i64);
+                v.avro_long(1).avro_bytes(r.name.as_bytes());
+                v.avro_long(1).avro_long(r.qty);
+            }
+        }
+    }
+    let ts = 1_700_000_000_000i64 + *lsn as i64;
+    v.avro_bytes(b"2.7.0.Final")
+        .avro_bytes(b"postgresql")
+        .avro_long(ts);
+    v.avro_bytes(b"shop")
+        .avro_bytes(b"users")
+        .avro_long(1)
+        .avro_long(*lsn as i64);
+    v.avro_bytes(op.to_string().as_bytes());
+    v.avro_long(1).avro_long(ts);
+    (Some(key), Some(v))
 }
 
 fn image(r: &Option<Row>) -> String {
@@ -231,6 +315,7 @@ fn payload(event: &Event, shape: Shape) -> String {
                 row.id, row.name, row.qty
             )
         }
+        Shape::Avro | Shape::AvroUpsert => unreachable!("Avro is produced as bytes"),
         Shape::Upsert => match (op, after) {
             ('d', _) | (_, None) => TOMBSTONE.to_owned(),
             (_, Some(a)) => format!(r#"{{"name":"{}","qty":{}}}"#, a.name, a.qty),
@@ -243,7 +328,7 @@ fn payload(event: &Event, shape: Shape) -> String {
 fn messages(s: &Stream, shape: Shape) -> Vec<&Event> {
     s.events
         .iter()
-        .filter(|e| shape != Shape::Upsert || !matches!(e, Event::Tombstone { .. }))
+        .filter(|e| !shape.upsert() || !matches!(e, Event::Tombstone { .. }))
         .collect()
 }
 
@@ -281,19 +366,32 @@ fn expected(s: &Stream, shape: Shape) -> Vec<String> {
         .map(|(r, lsn, op)| match shape {
             // An upsert topic has no source block: `_source_lsn` stays 0
             // and every value is an update.
-            Shape::Upsert => format!("{}\t{}\t{}\t0\tu", r.id, r.name, r.qty),
+            Shape::Upsert | Shape::AvroUpsert => {
+                format!("{}\t{}\t{}\t0\tu", r.id, r.name, r.qty)
+            }
             _ => format!("{}\t{}\t{}\t{lsn}\t{op}", r.id, r.name, r.qty),
         })
         .collect()
 }
 
-fn cdc_args(svc: &Services, topic: &str, group: &str, table: &str, shape: Shape) -> Vec<String> {
+fn cdc_args(
+    svc: &Services,
+    topic: &str,
+    group: &str,
+    table: &str,
+    shape: Shape,
+    registry: Option<&TestRegistry>,
+) -> Vec<String> {
     let mut args = run_args(svc, topic, group, table);
-    let envelope = if shape == Shape::Upsert {
-        "upsert"
-    } else {
-        "debezium"
-    };
+    if let Some(r) = registry {
+        args.extend([
+            "--format".into(),
+            "avro".into(),
+            "--schema-registry".into(),
+            r.url(),
+        ]);
+    }
+    let envelope = if shape.upsert() { "upsert" } else { "debezium" };
     args.extend(
         [
             "--envelope",
@@ -335,25 +433,47 @@ fn load_and_replay(svc: &Services, shape: Shape) {
     let table = format!("{db}.users");
     create_table(&ch, svc, &table);
     create_topic(&svc.brokers, &topic, PARTITIONS);
-    let produced = produce(&svc.brokers, &topic, PARTITIONS, msgs.len(), |i| Msg {
-        partition: (msgs[i].id() % PARTITIONS as u64) as i32,
-        key: Some(format!(r#"{{"id":{}}}"#, msgs[i].id())),
-        payload: payload(msgs[i], shape),
-        timestamp_ms: None,
-    });
+    let partition = |i: usize| (msgs[i].id() % PARTITIONS as u64) as i32;
+    let registry = shape.avro().then(|| TestRegistry::start(None));
+    let ends = match &registry {
+        None => {
+            produce(&svc.brokers, &topic, PARTITIONS, msgs.len(), |i| Msg {
+                partition: partition(i),
+                key: Some(format!(r#"{{"id":{}}}"#, msgs[i].id())),
+                payload: payload(msgs[i], shape),
+                timestamp_ms: None,
+            })
+            .counts
+        }
+        Some(r) => {
+            let value = if shape == Shape::Avro {
+                AVRO_ENVELOPE
+            } else {
+                AVRO_VALUE
+            };
+            let ids = (
+                r.register(&format!("{topic}-key"), "", AVRO_KEY),
+                r.register(&format!("{topic}-value"), "", value),
+            );
+            produce_records(&svc.brokers, &topic, PARTITIONS, msgs.len(), |i| {
+                let (k, v) = avro(msgs[i], shape, ids);
+                (partition(i), k, v)
+            })
+        }
+    };
     let rows_owed = msgs
         .iter()
         .filter(|e| match e {
-            Event::Tombstone { .. } => shape == Shape::Upsert,
-            Event::Change { op, .. } => shape != Shape::Upsert || *op != 'd',
+            Event::Tombstone { .. } => shape.upsert(),
+            Event::Change { op, .. } => !shape.upsert() || *op != 'd',
         })
         .count() as u64;
 
-    let args = cdc_args(svc, &topic, &group, &table, shape);
+    let args = cdc_args(svc, &topic, &group, &table, shape, registry.as_ref());
     let mut running = spawn(&format!("cdc-{label}-killed"), &args);
     // Row counts say nothing here (merges replace rows), so the kill comes
     // after a third of the messages is committed.
-    let total = produced.total();
+    let total: i64 = ends.iter().sum();
     wait_for(
         "a third of the changes committed",
         Duration::from_secs(60),
@@ -375,7 +495,7 @@ fn load_and_replay(svc: &Services, shape: Shape) {
     );
     running.kill9();
 
-    let ends: Vec<Option<i64>> = produced.counts.iter().map(|&c| Some(c)).collect();
+    let ends: Vec<Option<i64>> = ends.iter().map(|&c| Some(c)).collect();
     let mut rest = args.clone();
     rest.push("--until-end".into());
     run(
@@ -401,7 +521,7 @@ fn load_and_replay(svc: &Services, shape: Shape) {
     // Every change again, over the loaded table: the same versions, so the
     // current state does not move.
     let replay = unique("g_cdc_replay");
-    let mut again = cdc_args(svc, &topic, &replay, &table, shape);
+    let mut again = cdc_args(svc, &topic, &replay, &table, shape, registry.as_ref());
     again.push("--until-end".into());
     run(
         &format!("cdc-{label}-replay"),
@@ -433,7 +553,12 @@ on_both_servers!(debezium_json_streams_end_in_the_source_state);
 fn debezium_json_streams_end_in_the_source_state(svc: Services) {
     let _timer = Timer::start("e2e_cdc debezium");
     let _lock = ch_shared_lock();
-    for shape in [Shape::Envelope, Shape::Wrapped, Shape::Flattened] {
+    for shape in [
+        Shape::Envelope,
+        Shape::Wrapped,
+        Shape::Flattened,
+        Shape::Avro,
+    ] {
         load_and_replay(&svc, shape);
     }
 }
@@ -444,6 +569,7 @@ fn an_upsert_topic_ends_in_the_source_state(svc: Services) {
     let _timer = Timer::start("e2e_cdc upsert");
     let _lock = ch_shared_lock();
     load_and_replay(&svc, Shape::Upsert);
+    load_and_replay(&svc, Shape::AvroUpsert);
 }
 
 on_both_servers!(tables_that_cannot_show_the_current_state_are_refused);
@@ -666,4 +792,103 @@ fn a_truncate_stops_the_run_unless_skipped(svc: Services) {
         "every create, the truncate skipped"
     );
     ch.exec(&format!("DROP DATABASE {db}"));
+}
+
+/// `spate check --envelope debezium`: the table's plan, each operation of
+/// the sample and the row it would write; a truncate is what `run` would
+/// stop at (exit 1, named).
+#[test]
+fn check_reports_each_operation_and_its_row() {
+    let Some(svc) = services_on(Server::V26) else {
+        return;
+    };
+    let _timer = Timer::start("e2e_cdc check");
+    let _lock = ch_shared_lock();
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let db = ch.fresh_db("e2e_cdc_check");
+    let table = format!("{db}.users");
+    create_table(&ch, &svc, &table);
+    let topic = unique("t_cdc_check");
+    create_topic(&svc.brokers, &topic, 1);
+    let s = stream(10);
+    let msgs = messages(&s, Shape::Envelope);
+    produce(&svc.brokers, &topic, 1, msgs.len(), |i| Msg {
+        partition: 0,
+        key: None,
+        payload: payload(msgs[i], Shape::Envelope),
+        timestamp_ms: None,
+    });
+    let mut args = run_args(&svc, &topic, &unique("g_cdc_check"), &table);
+    args[0] = "check".into();
+    args.extend(["--envelope", "debezium", "--samples", "1000"].map(String::from));
+    let fin = run("cdc-check", &args, Duration::from_secs(90));
+    let stdout =
+        std::fs::read_to_string(fin.stderr_path.with_extension("stdout")).expect("check's stdout");
+    fin.assert_code(0);
+    let count = |op: char| {
+        msgs.iter()
+            .filter(|e| matches!(e, Event::Change { op: o, .. } if *o == op))
+            .count()
+    };
+    assert!(
+        stdout.contains("OK: debezium changes into")
+            && stdout.contains("version: ver, deletes: is_deleted"),
+        "{stdout}"
+    );
+    for (label, n) in [
+        ("r (snapshot read)", count('r')),
+        ("c (create)", count('c')),
+        ("u (update)", count('u')),
+        ("d (delete)", count('d')),
+        ("tombstone", count('d')),
+    ] {
+        let line = stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(label))
+            .unwrap_or_else(|| panic!("no line for {label}:\n{stdout}"));
+        assert!(
+            line.split_whitespace().any(|w| w == n.to_string()),
+            "{label}: {n} expected in `{line}`"
+        );
+    }
+    // The first snapshot read's row, exactly.
+    assert!(
+        stdout.contains(r#"{"id":0,"name":"user 0","qty":0,"ver":0,"is_deleted":0,"_op":"r","_source_table":"users","_source_lsn":1008}"#),
+        "{stdout}"
+    );
+
+    // A truncate: the check fails as run would.
+    produce_more(
+        &svc.brokers,
+        &topic,
+        r#"{"before":null,"after":null,"op":"t","source":{}}"#,
+    );
+    let fin = run("cdc-check-truncate", &args, Duration::from_secs(90));
+    fin.assert_code(1);
+    let stdout =
+        std::fs::read_to_string(fin.stderr_path.with_extension("stdout")).expect("check's stdout");
+    assert!(
+        stdout.contains("t (truncate)") && stdout.contains("--on-truncate skip"),
+        "{stdout}"
+    );
+    ch.exec(&format!("DROP DATABASE {db}"));
+}
+
+/// One more message at the end of partition 0 of `topic`.
+fn produce_more(brokers: &str, topic: &str, payload: &str) {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .expect("producer");
+    producer
+        .send(
+            BaseRecord::<(), str>::to(topic)
+                .partition(0)
+                .payload(payload),
+        )
+        .expect("send");
+    producer
+        .flush(Duration::from_secs(30))
+        .expect("flush the truncate");
 }

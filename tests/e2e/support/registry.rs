@@ -380,6 +380,21 @@ pub fn produce_bytes(
     count: usize,
     mut make: impl FnMut(usize) -> (i32, Vec<u8>),
 ) -> Vec<i64> {
+    produce_records(brokers, topic, partitions, count, |i| {
+        let (p, value) = make(i);
+        (p, None, Some(value))
+    })
+}
+
+/// [`produce_bytes`] with keys and tombstones: `make(i)` gives
+/// (partition, key, value), a `None` value being a tombstone.
+pub fn produce_records(
+    brokers: &str,
+    topic: &str,
+    partitions: i32,
+    count: usize,
+    mut make: impl FnMut(usize) -> (i32, Option<Vec<u8>>, Option<Vec<u8>>),
+) -> Vec<i64> {
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("linger.ms", "5")
@@ -391,10 +406,16 @@ pub fn produce_bytes(
     let deadline = Instant::now() + Duration::from_secs(180);
     let mut sent = vec![0i64; partitions as usize];
     for i in 0..count {
-        let (p, value) = make(i);
+        let (p, key, value) = make(i);
         assert!(p < partitions, "message {i}: partition {p} out of range");
         sent[p as usize] += 1;
-        let mut rec: BaseRecord<'_, (), [u8]> = BaseRecord::to(topic).partition(p).payload(&value);
+        let mut rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic).partition(p);
+        if let Some(v) = &value {
+            rec = rec.payload(&v[..]);
+        }
+        if let Some(k) = &key {
+            rec = rec.key(&k[..]);
+        }
         loop {
             match producer.send(rec) {
                 Ok(()) => break,

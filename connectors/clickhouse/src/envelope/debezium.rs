@@ -44,6 +44,18 @@ impl Op {
         })
     }
 
+    /// What `spate check` calls it.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Op::Read => "r (snapshot read)",
+            Op::Create => "c (create)",
+            Op::Update => "u (update)",
+            Op::Delete => "d (delete)",
+            Op::Truncate => "t (truncate)",
+            Op::Message => "m (message)",
+        }
+    }
+
     /// The letter Debezium uses, as a JSON string (for `_op`).
     pub(crate) fn json(self) -> &'static [u8] {
         match self {

@@ -104,6 +104,12 @@ impl Doc {
         self.buf.push(b'}');
         &self.buf
     }
+
+    /// The text written so far (after [`finish`](Self::finish): the
+    /// object).
+    pub(crate) fn text(&self) -> &[u8] {
+        &self.buf
+    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,8 @@
 //!
 //! - `debezium`: Debezium change events in JSON (the envelope, with or
 //!   without the `schema`/`payload` wrapper, or flattened by
-//!   `ExtractNewRecordState`);
+//!   `ExtractNewRecordState`); Avro events through the registry are
+//!   transcoded to JSON text first ([`AvroText`]);
 //! - `upsert`: a keyed topic of plain values, a tombstone deleting its key;
 //! - `target`: what the target table can take, read from its engine at
 //!   start ([`ChangePlan`]), and every refusal;
@@ -34,6 +35,7 @@ pub(crate) use target::engine_full;
 pub use target::{ChangePlan, TableEngine, TableShape, DELETED_COLUMN};
 
 use crate::encode::RowError;
+use crate::formats::AvroText;
 use crate::schema::Column;
 use crate::sink::ChRowEncoder;
 use debezium::{Op, Shape};
@@ -138,6 +140,15 @@ pub struct ChangeEncoder {
     inner: ChRowEncoder,
     filled: Filled,
     doc: Doc,
+    /// `--format avro`: values (and upsert keys) are transcoded to JSON
+    /// text first, into these buffers.
+    avro: Option<AvroText>,
+    value_text: Vec<u8>,
+    key_text: Vec<u8>,
+    /// What the last message was, for `spate check`.
+    last: &'static str,
+    /// Whether the last message made a row (its document is in `doc`).
+    last_row: bool,
 }
 
 fn failure(e: RowError) -> EncodeFailure {
@@ -149,14 +160,83 @@ fn failure(e: RowError) -> EncodeFailure {
 }
 
 impl ChangeEncoder {
-    /// The encoder of `plan` over `columns`, rows encoded by `inner`.
+    /// The encoder of `plan` over `columns`, rows encoded by `inner`;
+    /// with `avro`, messages are Confluent-framed Avro (read as JSON text).
     #[must_use]
-    pub fn new(plan: ChangePlan, columns: &[Column], inner: ChRowEncoder) -> ChangeEncoder {
+    pub fn new(
+        plan: ChangePlan,
+        columns: &[Column],
+        inner: ChRowEncoder,
+        avro: Option<AvroText>,
+    ) -> ChangeEncoder {
         ChangeEncoder {
             filled: Filled::new(&plan, columns),
             plan,
             inner,
             doc: Doc::default(),
+            avro,
+            value_text: Vec::new(),
+            key_text: Vec::new(),
+            last: "",
+            last_row: false,
+        }
+    }
+
+    /// What the last message was (`c (create)`, `tombstone`, ...) and
+    /// the row document it made, if it made one: for `spate check`.
+    #[must_use]
+    pub fn last_change(&self) -> (&'static str, Option<&[u8]>) {
+        (self.last, self.last_row.then(|| self.doc.text()))
+    }
+
+    /// `msg` with its Avro value (and, for upserts, key) as JSON text.
+    fn transcoded(
+        &mut self,
+        msg: &Message<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<Encoded, EncodeFailure> {
+        let Some(avro) = self.avro.as_mut() else {
+            return self.change(msg, out);
+        };
+        let (mut value, mut key) = (
+            std::mem::take(&mut self.value_text),
+            std::mem::take(&mut self.key_text),
+        );
+        let transcoded = (|| {
+            if let Some(p) = msg.payload {
+                avro.to_json(p, &mut value)?;
+            }
+            match (self.plan.spec.kind, msg.key) {
+                (EnvelopeKind::Upsert, Some(k)) => avro.to_json(k, &mut key),
+                _ => Ok(()),
+            }
+        })();
+        let res = match transcoded {
+            Ok(()) => {
+                let upsert = self.plan.spec.kind == EnvelopeKind::Upsert;
+                let text = Message {
+                    payload: msg.payload.map(|_| &value[..]),
+                    key: if upsert {
+                        msg.key.map(|_| &key[..])
+                    } else {
+                        msg.key
+                    },
+                    ..*msg
+                };
+                self.change(&text, out)
+            }
+            Err(e) => Err(failure(e)),
+        };
+        self.value_text = value;
+        self.key_text = key;
+        res
+    }
+
+    fn change(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<Encoded, EncodeFailure> {
+        match self.plan.spec.kind {
+            EnvelopeKind::Debezium => self.debezium(msg, out),
+            EnvelopeKind::Upsert => self.upsert(msg, out),
+            EnvelopeKind::None => self.inner.encode(msg, out),
         }
     }
 
@@ -206,6 +286,7 @@ impl ChangeEncoder {
     }
 
     fn row(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<Encoded, EncodeFailure> {
+        self.last_row = true;
         let row = Message {
             payload: Some(self.doc.finish()),
             ..*msg
@@ -214,16 +295,20 @@ impl ChangeEncoder {
     }
 
     fn debezium(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<Encoded, EncodeFailure> {
+        (self.last, self.last_row) = ("tombstone", false);
         let Some(payload) = msg.payload else {
             return Ok(Encoded::Nothing {
                 reason: "tombstone",
             });
         };
+        self.last = "not a change";
         let Some(change) = debezium::parse(payload).map_err(failure)? else {
+            self.last = "tombstone";
             return Ok(Encoded::Nothing {
                 reason: "tombstone",
             });
         };
+        self.last = change.op.label();
         match change.op {
             Op::Truncate => {
                 return Ok(match self.plan.spec.on_truncate {
@@ -259,6 +344,11 @@ impl ChangeEncoder {
     }
 
     fn upsert(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<Encoded, EncodeFailure> {
+        self.last_row = false;
+        self.last = match msg.payload {
+            Some(_) => "upsert",
+            None => "tombstone (delete)",
+        };
         let Some(key) = msg.key else {
             return Err(failure(RowError::new(
                 None,
@@ -294,11 +384,7 @@ impl ChangeEncoder {
 
 impl RowEncode for ChangeEncoder {
     fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<Encoded, EncodeFailure> {
-        match self.plan.spec.kind {
-            EnvelopeKind::Debezium => self.debezium(msg, out),
-            EnvelopeKind::Upsert => self.upsert(msg, out),
-            EnvelopeKind::None => self.inner.encode(msg, out),
-        }
+        self.transcoded(msg, out)
     }
 
     fn takes_tombstones(&self) -> bool {

@@ -40,7 +40,7 @@ fn encoder(
     };
     let plan = ChangePlan::resolve(spec, &TableShape::parse(engine), cols, 1, &[]).unwrap();
     let inner = RowEncoder::new(cols, EncoderOptions::default()).unwrap();
-    ChangeEncoder::new(plan, cols, ChRowEncoder(inner))
+    ChangeEncoder::new(plan, cols, ChRowEncoder(inner), None)
 }
 
 fn msg<'a>(offset: i64, key: Option<&'a [u8]>, payload: Option<&'a [u8]>) -> Message<'a> {
@@ -235,4 +235,20 @@ fn bad_events_name_the_reason_and_the_column() {
         "{err:?}"
     );
     assert!(out.is_empty());
+}
+
+#[test]
+fn the_last_change_says_what_check_reports() {
+    let cols = columns();
+    let mut e = encoder(EnvelopeKind::Debezium, MODERN, &cols, OnDelete::Apply);
+    let create = br#"{"after":{"id":1,"name":"a"},"op":"c"}"#;
+    encode(&mut e, &msg(7, None, Some(create)));
+    let (op, row) = e.last_change();
+    assert_eq!(op, "c (create)");
+    assert_eq!(
+        row,
+        Some(&br#"{"id":1,"name":"a","ver":7,"is_deleted":0,"_op":"c"}"#[..])
+    );
+    encode(&mut e, &msg(8, None, None));
+    assert_eq!(e.last_change(), ("tombstone", None));
 }

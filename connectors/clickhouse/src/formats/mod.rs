@@ -21,7 +21,7 @@ mod raw;
 mod registry;
 mod row;
 
-pub use avro::{AvroEncoder, AvroSchemaError, AvroWrite, MAGIC};
+pub use avro::{AvroEncoder, AvroSchemaError, AvroText, AvroWrite, MAGIC};
 pub use csv::{CsvEncoder, CsvOptions};
 pub use protobuf::{compile_proto, ProtobufEncoder, ProtobufSource};
 pub use raw::RawEncoder;

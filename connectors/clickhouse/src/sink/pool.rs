@@ -79,7 +79,9 @@ impl SinkPool {
         };
         let seed_url = &discovery.replicas[seed_at].url;
         let shards_n = discovery.topology.shards.len();
-        let envelope = change_plan(spec, (seed, seed_url), &reference.columns, shards_n).await?;
+        let envelope =
+            super::start::change::change_plan(spec, (seed, seed_url), &reference.columns, shards_n)
+                .await?;
         let factory = first_factory(spec, &reference.columns, envelope)?;
         let mut template = insert_template(spec, seed);
         let shards = connect_shards(&discovery.topology, seed);
@@ -426,53 +428,6 @@ fn drain(
 /// One client per replica of every shard, siblings of the seed's (same
 /// The first version's encoder factory for the table's `columns`; the
 /// format must be able to fill them (a usage error at start if not).
-/// A change stream's plan, from the target table's engine (`None`
-/// without `--envelope`); a table that cannot show the source's current
-/// state is a config error naming it.
-async fn change_plan(
-    spec: &SinkSpec,
-    (seed, url): (&ChClient, &str),
-    columns: &[Column],
-    shards: usize,
-) -> Result<Option<crate::envelope::ChangePlan>, SinkError> {
-    use crate::envelope::{ChangePlan, EnvelopeKind, TableShape};
-    if spec.envelope.kind == EnvelopeKind::None {
-        return Ok(None);
-    }
-    let refuse = |why: String| {
-        SinkError::Config(format!(
-            "--envelope {} into {}: {why}",
-            spec.envelope.kind.name(),
-            spec.table
-        ))
-    };
-    if !matches!(spec.format, crate::formats::FormatSpec::Json) {
-        return Err(refuse(format!(
-            "change events are read as JSON only for now, not --format {}",
-            spec.format.name()
-        )));
-    }
-    let engine = crate::envelope::engine_full(seed, &spec.table.db, &spec.table.table)
-        .await
-        .map_err(|e| {
-            SinkError::Config(format!(
-                "reading the engine of {} at {url}: {e}",
-                spec.table
-            ))
-        })?;
-    let shape = TableShape::parse(&engine);
-    let plan = ChangePlan::resolve(spec.envelope, &shape, columns, shards, &spec.shard_key)
-        .map_err(refuse)?;
-    tracing::info!(
-        table = %spec.table,
-        envelope = spec.envelope.kind.name(),
-        version = %plan.version,
-        deleted = plan.deleted.as_deref().unwrap_or("(deletes skipped)"),
-        "changes are applied to the table"
-    );
-    Ok(Some(plan))
-}
-
 fn first_factory(
     spec: &SinkSpec,
     columns: &[Column],

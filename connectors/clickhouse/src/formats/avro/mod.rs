@@ -152,5 +152,66 @@ impl AvroEncoder {
     }
 }
 
+/// Confluent-framed Avro as JSON text, for readers of a message's whole
+/// structure (the change envelopes of `crate::envelope`): the writer
+/// schema's value, unions unwrapped, as [`read::to_json`] writes it. One
+/// per driver thread; the schemas it parsed are kept per id.
+#[derive(Debug)]
+pub struct AvroText {
+    registry: Arc<SchemaRegistry>,
+    schemas: HashMap<u32, Result<Schema, String>>,
+}
+
+impl AvroText {
+    /// A transcoder reading writer schemas from `registry`.
+    #[must_use]
+    pub fn new(registry: Arc<SchemaRegistry>) -> Self {
+        AvroText {
+            registry,
+            schemas: HashMap::new(),
+        }
+    }
+
+    /// Write the Avro message `b` as JSON text into `out` (cleared first).
+    pub fn to_json(&mut self, b: &[u8], out: &mut Vec<u8>) -> Result<(), RowError> {
+        out.clear();
+        let (id, body) = framing(b)?;
+        if !self.schemas.contains_key(&id) {
+            let fetched = self.registry.schema_waiting(id).map_err(|e| {
+                let reason = match &e {
+                    RegistryError::NotFound(_) => e.to_string(),
+                    other => format!("schema id {id}: {other}"),
+                };
+                RowError::new(None, &id.to_string(), reason)
+            })?;
+            let schema = match fetched.schema_type {
+                SchemaType::Avro => {
+                    Schema::parse(&fetched.schema).map_err(|e| format!("schema id {id}: {e}"))
+                }
+                other => Err(format!("schema id {id} is a {other:?} schema, not Avro")),
+            };
+            self.schemas.insert(id, schema);
+        }
+        let schema = match self.schemas.get(&id) {
+            Some(Ok(s)) => s,
+            Some(Err(reason)) => return Err(RowError::new(None, &id.to_string(), reason.clone())),
+            None => return Err(RowError::new(None, &id.to_string(), "internal: no schema")),
+        };
+        let mut r = Reader { b, pos: body };
+        read::to_json(&schema.top, &schema.named, &mut r, out, 0).map_err(|f| {
+            let reason = format!("{} (schema id {id}, at byte {})", f.reason, r.pos);
+            RowError::new(None, &f.value, reason)
+        })?;
+        if r.pos != b.len() {
+            let reason = format!(
+                "{} bytes after the Avro record (schema id {id})",
+                b.len() - r.pos
+            );
+            return Err(RowError::new(None, "", reason));
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests;

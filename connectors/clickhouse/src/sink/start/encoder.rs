@@ -30,9 +30,14 @@ impl EncoderFactory {
     /// columns (one schema version).
     pub(crate) fn build_format(&self) -> Result<FormatEncoder, SchemaError> {
         if let Some(plan) = &self.envelope {
-            // The sink refuses an envelope over another format at start.
+            // The sink refuses an envelope over other formats at start.
+            let avro = match &self.format {
+                FormatSpec::Avro(registry) => Some(crate::formats::AvroText::new(registry.clone())),
+                _ => None,
+            };
             let rows = ChRowEncoder(self.row_encoder()?);
-            let change = crate::envelope::ChangeEncoder::new(plan.clone(), &self.columns, rows);
+            let change =
+                crate::envelope::ChangeEncoder::new(plan.clone(), &self.columns, rows, avro);
             return Ok(FormatEncoder::Change(Box::new(change)));
         }
         if matches!(self.format, FormatSpec::Json) {
