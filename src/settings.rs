@@ -291,6 +291,11 @@ fn validate_envelope(a: &RunArgs) -> Result<(), Exit> {
             format!("{:?}", a.format).to_lowercase()
         )));
     }
+    if a.tombstones_are_errors {
+        return Err(Exit::usage(
+            "--tombstones-are-errors does not go with --envelope: a tombstone is part of a change stream (docs/cdc.md)",
+        ));
+    }
     if a.envelope == Envelope::Upsert && a.on_truncate.is_some() {
         return Err(Exit::usage(
             "--on-truncate needs --envelope debezium (an upsert topic has no truncates)",
@@ -619,15 +624,52 @@ mod tests {
         assert_eq!(validate_pipelines(&[("a".into(), a())]).unwrap().len(), 1);
     }
 
+    /// What `validate` says of `--topic t` and `extra`.
+    fn flag_error(extra: &[&str]) -> Option<String> {
+        let mut argv = vec!["--topic", "t"];
+        argv.extend_from_slice(extra);
+        validate(&run_args(&argv))
+            .err()
+            .map(|e| e.message().to_owned())
+    }
+
+    #[test]
+    fn envelope_flags_are_checked_together() {
+        let err = flag_error;
+        assert_eq!(err(&["--envelope", "debezium"]), None);
+        assert_eq!(err(&["--envelope", "upsert", "--on-delete", "skip"]), None);
+        let refused = [
+            (&["--on-delete", "skip"][..], "need --envelope"),
+            (&["--on-truncate", "skip"][..], "need --envelope"),
+            (
+                &["--envelope", "upsert", "--on-truncate", "skip"][..],
+                "no truncates",
+            ),
+            (
+                &["--envelope", "debezium", "--tombstones-are-errors"][..],
+                "part of a change stream",
+            ),
+            (
+                &[
+                    "--envelope",
+                    "debezium",
+                    "--format",
+                    "raw",
+                    "--raw-column",
+                    "x",
+                ][..],
+                "--format raw is not supported",
+            ),
+        ];
+        for (flags, needle) in refused {
+            let e = err(flags).unwrap_or_else(|| panic!("{flags:?} accepted"));
+            assert!(e.contains(needle), "{flags:?}: {e}");
+        }
+    }
+
     #[test]
     fn format_flags_are_checked_together() {
-        let err = |extra: &[&str]| {
-            let mut argv = vec!["--topic", "t"];
-            argv.extend_from_slice(extra);
-            validate(&run_args(&argv))
-                .err()
-                .map(|e| e.message().to_owned())
-        };
+        let err = flag_error;
         assert_eq!(
             err(&["--raw-column", "x"]).as_deref(),
             Some("--raw-column needs --format raw")

@@ -461,13 +461,11 @@ fn load_and_replay(svc: &Services, shape: Shape) {
             })
         }
     };
-    let rows_owed = msgs
-        .iter()
-        .filter(|e| match e {
-            Event::Tombstone { .. } => shape.upsert(),
-            Event::Change { op, .. } => !shape.upsert() || *op != 'd',
-        })
-        .count() as u64;
+    // An upsert writes a row per message (a tombstone: the key's delete
+    // marker); Debezium a row per change event, none per tombstone.
+    let rows_owed = (msgs.iter())
+        .filter(|e| shape.upsert() || matches!(e, Event::Change { .. }))
+        .count();
 
     let args = cdc_args(svc, &topic, &group, &table, shape, registry.as_ref());
     let mut running = spawn(&format!("cdc-{label}-killed"), &args);
