@@ -468,45 +468,7 @@ fn load_and_replay(svc: &Services, shape: Shape) {
         .count();
 
     let args = cdc_args(svc, &topic, &group, &table, shape, registry.as_ref());
-    let mut running = spawn(&format!("cdc-{label}-killed"), &args);
-    // Row counts say nothing here (merges replace rows), so the kill comes
-    // after a third of the messages is committed.
-    let total: i64 = ends.iter().sum();
-    wait_for(
-        "a third of the changes committed",
-        Duration::from_secs(60),
-        Duration::from_millis(50),
-        || {
-            assert!(
-                !running.has_exited(),
-                "spate exited early:\n{}",
-                running.stderr_so_far()
-            );
-            let done: i64 = committed(&svc.brokers, &group, &topic, PARTITIONS)
-                .iter()
-                .map(|c| c.unwrap_or(0))
-                .sum();
-            (done * 3 >= total)
-                .then_some(done)
-                .ok_or(format!("{done} of {total}"))
-        },
-    );
-    running.kill9();
-
-    let ends: Vec<Option<i64>> = ends.iter().map(|&c| Some(c)).collect();
-    let mut rest = args.clone();
-    rest.push("--until-end".into());
-    run(
-        &format!("cdc-{label}-rest"),
-        &rest,
-        Duration::from_secs(120),
-    )
-    .assert_code(0);
-    assert_eq!(
-        committed(&svc.brokers, &group, &topic, PARTITIONS),
-        ends,
-        "{label}: committed offsets are the end offsets"
-    );
+    let ends = killed_and_finished(svc, &label, &args, (&topic, &group), &ends);
     let want = expected(&s, shape);
     let have = current(&ch, svc, &table);
     assert!(
@@ -542,6 +504,127 @@ fn load_and_replay(svc: &Services, shape: Shape) {
         "[e2e_cdc::{label}] {} messages, {rows_owed} rows owed, {} keys live at the end",
         msgs.len(),
         want.len()
+    );
+    ch.exec(&format!("DROP DATABASE {db}"));
+}
+
+/// Run spate with `args`, `kill -9` it once a third of the messages of
+/// `topic` (whose partitions end at `ends`) is committed by `group`, then
+/// finish the topic with `--until-end`: exit 0, committed offsets at the
+/// ends (returned).
+fn killed_and_finished(
+    svc: &Services,
+    label: &str,
+    args: &[String],
+    (topic, group): (&str, &str),
+    ends: &[i64],
+) -> Vec<Option<i64>> {
+    let mut running = spawn(&format!("cdc-{label}-killed"), args);
+    // Row counts say nothing here (merges replace rows), so the kill comes
+    // after a third of the messages is committed.
+    let total: i64 = ends.iter().sum();
+    wait_for(
+        "a third of the changes committed",
+        Duration::from_secs(60),
+        Duration::from_millis(50),
+        || {
+            assert!(
+                !running.has_exited(),
+                "spate exited early:\n{}",
+                running.stderr_so_far()
+            );
+            let done: i64 = committed(&svc.brokers, group, topic, PARTITIONS)
+                .iter()
+                .map(|c| c.unwrap_or(0))
+                .sum();
+            (done * 3 >= total)
+                .then_some(done)
+                .ok_or(format!("{done} of {total}"))
+        },
+    );
+    running.kill9();
+    let mut rest = args.to_vec();
+    rest.push("--until-end".into());
+    run(
+        &format!("cdc-{label}-rest"),
+        &rest,
+        Duration::from_secs(120),
+    )
+    .assert_code(0);
+    let ends: Vec<Option<i64>> = ends.iter().map(|&c| Some(c)).collect();
+    assert_eq!(
+        committed(&svc.brokers, group, topic, PARTITIONS),
+        ends,
+        "{label}: committed offsets are the end offsets"
+    );
+    ends
+}
+
+on_both_servers!(exactly_once_writes_each_change_once);
+
+/// `--delivery exactly-once` into a table whose merges are stopped, so
+/// every row inserted stays in its part: after a `kill -9` a third of the
+/// way, no change is in the table twice (tombstones end blocks at the same
+/// offsets on the replay, so replayed blocks are dropped whole) and the
+/// state is the source's. On 26.9 a
+/// `ReplacingMergeTree(ver, is_deleted)` with a deduplication window; on
+/// 18.16 a `ReplicatedReplacingMergeTree(.., ver)` with `_deleted`.
+fn exactly_once_writes_each_change_once(svc: Services) {
+    let _timer = Timer::start("e2e_cdc exactly-once");
+    let _lock = ch_shared_lock();
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let s = stream(1500);
+    let msgs = messages(&s, Shape::Envelope);
+    let db = ch.fresh_db("e2e_cdc_eo");
+    let table = format!("{db}.users");
+    let (deleted, engine) = match svc.is_modern() {
+        true => (
+            "is_deleted UInt8",
+            "ReplacingMergeTree(ver, is_deleted) ORDER BY id SETTINGS non_replicated_deduplication_window = 10000, parts_to_delay_insert = 100000, parts_to_throw_insert = 100000".to_owned(),
+        ),
+        // 18.16 drops repeated blocks by their hash: exactly-once needs
+        // the Kafka coordinates in each row there.
+        false => (
+            "_deleted UInt8, _partition Int32, _offset UInt64",
+            format!("ReplicatedReplacingMergeTree('/clickhouse/tables/{db}/users', 'r1', ver) ORDER BY id SETTINGS parts_to_delay_insert = 100000, parts_to_throw_insert = 100000"),
+        ),
+    };
+    ch.exec(&format!(
+        "CREATE TABLE {table} (id UInt64, name String, qty Int64, ver UInt64, {deleted}, \
+         _op String, _source_lsn UInt64, _source_table String) ENGINE = {engine}"
+    ));
+    ch.exec(&format!("SYSTEM STOP MERGES {table}"));
+    let topic = unique("t_cdc_eo");
+    let group = unique("g_cdc_eo");
+    create_topic(&svc.brokers, &topic, PARTITIONS);
+    let ends = produce(&svc.brokers, &topic, PARTITIONS, msgs.len(), |i| Msg {
+        partition: (msgs[i].id() % PARTITIONS as u64) as i32,
+        key: Some(format!(r#"{{"id":{}}}"#, msgs[i].id())),
+        payload: payload(msgs[i], Shape::Envelope),
+        timestamp_ms: None,
+    })
+    .counts;
+    let mut args = cdc_args(&svc, &topic, &group, &table, Shape::Envelope, None);
+    args.extend(["--delivery", "exactly-once"].map(String::from));
+    killed_and_finished(&svc, "exactly-once", &args, (&topic, &group), &ends);
+    // Merges are stopped, so a change inserted twice (a replayed block
+    // the server did not drop) would be two rows of one (id, ver). Not a
+    // count of rows: 26.9 applies the engine within each inserted block
+    // (optimize_on_insert), keeping the last change of a key per block.
+    let twice = ch.u64(&format!("SELECT count() - uniqExact(id, ver) FROM {table}"));
+    assert_eq!(
+        twice,
+        0,
+        "changes inserted twice under exactly-once on {}",
+        svc.server.label()
+    );
+    let want = expected(&s, Shape::Envelope);
+    let have = current(&ch, &svc, &table);
+    assert!(
+        have == want,
+        "exactly-once on {}: {}",
+        svc.server.label(),
+        first_diff(&have, &want)
     );
     ch.exec(&format!("DROP DATABASE {db}"));
 }

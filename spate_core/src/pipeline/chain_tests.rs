@@ -362,26 +362,6 @@ fn unkeyed_batches_take_turns_by_weight() {
     assert_eq!((drain(&mut rx[0]).len(), drain(&mut rx[1]).len()), (4, 12));
 }
 
-/// Exactly-once plans: partition 0 recorded one block, offsets 0..=3.
-#[derive(Debug)]
-struct OneBlock;
-
-impl crate::sink::BlockPlans for OneBlock {
-    fn replayed(
-        &self,
-        _: &PartitionId,
-        from: crate::record::Offset,
-        generation: Option<u64>,
-    ) -> Result<crate::sink::Replay, String> {
-        use crate::record::Offset;
-        let blocks = [(Offset(0), Offset(3))];
-        Ok(crate::sink::Replay {
-            blocks: blocks.into_iter().filter(|b| b.1 >= from).collect(),
-            epoch: generation,
-        })
-    }
-}
-
 /// Writes the payload and the schema version it encodes for; switches to
 /// the version `live` holds, as the ClickHouse sink's live encoder does.
 struct Versioned {
@@ -419,7 +399,7 @@ fn a_schema_switch_waits_for_a_half_cut_replay() {
         live: live.clone(),
         version: 0,
     };
-    let mut chain = EncodeChain::new(encoder, &ctx).exactly_once(Arc::new(OneBlock));
+    let mut chain = EncodeChain::new(encoder, &ctx).exactly_once(Arc::new(Recorded(vec![(0, 3)])));
     let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), None);
     chain.set_epoch(slot, 1);
     push(&mut chain, slot, 0, b"a").unwrap();
@@ -443,4 +423,84 @@ fn a_schema_switch_waits_for_a_half_cut_replay() {
         vec![(0, 0, 3, b"a0b0c0d0".to_vec()), (1, 4, 4, b"e1".to_vec())],
         "the replayed block mixes two schemas or was cut short"
     );
+}
+
+/// Exactly-once plans: partition 0 recorded these blocks `(first, last)`.
+#[derive(Debug)]
+struct Recorded(Vec<(i64, i64)>);
+
+impl crate::sink::BlockPlans for Recorded {
+    fn replayed(
+        &self,
+        _: &PartitionId,
+        from: crate::record::Offset,
+        generation: Option<u64>,
+    ) -> Result<crate::sink::Replay, String> {
+        use crate::record::Offset;
+        Ok(crate::sink::Replay {
+            blocks: (self.0.iter())
+                .map(|&(a, b)| (Offset(a), Offset(b)))
+                .filter(|b| b.1 >= from)
+                .collect(),
+            epoch: generation,
+        })
+    }
+}
+
+/// One step of a lane's input in [`exactly_once_rowless_messages_reach_the_end`].
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    Row(i64),
+    Tombstone(i64),
+    /// A tick one second on: every deadline due.
+    Tick,
+}
+
+/// Exactly-once with messages that owe no row between rows, first cut and
+/// replayed, with or without a tick between them: every chunk acknowledged
+/// moves the watermark to the end. The second script failed before the
+/// writer closed a pending skip ahead of a block's seal: the block took
+/// the sequence number first and the watermark stopped at the tombstone.
+#[test]
+fn exactly_once_rowless_messages_reach_the_end() {
+    use Step::{Row, Tick, Tombstone};
+    let scripts: [&[Step]; 2] = [
+        &[Row(0), Row(1), Tombstone(2), Row(3), Row(4), Tombstone(5)],
+        &[Row(0), Row(1), Tombstone(2), Row(3), Tick, Row(4)],
+    ];
+    for script in scripts {
+        for recorded in [vec![], vec![(0, 1)], vec![(0, 1), (3, 4)]] {
+            let (ctx, mut rx) = ctx(1, 1000);
+            let mut chain = EncodeChain::new(Changes { keyed: false }, &ctx)
+                .exactly_once(Arc::new(Recorded(recorded.clone())));
+            let mut cp = crate::checkpoint::Checkpointer::new();
+            let gate = cp.add_lane(LaneId(1), PartitionId::new("t", 0), 1000);
+            let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), Some(gate));
+            chain.set_epoch(slot, 1);
+            let mut end = 0;
+            for step in script {
+                match *step {
+                    Row(o) => push(&mut chain, slot, o, b"r").unwrap(),
+                    Tombstone(o) => tombstone(&mut chain, slot, o).unwrap(),
+                    Tick => chain.tick(Instant::now() + Duration::from_secs(1)).unwrap(),
+                }
+                if let Row(o) | Tombstone(o) = *step {
+                    end = o + 1;
+                }
+            }
+            chain.flush().unwrap();
+            let mut acks = Vec::new();
+            while let Some(c) = rx[0].try_recv() {
+                c.acks.iter().for_each(|a| {
+                    cp.ack(a);
+                });
+                acks.push(c.acks);
+            }
+            assert_eq!(
+                cp.watermark(LaneId(1)),
+                Some(crate::record::Watermark(end)),
+                "{script:?}, recorded {recorded:?}: acks {acks:?}"
+            );
+        }
+    }
 }

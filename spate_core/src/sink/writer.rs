@@ -591,6 +591,25 @@ impl ShardWriter {
         };
         let (first, last) = (block.first, block.last);
         let parts = block.take();
+        // Offsets skipped before this block's rows, whose row-less segment
+        // is still open (its deadline has not passed): they take their
+        // sequence number first, or the block's range would be ahead of
+        // them and the watermark would wait for it forever.
+        if let Some(skipped) = lane.close_skipped() {
+            let shard = self.skip_shard;
+            self.queues
+                .push(Chunk {
+                    shard,
+                    rows: 0,
+                    data: Vec::new(),
+                    acks: vec![skipped],
+                    ticket: None,
+                    spans: Box::default(),
+                    index: Box::default(),
+                    schema: self.schema,
+                })
+                .map_err(|_| ChainError::QueueClosed { shard })?;
+        }
         let seq = lane.seq;
         lane.seq += 1;
         let count = parts.len() as u32;
