@@ -677,6 +677,18 @@ fn tables_that_cannot_show_the_current_state_are_refused(svc: Services) {
     }
     ch.exec(&format!("CREATE TABLE {db}.narrow (id UInt64, ver UInt32, _deleted UInt8) ENGINE = ReplacingMergeTree(ver) ORDER BY id"));
     let debezium = ["--envelope", "debezium"];
+    let url = svc.clickhouse_url.as_str();
+    let two_shards = [
+        "--envelope",
+        "debezium",
+        "--on-delete",
+        "skip",
+        "--shard",
+        url,
+        "--shard",
+        url,
+    ];
+    let keyed_by_ver = [&two_shards[..], &["--shard-key", "ver"]].concat();
     for (table, extra, needle) in [
         (
             "log",
@@ -704,34 +716,10 @@ fn tables_that_cannot_show_the_current_state_are_refused(svc: Services) {
             &["--envelope", "upsert"][..],
             "the version column `ver` is UInt32",
         ),
+        ("nodelete", &two_shards[..], "2 shards and no --shard-key"),
         (
             "nodelete",
-            &[
-                "--envelope",
-                "debezium",
-                "--on-delete",
-                "skip",
-                "--shard",
-                &svc.clickhouse_url,
-                "--shard",
-                &svc.clickhouse_url,
-            ][..],
-            "2 shards and no --shard-key",
-        ),
-        (
-            "nodelete",
-            &[
-                "--envelope",
-                "debezium",
-                "--on-delete",
-                "skip",
-                "--shard",
-                &svc.clickhouse_url,
-                "--shard",
-                &svc.clickhouse_url,
-                "--shard-key",
-                "ver",
-            ][..],
+            &keyed_by_ver[..],
             "`ver` is not in the table's ORDER BY (id)",
         ),
         (

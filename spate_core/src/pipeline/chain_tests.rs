@@ -104,11 +104,8 @@ fn a_keyed_decode_error_names_the_message_and_leaves_no_row() {
     assert_eq!(drain(&mut rx[0]).len() + drain(&mut rx[1]).len(), 1);
 }
 
-fn with_policy(
-    ctx: &ChainCtx,
-    on_error: crate::policy::OnError,
-    keyed: bool,
-) -> EncodeChain<ByteEncoder> {
+/// The error policy `on_error`, tripping after 3 rejections in a row.
+fn rejections(ctx: &ChainCtx, on_error: crate::policy::OnError) -> Arc<Rejections> {
     let policy = crate::policy::ErrorPolicy {
         on_error,
         tombstones_are_errors: false,
@@ -118,8 +115,15 @@ fn with_policy(
             max_consecutive: 3,
         },
     };
-    let r = Rejections::new(policy, &ctx.metrics, crate::clock::system());
-    EncodeChain::new(ByteEncoder { keyed }, ctx).with_rejections(r)
+    Rejections::new(policy, &ctx.metrics, crate::clock::system())
+}
+
+fn with_policy(
+    ctx: &ChainCtx,
+    on_error: crate::policy::OnError,
+    keyed: bool,
+) -> EncodeChain<ByteEncoder> {
+    EncodeChain::new(ByteEncoder { keyed }, ctx).with_rejections(rejections(ctx, on_error))
 }
 
 fn tombstone(chain: &mut dyn Chain, slot: usize, offset: i64) -> Result<(), ChainError> {
@@ -245,16 +249,7 @@ fn messages_that_owe_no_row_are_counted_and_committed_past() {
             "keyed {keyed}"
         );
         // A stop is the chain's error even with a policy that skips.
-        let policy = crate::policy::ErrorPolicy {
-            on_error: crate::policy::OnError::Skip,
-            tombstones_are_errors: false,
-            limit: crate::policy::RejectLimit {
-                window: 100,
-                max_ratio: 1.0,
-                max_consecutive: 3,
-            },
-        };
-        let r = Rejections::new(policy, &ctx.metrics, crate::clock::system());
+        let r = rejections(&ctx, crate::policy::OnError::Skip);
         let mut chain = EncodeChain::new(Changes { keyed }, &ctx).with_rejections(r);
         let slot = chain.add_lane(LaneId(2), &PartitionId::new("t", 0), None);
         let e = push(&mut chain, slot, 7, b"!").unwrap_err();

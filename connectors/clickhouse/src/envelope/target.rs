@@ -183,21 +183,9 @@ pub(crate) async fn engine_full(
     db: &str,
     table: &str,
 ) -> Result<String, String> {
-    use crate::sink::exactly_once::sql::{quote, untsv};
-    let sql = format!(
-        "SELECT replaceAll(engine_full, '\\t', ' ') FROM system.tables WHERE database = {} AND name = {}",
-        quote(db),
-        quote(table)
-    );
-    let text = client
-        .fetch_text(&sql, "TabSeparated")
-        .await
-        .map_err(|e| e.to_string())?;
-    let line = text
-        .lines()
-        .next()
-        .ok_or_else(|| format!("table {db}.{table} not found"))?;
-    Ok(untsv(line))
+    use crate::sink::exactly_once::sql::{table_row, untsv};
+    let row = table_row(client, (db, table), "replaceAll(engine_full, '\\t', ' ')").await?;
+    Ok(untsv(&row))
 }
 
 /// Which columns a change stream fills in the target table, beyond the

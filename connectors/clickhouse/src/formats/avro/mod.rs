@@ -23,7 +23,7 @@ mod write;
 pub use schema::AvroSchemaError;
 pub use write::AvroWrite;
 
-use super::registry::{RegistryError, SchemaRegistry, SchemaType};
+use super::registry::{SchemaRegistry, SchemaType};
 use super::row::{payload, RowLayout, RowSlots};
 use crate::encode::RowError;
 use plan::{compile, Plan, Scratch};
@@ -105,13 +105,7 @@ impl AvroEncoder {
                 };
                 RowError::new(name, &f.value, reason)
             })?;
-        if r.pos != b.len() {
-            let reason = format!(
-                "{} bytes after the Avro record (schema id {id})",
-                b.len() - r.pos
-            );
-            return Err(RowError::new(None, "", reason));
-        }
+        read_whole(b, r.pos, id)?;
         self.slots.finish(&self.layout, msg, out)
     }
 
@@ -119,21 +113,7 @@ impl AvroEncoder {
     /// `Ok(Err(..))` is a permanent answer worth remembering; `Err` is not
     /// remembered (an id missing now may be registered later).
     fn compile(&self, id: u32) -> Result<Result<Plan, String>, RowError> {
-        let fetched = self.registry.schema_waiting(id).map_err(|e| {
-            let reason = match &e {
-                RegistryError::NotFound(_) => e.to_string(),
-                other => format!("schema id {id}: {other}"),
-            };
-            RowError::new(None, &id.to_string(), reason)
-        })?;
-        if fetched.schema_type != SchemaType::Avro {
-            return Ok(Err(format!(
-                "schema id {id} is a {:?} schema, not Avro",
-                fetched.schema_type
-            )));
-        }
-        let plan = Schema::parse(&fetched.schema)
-            .map_err(|e| format!("schema id {id}: {e}"))
+        let plan = writer_schema(&self.registry, id)?
             .and_then(|s| compile(&s, &self.layout).map_err(|e| format!("schema id {id}: {e}")));
         if let Err(e) = &plan {
             tracing::warn!(schema_id = id, error = %e, "Avro writer schema unusable; its messages are bad messages");
@@ -177,19 +157,7 @@ impl AvroText {
         out.clear();
         let (id, body) = framing(b)?;
         if !self.schemas.contains_key(&id) {
-            let fetched = self.registry.schema_waiting(id).map_err(|e| {
-                let reason = match &e {
-                    RegistryError::NotFound(_) => e.to_string(),
-                    other => format!("schema id {id}: {other}"),
-                };
-                RowError::new(None, &id.to_string(), reason)
-            })?;
-            let schema = match fetched.schema_type {
-                SchemaType::Avro => {
-                    Schema::parse(&fetched.schema).map_err(|e| format!("schema id {id}: {e}"))
-                }
-                other => Err(format!("schema id {id} is a {other:?} schema, not Avro")),
-            };
+            let schema = writer_schema(&self.registry, id)?;
             self.schemas.insert(id, schema);
         }
         let schema = match self.schemas.get(&id) {
@@ -202,15 +170,33 @@ impl AvroText {
             let reason = format!("{} (schema id {id}, at byte {})", f.reason, r.pos);
             RowError::new(None, &f.value, reason)
         })?;
-        if r.pos != b.len() {
-            let reason = format!(
-                "{} bytes after the Avro record (schema id {id})",
-                b.len() - r.pos
-            );
-            return Err(RowError::new(None, "", reason));
-        }
-        Ok(())
+        read_whole(b, r.pos, id)
     }
+}
+
+/// Writer schema `id`, fetched (waiting out registry outages) and parsed.
+/// `Ok(Err(..))` is a permanent answer worth remembering; `Err` is not
+/// remembered (an id missing now may be registered later).
+fn writer_schema(registry: &SchemaRegistry, id: u32) -> Result<Result<Schema, String>, RowError> {
+    let fetched = (registry.schema_waiting(id)).map_err(|e| e.for_message(id))?;
+    Ok(match fetched.schema_type {
+        SchemaType::Avro => {
+            Schema::parse(&fetched.schema).map_err(|e| format!("schema id {id}: {e}"))
+        }
+        other => Err(format!("schema id {id} is a {other:?} schema, not Avro")),
+    })
+}
+
+/// The message `b` of schema `id` was read to `pos`: nothing may follow.
+fn read_whole(b: &[u8], pos: usize, id: u32) -> Result<(), RowError> {
+    if pos == b.len() {
+        return Ok(());
+    }
+    let reason = format!(
+        "{} bytes after the Avro record (schema id {id})",
+        b.len() - pos
+    );
+    Err(RowError::new(None, "", reason))
 }
 
 #[cfg(test)]

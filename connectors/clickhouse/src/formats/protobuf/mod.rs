@@ -11,7 +11,7 @@
 
 mod plan;
 
-use super::registry::{RegistryError, SchemaRegistry, SchemaType};
+use super::registry::{SchemaRegistry, SchemaType};
 use super::row::{payload, RowLayout, RowSlots};
 use crate::encode::RowError;
 use plan::{compile, Lists, MsgPlan};
@@ -194,13 +194,7 @@ impl ProtobufEncoder {
         let ProtobufSource::Registry(registry) = &self.source else {
             return Ok(Err("internal: no registry".into()));
         };
-        let fetched = registry.schema_waiting(id).map_err(|e| {
-            let reason = match &e {
-                RegistryError::NotFound(_) => e.to_string(),
-                other => format!("schema id {id}: {other}"),
-            };
-            RowError::new(None, &id.to_string(), reason)
-        })?;
+        let fetched = (registry.schema_waiting(id)).map_err(|e| e.for_message(id))?;
         if fetched.schema_type != SchemaType::Protobuf {
             return Ok(Err(format!(
                 "schema id {id} is a {:?} schema, not Protobuf",

@@ -144,6 +144,16 @@ pub enum RegistryError {
 }
 
 impl RegistryError {
+    /// The bad message whose schema `id` could not be had: the registry's
+    /// own words for an unknown id, else the error naming the id.
+    pub(crate) fn for_message(&self, id: u32) -> crate::encode::RowError {
+        let reason = match self {
+            RegistryError::NotFound(_) => self.to_string(),
+            other => format!("schema id {id}: {other}"),
+        };
+        crate::encode::RowError::new(None, &id.to_string(), reason)
+    }
+
     /// Worth retrying: unreachable, 5xx, 429.
     #[must_use]
     pub fn is_transient(&self) -> bool {

@@ -83,11 +83,15 @@ pub(crate) fn table_setting(engine_full: &str, name: &str) -> Option<u64> {
     None
 }
 
-/// Read the [`TableFacts`] of `db.table`.
-pub(crate) async fn facts(client: &ChClient, db: &str, table: &str) -> Result<TableFacts, String> {
+/// The `system.tables` row of `db.table`: the TabSeparated fields of
+/// `select` (raw; [`untsv`] each).
+pub(crate) async fn table_row(
+    client: &ChClient,
+    (db, table): (&str, &str),
+    select: &str,
+) -> Result<String, String> {
     let sql = format!(
-        "SELECT engine, replaceAll(engine_full, '\\t', ' '), length(dependencies_table) > 0 \
-         FROM system.tables WHERE database = {} AND name = {}",
+        "SELECT {select} FROM system.tables WHERE database = {} AND name = {}",
         quote(db),
         quote(table)
     );
@@ -95,10 +99,20 @@ pub(crate) async fn facts(client: &ChClient, db: &str, table: &str) -> Result<Ta
         .fetch_text(&sql, "TabSeparated")
         .await
         .map_err(|e| e.to_string())?;
-    let line = text
-        .lines()
+    text.lines()
         .next()
-        .ok_or_else(|| format!("table {db}.{table} not found"))?;
+        .map(str::to_owned)
+        .ok_or_else(|| format!("table {db}.{table} not found"))
+}
+
+/// Read the [`TableFacts`] of `db.table`.
+pub(crate) async fn facts(client: &ChClient, db: &str, table: &str) -> Result<TableFacts, String> {
+    let line = table_row(
+        client,
+        (db, table),
+        "engine, replaceAll(engine_full, '\\t', ' '), length(dependencies_table) > 0",
+    )
+    .await?;
     let mut f = line.split('\t');
     let (engine, engine_full, views) = (f.next(), f.next(), f.next());
     let defaults = client
