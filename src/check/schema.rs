@@ -101,11 +101,10 @@ impl Schema {
         };
         if let Some(plan) = &change {
             println!(
-                "  OK: {} changes into {} (version: {}, deletes: {})",
+                "  OK: {} changes into {}: {}",
                 plan.spec.kind.name(),
                 flags.table,
-                plan.version,
-                plan.deleted.as_deref().unwrap_or("skipped")
+                plan.rows.describe()
             );
         }
         Self::plan(flags, columns, change, verdict)

@@ -292,12 +292,14 @@ impl<E: RowEncode> EncodeChain<E> {
 
     fn push_keyed(&mut self, slot: usize, msg: &Message<'_>) -> Result<(), ChainError> {
         self.row.clear();
-        match self.encoder.encode(msg, &mut self.row) {
-            Ok(Encoded::Row) => {}
+        let rows = match self.encoder.encode(msg, &mut self.row) {
+            Ok(Encoded::Row) => 1,
+            Ok(Encoded::Rows(n)) if self.writer.writes_blocks() => n,
+            Ok(Encoded::Rows(_)) => return Err(self.stop(msg, SEVERAL_ROWS)),
             Ok(Encoded::Nothing { reason }) => return self.nothing(slot, msg, reason),
             Ok(Encoded::Stop { reason }) => return Err(self.stop(msg, reason)),
             Err(failure) => return self.rejected(slot, msg, failure),
-        }
+        };
         let Some(hash) = self.encoder.route_hash(&self.row) else {
             let failure = crate::sink::EncodeFailure {
                 column: None,
@@ -313,7 +315,7 @@ impl<E: RowEncode> EncodeChain<E> {
             self.writer
                 .append_keeping(slot, shard, Offset(msg.offset), original, |out| {
                     out.extend_from_slice(row);
-                    Ok::<(), std::convert::Infallible>(())
+                    Ok::<u32, std::convert::Infallible>(rows)
                 })?;
         match appended {
             Ok(()) => {
@@ -360,6 +362,7 @@ impl<E: RowEncode> Chain for EncodeChain<E> {
         let shard = self.shard;
         let before = self.writer.open_rows();
         let original = self.keep_originals.then(|| crate::sink::Original::of(msg));
+        let several = self.writer.writes_blocks();
         let outcome =
             self.writer
                 .append_keeping(
@@ -368,7 +371,9 @@ impl<E: RowEncode> Chain for EncodeChain<E> {
                     Offset(msg.offset),
                     original,
                     |out| match encoder.encode(msg, out) {
-                        Ok(Encoded::Row) => Ok(()),
+                        Ok(Encoded::Row) => Ok(1),
+                        Ok(Encoded::Rows(n)) if several => Ok(n),
+                        Ok(Encoded::Rows(_)) => Err(NoRow::Stop(SEVERAL_ROWS)),
                         Ok(Encoded::Nothing { reason }) => Err(NoRow::Nothing(reason)),
                         Ok(Encoded::Stop { reason }) => Err(NoRow::Stop(reason)),
                         Err(failure) => Err(NoRow::Failed(failure)),
@@ -405,6 +410,10 @@ impl<E: RowEncode> Chain for EncodeChain<E> {
         self.writer.take_fed(slot)
     }
 }
+
+/// Why a message of several rows stops an at-least-once chain (the sink
+/// refuses such a pipeline at start; this is the backstop).
+const SEVERAL_ROWS: &str = "the message makes several rows that must be inserted together, which only --delivery exactly-once does";
 
 /// Why an append made no row.
 enum NoRow {

@@ -195,6 +195,12 @@ impl RowEncode for Changes {
             Some(b"!") => Ok(Encoded::Stop {
                 reason: "a truncate, and --on-truncate is fail",
             }),
+            // A change into a collapsing table: cancel row, state row.
+            Some(p) if p.starts_with(b"2") => {
+                out.extend_from_slice(p);
+                out.extend_from_slice(p);
+                Ok(Encoded::Rows(2))
+            }
             Some(p) => {
                 out.extend_from_slice(p);
                 Ok(Encoded::Row)
@@ -497,5 +503,42 @@ fn exactly_once_rowless_messages_reach_the_end() {
                 "{script:?}, recorded {recorded:?}: acks {acks:?}"
             );
         }
+    }
+}
+
+/// A message of several rows (a collapsing table's cancel and state rows):
+/// an exactly-once block takes them together and counts each; an
+/// at-least-once chain, which isolates rejected rows one message at a
+/// time, stops at it with nothing of it written.
+#[test]
+fn several_rows_of_a_message_go_exactly_once_only() {
+    for keyed in [false, true] {
+        let (blocks, mut rx) = ctx(1, 1000);
+        let mut chain =
+            EncodeChain::new(Changes { keyed }, &blocks).exactly_once(Arc::new(Recorded(vec![])));
+        let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), None);
+        chain.set_epoch(slot, 1);
+        push(&mut chain, slot, 0, b"a").unwrap();
+        push(&mut chain, slot, 1, b"2b").unwrap();
+        chain.flush().unwrap();
+        let c = rx[0].try_recv().expect("a chunk");
+        assert_eq!(
+            (c.data.as_slice(), c.rows),
+            (&b"a2b2b"[..], 3),
+            "keyed {keyed}"
+        );
+
+        let (once, mut rx) = ctx(1, 1000);
+        let mut chain = EncodeChain::new(Changes { keyed }, &once);
+        let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), None);
+        push(&mut chain, slot, 0, b"a").unwrap();
+        let e = push(&mut chain, slot, 1, b"2b").unwrap_err();
+        assert!(
+            e.to_string().contains("only --delivery exactly-once"),
+            "keyed {keyed}: {e}"
+        );
+        chain.flush().unwrap();
+        let c = rx[0].try_recv().expect("a chunk");
+        assert_eq!((c.data.as_slice(), c.rows), (&b"a"[..], 1), "keyed {keyed}");
     }
 }

@@ -220,18 +220,20 @@ impl LaneBlock {
         }
     }
 
-    /// Record a row at `offset` appended to `shard`'s part
-    /// ([`buffer`](Self::buffer)), `len` bytes before the append;
-    /// `deadline` is the age limit a free block gets at its first row.
+    /// Record `rows` rows of the message at `offset` appended to
+    /// `shard`'s part ([`buffer`](Self::buffer)), `len` bytes before the
+    /// append; `deadline` is the age limit a free block gets at its first
+    /// row.
     pub(super) fn appended(
         &mut self,
         offset: Offset,
         shard: usize,
         len: usize,
+        rows: u64,
         deadline: impl FnOnce() -> Instant,
     ) {
         let part = &mut self.parts[shard];
-        part.rows += 1;
+        part.rows += rows;
         self.bytes += part.data.len().saturating_sub(len);
         if self.rows == 0 {
             self.first = offset;
@@ -245,7 +247,7 @@ impl LaneBlock {
                 self.deadline = Some(deadline());
             }
         }
-        self.rows += 1;
+        self.rows += rows;
         self.last = offset;
     }
 
@@ -332,28 +334,28 @@ mod tests {
         b.set_plan(o(0), vec![(o(0), o(2)), (o(5), o(6))]);
         for off in 0..=2 {
             assert_eq!(b.before(o(off)), Before::Append);
-            b.appended(o(off), 0, 0, || now);
+            b.appended(o(off), 0, 0, 1, || now);
             assert_eq!(b.complete(true), off == 2, "offset {off}");
         }
         assert!(!b.due(now), "a replay ignores the age limit");
         b.take();
         // A free block between the replays ends before the next one.
         b.before(o(3));
-        b.appended(o(3), 0, 0, || now);
+        b.appended(o(3), 0, 0, 1, || now);
         assert!(!b.complete(false));
         b.before(o(4));
-        b.appended(o(4), 0, 0, || now);
+        b.appended(o(4), 0, 0, 1, || now);
         assert!(b.complete(false), "offset 5 starts a replayed block");
         b.take();
         // Offsets with a hole: a free block reaching past the start seals first.
         let mut c = LaneBlock::default();
         c.set_plan(o(0), vec![(o(5), o(6))]);
         c.before(o(3));
-        c.appended(o(3), 0, 0, || now);
+        c.appended(o(3), 0, 0, 1, || now);
         assert_eq!(c.before(o(6)), Before::SealFirst);
         c.take();
         assert_eq!(c.before(o(6)), Before::Append);
-        c.appended(o(6), 0, 0, || now);
+        c.appended(o(6), 0, 0, 1, || now);
         assert!(c.complete(false));
     }
 
@@ -373,7 +375,7 @@ mod tests {
             if b.before(o(off)) == Before::SealFirst {
                 seal(&mut b);
             }
-            b.appended(o(off), 0, 0, || now);
+            b.appended(o(off), 0, 0, 1, || now);
             if b.complete(false) {
                 seal(&mut b);
             }
@@ -441,7 +443,7 @@ mod tests {
         let now = Instant::now();
         let mut b = LaneBlock::default();
         b.set_plan(o(0), vec![(o(0), o(9))]);
-        b.appended(o(0), 0, 0, || now);
+        b.appended(o(0), 0, 0, 1, || now);
         assert!(b.partial_replay());
         let parts = b.take();
         assert_eq!(parts.len(), 1);

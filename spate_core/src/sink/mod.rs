@@ -269,6 +269,12 @@ pub struct EncodeFailure {
 pub enum Encoded {
     /// One row appended.
     Row,
+    /// Several rows appended for one message, which stand or fall
+    /// together: a change into a collapsing table (the cancel row of the
+    /// key's previous state, then its new state). Only an exactly-once
+    /// writer takes them (its blocks are cut by offset and never split
+    /// by row); at-least-once, the chain stops at such a message.
+    Rows(u32),
     /// No row, and none is owed: the message is done with as it is (a
     /// change stream's tombstone after its delete, an operation the
     /// pipeline is told to skip). `out` is unchanged; the chain covers the
@@ -292,7 +298,8 @@ pub enum Encoded {
 /// the sink connector; one instance per driver thread (so it may keep
 /// scratch buffers and needs no locking).
 pub trait RowEncode: Send {
-    /// Append exactly one row for `msg` to `out` ([`Encoded::Row`]), or
+    /// Append exactly one row for `msg` to `out` ([`Encoded::Row`]; a
+    /// change into a collapsing table, its rows: [`Encoded::Rows`]), or
     /// leave `out` unchanged and say why: a row is owed but cannot be had
     /// (`Err`, the error policy decides), or none is owed
     /// ([`Encoded::Nothing`]).

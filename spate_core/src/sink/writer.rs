@@ -281,19 +281,27 @@ impl ShardWriter {
         offset: Offset,
         encode: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
     ) -> Result<Result<(), E>, ChainError> {
-        self.append_keeping(slot, shard, offset, None, encode)
+        self.append_keeping(slot, shard, offset, None, |out| encode(out).map(|()| 1))
+    }
+
+    /// Whether lanes write exactly-once blocks, which take several rows
+    /// per message ([`Encoded::Rows`](super::Encoded::Rows)).
+    #[must_use]
+    pub fn writes_blocks(&self) -> bool {
+        self.plans.is_some()
     }
 
     /// [`append`](Self::append), keeping `original` with the row (under
     /// `--on-error dead-letter`, so a row the server rejects can become a
-    /// dead letter of its message).
+    /// dead letter of its message). `encode` returns how many rows it
+    /// wrote: 1, or several for an exactly-once writer only.
     pub fn append_keeping<E>(
         &mut self,
         slot: usize,
         shard: usize,
         offset: Offset,
         original: Option<super::Original>,
-        encode: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+        encode: impl FnOnce(&mut Vec<u8>) -> Result<u32, E>,
     ) -> Result<Result<(), E>, ChainError> {
         if self.plans.is_some() {
             // Exactly-once blocks keep no originals: a row the server
@@ -301,8 +309,19 @@ impl ShardWriter {
             return self.append_block(slot, shard, offset, encode);
         }
         let chunk = &mut self.open[shard];
-        if let Err(e) = encode(&mut chunk.data) {
-            return Ok(Err(e));
+        let len = chunk.data.len();
+        match encode(&mut chunk.data) {
+            Ok(1) => {}
+            Ok(_) => {
+                // The index keeps one row per offset (a rejected row is
+                // isolated by it): the chain stops before this.
+                chunk.data.truncate(len);
+                panic!("an at-least-once writer takes one row per message");
+            }
+            Err(e) => {
+                chunk.data.truncate(len);
+                return Ok(Err(e));
+            }
         }
         chunk.rows += 1;
         if chunk.deadline.is_none() {
@@ -496,7 +515,7 @@ impl ShardWriter {
         slot: usize,
         shard: usize,
         offset: Offset,
-        encode: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+        encode: impl FnOnce(&mut Vec<u8>) -> Result<u32, E>,
     ) -> Result<Result<(), E>, ChainError> {
         if self.block(slot).is_some_and(LaneBlock::needs_plan) {
             self.read_plan(slot, offset)?;
@@ -527,11 +546,14 @@ impl ShardWriter {
         };
         let buffer = block.buffer(shard);
         let len = buffer.len();
-        if let Err(e) = encode(buffer) {
-            buffer.truncate(len);
-            return Ok(Err(e));
-        }
-        block.appended(offset, shard, len, || {
+        let rows = match encode(buffer) {
+            Ok(rows) => rows,
+            Err(e) => {
+                buffer.truncate(len);
+                return Ok(Err(e));
+            }
+        };
+        block.appended(offset, shard, len, u64::from(rows), || {
             let jitter = limits.interval.mul_f64(limits.jitter * unit(rng));
             clock.now() + limits.interval + jitter
         });

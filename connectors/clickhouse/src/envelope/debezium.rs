@@ -76,6 +76,9 @@ pub(crate) enum Shape<'a> {
     /// `source` block.
     Envelope {
         image: Option<&'a [u8]>,
+        /// An update's `before` image, when the source sends it (a
+        /// collapsing table cancels the previous row with it).
+        before: Option<&'a [u8]>,
         source: Option<&'a [u8]>,
     },
     /// Flattened: the row, with `__` fields to leave out and read.
@@ -169,9 +172,14 @@ pub(crate) fn parse(payload: &[u8]) -> Result<Option<Change<'_>>, RowError> {
             Op::Truncate | Op::Message => None,
         };
         let source = object(m.source);
+        let before = (op == Op::Update).then(|| object(m.before)).flatten();
         return Ok(Some(Change {
             op,
-            shape: Shape::Envelope { image, source },
+            shape: Shape::Envelope {
+                image,
+                before,
+                source,
+            },
         }));
     }
     if m.flat_op.is_none() && m.flat_deleted.is_none() {
@@ -206,6 +214,7 @@ mod tests {
             c.shape,
             Shape::Envelope {
                 image: Some(br#"{"id":1}"#),
+                before: None,
                 source: Some(br#"{"lsn":7}"#)
             }
         );
@@ -214,7 +223,7 @@ mod tests {
             .unwrap();
         assert_eq!(c.op, Op::Delete);
         assert!(
-            matches!(c.shape, Shape::Envelope { image: Some(i), source: None } if i == br#"{"id":2}"#)
+            matches!(c.shape, Shape::Envelope { image: Some(i), before: None, source: None } if i == br#"{"id":2}"#)
         );
         let c = parse(br#"{"id":3,"__deleted":"true"}"#).unwrap().unwrap();
         assert_eq!(
@@ -229,6 +238,12 @@ mod tests {
             .unwrap();
         assert_eq!(c.op, Op::Read);
         assert_eq!(parse(br#"{"schema":{},"payload":null}"#).unwrap(), None);
+        let u = parse(br#"{"before":{"id":4,"n":1},"after":{"id":4,"n":2},"op":"u"}"#)
+            .unwrap()
+            .unwrap();
+        assert!(
+            matches!(u.shape, Shape::Envelope { image: Some(a), before: Some(b), .. } if a == br#"{"id":4,"n":2}"# && b == br#"{"id":4,"n":1}"#)
+        );
         let t = parse(br#"{"before":null,"after":null,"op":"t","source":{}}"#)
             .unwrap()
             .unwrap();

@@ -13,9 +13,13 @@
 //! A change becomes one row of a `ReplacingMergeTree(ver[, is_deleted])`:
 //! the row image (`after`; for a delete, the `before` image or the key),
 //! `ver` = the message's Kafka offset, the deleted column = 1 for a delete,
-//! `_op` and `_source_<field>` columns from the event. The row document is
-//! then encoded by the JSON [`RowEncoder`](crate::RowEncoder) like any
-//! message, so every column rule of docs/rows.md holds.
+//! `_op` and `_source_<field>` columns from the event. Into a
+//! `[Versioned]CollapsingMergeTree` (exactly-once only) an update becomes
+//! two rows, the `before` image with `sign` = -1 (cancelling the row the
+//! key's previous change wrote) then the `after` image with +1; a create
+//! only the second, a delete only the first ([`Encoded::Rows`]). Each row
+//! document is then encoded by the JSON [`RowEncoder`](crate::RowEncoder)
+//! like any message, so every column rule of docs/rows.md holds.
 //!
 //! Why the offset is the version: Debezium keys a table's topic by the
 //! primary key, so every change of a key is in one partition, in order,
@@ -32,7 +36,7 @@ mod target;
 mod upsert;
 
 pub(crate) use target::engine_full;
-pub use target::{ChangePlan, TableEngine, TableShape, DELETED_COLUMN};
+pub use target::{ChangePlan, ChangeRows, TableEngine, TableShape, DELETED_COLUMN};
 
 use crate::encode::RowError;
 use crate::formats::AvroText;
@@ -102,8 +106,13 @@ pub struct EnvelopeSpec {
 /// The column keys a change fills, as JSON text, for one schema version.
 #[derive(Debug)]
 struct Filled {
-    version: Vec<u8>,
+    /// Replacing: the version column, filled with the offset.
+    version: Option<Vec<u8>>,
     deleted: Option<Vec<u8>>,
+    /// Collapsing: the sign column.
+    sign: Option<Vec<u8>>,
+    /// Whether deletes write anything.
+    deletes: bool,
     op: Option<Vec<u8>>,
     /// `(source field, key of its _source_<field> column)`.
     source: Vec<(Vec<u8>, Vec<u8>)>,
@@ -117,9 +126,22 @@ pub const OP_COLUMN: &str = "_op";
 impl Filled {
     fn new(plan: &ChangePlan, columns: &[Column]) -> Filled {
         let insertable = |c: &&Column| c.default_kind.is_insertable();
+        let (version, deleted, sign) = match &plan.rows {
+            ChangeRows::Replace { version, deleted } => (
+                Some(json_key(version)),
+                deleted.as_deref().map(json_key),
+                None,
+            ),
+            ChangeRows::Collapse { sign, .. } => (None, None, Some(json_key(sign))),
+        };
         Filled {
-            version: json_key(&plan.version),
-            deleted: plan.deleted.as_deref().map(json_key),
+            deletes: match &plan.rows {
+                ChangeRows::Replace { deleted, .. } => deleted.is_some(),
+                ChangeRows::Collapse { .. } => plan.spec.on_delete == OnDelete::Apply,
+            },
+            version,
+            deleted,
+            sign,
             op: (columns.iter().filter(insertable))
                 .find(|c| c.name == OP_COLUMN)
                 .map(|c| json_key(&c.name)),
@@ -243,7 +265,9 @@ impl ChangeEncoder {
     /// The columns spate fills beyond the image, after it.
     fn fill(&mut self, msg: &Message<'_>, op: Op) {
         let deleted = op == Op::Delete;
-        self.doc.int_member(&self.filled.version, msg.offset);
+        if let Some(key) = &self.filled.version {
+            self.doc.int_member(key, msg.offset);
+        }
         if let Some(key) = &self.filled.deleted {
             self.doc.int_member(key, i64::from(deleted));
         }
@@ -319,14 +343,17 @@ impl ChangeEncoder {
                 })
             }
             Op::Message => return Ok(Encoded::Nothing { reason: "message" }),
-            Op::Delete if self.filled.deleted.is_none() => {
+            Op::Delete if !self.filled.deletes => {
                 return Ok(Encoded::Nothing { reason: "delete" })
             }
             _ => {}
         }
+        if self.filled.sign.is_some() {
+            return self.collapse(msg, change, out);
+        }
         self.doc.start();
         match change.shape {
-            Shape::Envelope { image, source } => {
+            Shape::Envelope { image, source, .. } => {
                 self.doc.members_of(image.unwrap_or(b"{}"));
                 self.fill(msg, change.op);
                 if let Some(source) = source {
@@ -341,6 +368,72 @@ impl ChangeEncoder {
             }
         }
         self.row(msg, out)
+    }
+
+    /// A change into a collapsing table: the cancel row of the key's
+    /// previous state (`sign` = -1: the `before` image of an update or a
+    /// delete), then the row of its new state (+1: the `after` image of a
+    /// read, create or update); both or neither.
+    fn collapse(
+        &mut self,
+        msg: &Message<'_>,
+        change: debezium::Change<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<Encoded, EncodeFailure> {
+        let op = change.op;
+        let no_before = |what: &str| {
+            failure(RowError::new(
+                None,
+                "",
+                format!("{what}: a collapsing table cancels the key's previous row with the `before` image (PostgreSQL: REPLICA IDENTITY FULL; flattened events carry none: use the envelope)"),
+            ))
+        };
+        let (cancel, state) = match (change.shape, op) {
+            (Shape::Envelope { image, before, .. }, Op::Update) => (
+                Some(before.ok_or_else(|| no_before("an update without a `before` object"))?),
+                image,
+            ),
+            (Shape::Envelope { image, .. }, Op::Delete) => (image, None),
+            (Shape::Envelope { image, .. }, _) => (None, image),
+            (Shape::Flattened(_), Op::Update) => {
+                return Err(no_before("a flattened update (ExtractNewRecordState)"))
+            }
+            (Shape::Flattened(row), Op::Delete) => (Some(row), None),
+            (Shape::Flattened(row), _) => (None, Some(row)),
+        };
+        let len = out.len();
+        let mut rows = 0;
+        for (image, sign) in [(cancel, -1), (state, 1)] {
+            let Some(image) = image else { continue };
+            self.doc.start();
+            match change.shape {
+                Shape::Envelope { source, .. } => {
+                    self.doc.members_of(image);
+                    self.fill(msg, op);
+                    if let Some(source) = source {
+                        self.fill_source(source);
+                    }
+                }
+                Shape::Flattened(row) => {
+                    // Validated by the parse.
+                    let _ = self.doc.members_without_added(row);
+                    self.fill(msg, op);
+                    self.fill_flattened(row);
+                }
+            }
+            if let Some(key) = &self.filled.sign {
+                self.doc.int_member(key, sign);
+            }
+            if let Err(e) = self.row(msg, out) {
+                out.truncate(len);
+                return Err(e);
+            }
+            rows += 1;
+        }
+        Ok(match rows {
+            1 => Encoded::Row,
+            n => Encoded::Rows(n),
+        })
     }
 
     fn upsert(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<Encoded, EncodeFailure> {
@@ -368,7 +461,7 @@ impl ChangeEncoder {
         } else {
             Op::Delete
         };
-        if op == Op::Delete && self.filled.deleted.is_none() {
+        if op == Op::Delete && !self.filled.deletes {
             return Ok(Encoded::Nothing { reason: "delete" });
         }
         self.doc.start();

@@ -5,7 +5,7 @@
 //! (version, deleted flag) or refuses to start, with the reason. Start-up
 //! code only; no I/O but [`engine_full`].
 
-use super::{EnvelopeSpec, OnDelete};
+use super::{EnvelopeKind, EnvelopeSpec, OnDelete};
 use crate::client::ChClient;
 use crate::schema::Column;
 use crate::types::ChType;
@@ -21,10 +21,14 @@ pub enum TableEngine {
         is_deleted: Option<String>,
     },
     /// `[Replicated]CollapsingMergeTree(sign)` or
-    /// `VersionedCollapsingMergeTree(sign, ver)`.
+    /// `[Replicated]VersionedCollapsingMergeTree(sign, ver)`.
     Collapsing {
         /// The engine's name.
         engine: String,
+        /// The sign column.
+        sign: Option<String>,
+        /// The version column (`VersionedCollapsingMergeTree`).
+        version: Option<String>,
     },
     /// Any other engine.
     Other {
@@ -163,8 +167,15 @@ impl TableShape {
                 version: column(0),
                 is_deleted: column(1),
             },
-            "CollapsingMergeTree" | "VersionedCollapsingMergeTree" => TableEngine::Collapsing {
+            "CollapsingMergeTree" => TableEngine::Collapsing {
                 engine: name.to_owned(),
+                sign: column(0),
+                version: None,
+            },
+            "VersionedCollapsingMergeTree" => TableEngine::Collapsing {
+                engine: name.to_owned(),
+                sign: column(0),
+                version: column(1),
             },
             _ => TableEngine::Other {
                 engine: name.to_owned(),
@@ -189,17 +200,71 @@ pub(crate) async fn engine_full(
 }
 
 /// Which columns a change stream fills in the target table, beyond the
-/// row image: resolved once at start from the table's shape and columns.
+/// row image, and how many rows a change makes: resolved once at start
+/// from the table's shape and columns.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChangePlan {
     /// The envelope and its switches.
     pub spec: EnvelopeSpec,
-    /// Filled with the change's version (the Kafka offset).
-    pub version: String,
-    /// Filled with 1 for a delete, 0 otherwise: the engine's `is_deleted`,
-    /// else a column named [`DELETED_COLUMN`]; `None` under
-    /// `--on-delete skip` with neither.
-    pub deleted: Option<String>,
+    /// The rows a change makes.
+    pub rows: ChangeRows,
+}
+
+/// How a change becomes rows of the target table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ChangeRows {
+    /// A `ReplacingMergeTree`: one row per change, the last version of a
+    /// key winning.
+    Replace {
+        /// Filled with the change's version (the Kafka offset).
+        version: String,
+        /// Filled with 1 for a delete, 0 otherwise: the engine's
+        /// `is_deleted`, else a column named [`DELETED_COLUMN`]; `None`
+        /// under `--on-delete skip` with neither.
+        deleted: Option<String>,
+    },
+    /// A `[Versioned]CollapsingMergeTree`: a change cancels the key's
+    /// previous row (the `before` image, `sign` = -1) and writes its new
+    /// one (the `after` image, +1); a create only the new one, a delete
+    /// only the cancel row. Exactly-once only: a replayed cancel row
+    /// would cancel once too often.
+    Collapse {
+        /// The sign column.
+        sign: String,
+        /// `VersionedCollapsingMergeTree`'s version column: not filled,
+        /// the images carry it (the cancel row the previous row's).
+        version: Option<String>,
+    },
+}
+
+impl ChangeRows {
+    /// What start-up logs and `spate check` print of it.
+    #[must_use]
+    pub fn describe(&self) -> String {
+        match self {
+            ChangeRows::Replace { version, deleted } => format!(
+                "a row per change, `{version}` = the Kafka offset, deletes {}",
+                deleted
+                    .as_deref()
+                    .map_or("skipped".to_owned(), |d| format!("marked by `{d}` = 1"))
+            ),
+            ChangeRows::Collapse { sign, version } => format!(
+                "a cancel row (`{sign}` = -1, the before image) and a state row (+1, the after image) per update{}",
+                version
+                    .as_deref()
+                    .map_or(String::new(), |v| format!(", `{v}` from the images"))
+            ),
+        }
+    }
+
+    /// The deleted column, if deletes are marked by one.
+    #[must_use]
+    pub fn deleted(&self) -> Option<&str> {
+        match self {
+            ChangeRows::Replace { deleted, .. } => deleted.as_deref(),
+            ChangeRows::Collapse { .. } => None,
+        }
+    }
 }
 
 /// The column that marks deletes in a table whose engine has no
@@ -220,55 +285,32 @@ fn is_wide_integer(ty: &ChType) -> bool {
 
 impl ChangePlan {
     /// The plan for `spec` into a table of `shape` with `columns`, routed
-    /// to `shards` shards by `shard_key` (empty: batches spread). `Err`:
-    /// why spate refuses to start.
+    /// to `shards` shards by `shard_key` (empty: batches spread), written
+    /// exactly-once or not. `Err`: why spate refuses to start.
     pub fn resolve(
         spec: EnvelopeSpec,
         shape: &TableShape,
         columns: &[Column],
-        shards: usize,
-        shard_key: &[String],
+        (shards, shard_key): (usize, &[String]),
+        exactly_once: bool,
     ) -> Result<ChangePlan, String> {
-        let (version, is_deleted) = match &shape.engine {
+        let rows = match &shape.engine {
             TableEngine::Replacing {
                 version: Some(v),
                 is_deleted,
-            } => (v.clone(), is_deleted.clone()),
+            } => replacing(spec, v, is_deleted.clone(), columns)?,
             TableEngine::Replacing { version: None, .. } => {
                 return Err("the table is a ReplacingMergeTree without a version column: it keeps the last row inserted, and spate inserts batches concurrently, so an older change could win. Create it as ReplacingMergeTree(ver) with `ver UInt64` (spate fills it)".into())
             }
-            TableEngine::Collapsing { engine } => {
-                return Err(format!("the table's engine is {engine}: spate does not write collapsing targets (cancel rows) yet; use ReplacingMergeTree(ver[, is_deleted])"))
-            }
+            TableEngine::Collapsing {
+                engine,
+                sign,
+                version,
+            } => collapsing(spec, engine, (sign, version), columns, exactly_once)?,
             TableEngine::Other { engine } => {
-                return Err(format!("the table's engine is {engine}, which keeps every row: a change stream needs ReplacingMergeTree(ver[, is_deleted]) so the table shows the source's current state"))
+                return Err(format!("the table's engine is {engine}, which keeps every row: a change stream needs ReplacingMergeTree(ver[, is_deleted]) (or, exactly-once, [Versioned]CollapsingMergeTree) so the table shows the source's current state"))
             }
         };
-        let column = |name: &str| columns.iter().find(|c| c.name == name);
-        let ver = column(&version).ok_or_else(|| {
-            format!("the version column `{version}` is not a column of the table")
-        })?;
-        if !is_wide_integer(ver.ty.strip_low_cardinality()) || !ver.default_kind.is_insertable() {
-            return Err(format!(
-                "the version column `{version}` is {}: spate fills it with the message's Kafka offset, so it must be an insertable UInt64 (or another integer of 64 bits or more)",
-                ver.ty
-            ));
-        }
-        let deleted = match is_deleted {
-            Some(d) => Some(d),
-            None => column(DELETED_COLUMN).map(|c| c.name.clone()),
-        };
-        if let Some(d) = &deleted {
-            let c = column(d)
-                .ok_or_else(|| format!("the deleted column `{d}` is not a column of the table"))?;
-            let ok = matches!(c.ty, ChType::UInt8 | ChType::Bool) && c.default_kind.is_insertable();
-            if !ok {
-                return Err(format!("the deleted column `{d}` is {}: spate fills it with 1 for a delete, so it must be an insertable UInt8", c.ty));
-            }
-        }
-        if deleted.is_none() && spec.on_delete == OnDelete::Apply {
-            return Err(format!("the table has no way to mark a delete: its engine has no is_deleted column (ReplacingMergeTree(ver, is_deleted), ClickHouse 23.2+) and it has no `{DELETED_COLUMN} UInt8` column (read with FINAL WHERE {DELETED_COLUMN} = 0). Add one, or pass --on-delete skip to keep deleted rows"));
-        }
         if shards > 1 {
             if shard_key.is_empty() {
                 return Err(format!("the table has {shards} shards and no --shard-key: every change of a key must land on one shard, so route by (part of) the table's ORDER BY ({})", shape.sorting_key.join(", ")));
@@ -277,12 +319,84 @@ impl ChangePlan {
                 return Err(format!("--shard-key column `{k}` is not in the table's ORDER BY ({}): every change of a key must land on one shard, so the shard key must be (part of) the sorting key", shape.sorting_key.join(", ")));
             }
         }
-        Ok(ChangePlan {
-            spec,
-            version,
-            deleted,
-        })
+        Ok(ChangePlan { spec, rows })
     }
+}
+
+fn replacing(
+    spec: EnvelopeSpec,
+    version: &str,
+    is_deleted: Option<String>,
+    columns: &[Column],
+) -> Result<ChangeRows, String> {
+    let column = |name: &str| columns.iter().find(|c| c.name == name);
+    let ver = column(version)
+        .ok_or_else(|| format!("the version column `{version}` is not a column of the table"))?;
+    if !is_wide_integer(ver.ty.strip_low_cardinality()) || !ver.default_kind.is_insertable() {
+        return Err(format!(
+            "the version column `{version}` is {}: spate fills it with the message's Kafka offset, so it must be an insertable UInt64 (or another integer of 64 bits or more)",
+            ver.ty
+        ));
+    }
+    let deleted = match is_deleted {
+        Some(d) => Some(d),
+        None => column(DELETED_COLUMN).map(|c| c.name.clone()),
+    };
+    if let Some(d) = &deleted {
+        let c = column(d)
+            .ok_or_else(|| format!("the deleted column `{d}` is not a column of the table"))?;
+        let ok = matches!(c.ty, ChType::UInt8 | ChType::Bool) && c.default_kind.is_insertable();
+        if !ok {
+            return Err(format!("the deleted column `{d}` is {}: spate fills it with 1 for a delete, so it must be an insertable UInt8", c.ty));
+        }
+    }
+    if deleted.is_none() && spec.on_delete == OnDelete::Apply {
+        return Err(format!("the table has no way to mark a delete: its engine has no is_deleted column (ReplacingMergeTree(ver, is_deleted), ClickHouse 23.2+) and it has no `{DELETED_COLUMN} UInt8` column (read with FINAL WHERE {DELETED_COLUMN} = 0). Add one, or pass --on-delete skip to keep deleted rows"));
+    }
+    Ok(ChangeRows::Replace {
+        version: version.to_owned(),
+        deleted,
+    })
+}
+
+fn collapsing(
+    spec: EnvelopeSpec,
+    engine: &str,
+    (sign, version): (&Option<String>, &Option<String>),
+    columns: &[Column],
+    exactly_once: bool,
+) -> Result<ChangeRows, String> {
+    if spec.kind == EnvelopeKind::Upsert {
+        return Err(format!("the table's engine is {engine}, which needs the key's previous row to cancel it, and an upsert topic carries only the new value: use ReplacingMergeTree(ver[, is_deleted])"));
+    }
+    if !exactly_once {
+        return Err(format!("the table's engine is {engine}: an update cancels the key's previous row (sign = -1) and writes the new one (+1), and a cancel row replayed after a restart would cancel once too often. Collapsing targets need --delivery exactly-once (or use ReplacingMergeTree(ver[, is_deleted]))"));
+    }
+    let column = |name: &str| columns.iter().find(|c| c.name == name);
+    let Some(sign) = sign else {
+        return Err(format!(
+            "the table's engine is {engine} without its sign column"
+        ));
+    };
+    let s = column(sign)
+        .ok_or_else(|| format!("the sign column `{sign}` is not a column of the table"))?;
+    if s.ty != ChType::Int8 || !s.default_kind.is_insertable() {
+        return Err(format!(
+            "the sign column `{sign}` is {}: spate fills it with -1 and 1, so it must be an insertable Int8",
+            s.ty
+        ));
+    }
+    if let Some(v) = version {
+        let c = column(v)
+            .ok_or_else(|| format!("the version column `{v}` is not a column of the table"))?;
+        if c.default_kind != crate::schema::DefaultKind::None {
+            return Err(format!("the version column `{v}` has a default: a VersionedCollapsingMergeTree's version comes from the change's images (the cancel row carries the previous row's), so it must be a plain column of the source table, without DEFAULT"));
+        }
+    }
+    Ok(ChangeRows::Collapse {
+        sign: sign.clone(),
+        version: version.clone(),
+    })
 }
 
 #[cfg(test)]
@@ -361,10 +475,14 @@ mod tests {
             col("is_deleted", "UInt8"),
         ];
         let modern = TableShape::parse("ReplacingMergeTree(ver, is_deleted) ORDER BY id");
-        let p = ChangePlan::resolve(spec(OnDelete::Apply), &modern, &cols, 1, &[]).unwrap();
+        let p =
+            ChangePlan::resolve(spec(OnDelete::Apply), &modern, &cols, (1, &[]), false).unwrap();
         assert_eq!(
-            (p.version.as_str(), p.deleted.as_deref()),
-            ("ver", Some("is_deleted"))
+            p.rows,
+            ChangeRows::Replace {
+                version: "ver".into(),
+                deleted: Some("is_deleted".into())
+            }
         );
 
         let old = TableShape::parse("ReplacingMergeTree(ver) ORDER BY id");
@@ -373,50 +491,145 @@ mod tests {
             col("ver", "UInt64"),
             col("_deleted", "UInt8"),
         ];
-        let p = ChangePlan::resolve(spec(OnDelete::Apply), &old, &soft, 1, &[]).unwrap();
-        assert_eq!(p.deleted.as_deref(), Some("_deleted"));
+        let p = ChangePlan::resolve(spec(OnDelete::Apply), &old, &soft, (1, &[]), false).unwrap();
+        assert_eq!(p.rows.deleted(), Some("_deleted"));
 
         let bare = vec![col("id", "UInt64"), col("ver", "UInt64")];
-        let e = ChangePlan::resolve(spec(OnDelete::Apply), &old, &bare, 1, &[]).unwrap_err();
+        let e =
+            ChangePlan::resolve(spec(OnDelete::Apply), &old, &bare, (1, &[]), false).unwrap_err();
         assert!(
             e.contains("no way to mark a delete") && e.contains("--on-delete skip"),
             "{e}"
         );
-        let p = ChangePlan::resolve(spec(OnDelete::Skip), &old, &bare, 1, &[]).unwrap();
-        assert_eq!(p.deleted, None);
+        let p = ChangePlan::resolve(spec(OnDelete::Skip), &old, &bare, (1, &[]), false).unwrap();
+        assert_eq!(p.rows.deleted(), None);
 
         let small = vec![
             col("id", "UInt64"),
             col("ver", "UInt32"),
             col("_deleted", "UInt8"),
         ];
-        let e = ChangePlan::resolve(spec(OnDelete::Apply), &old, &small, 1, &[]).unwrap_err();
+        let e =
+            ChangePlan::resolve(spec(OnDelete::Apply), &old, &small, (1, &[]), false).unwrap_err();
         assert!(e.contains("`ver` is UInt32"), "{e}");
 
         for (engine, needle) in [
             ("ReplacingMergeTree ORDER BY id", "without a version column"),
-            ("CollapsingMergeTree(sign) ORDER BY id", "collapsing"),
+            (
+                "CollapsingMergeTree(sign) ORDER BY id",
+                "need --delivery exactly-once",
+            ),
             ("MergeTree ORDER BY id", "keeps every row"),
         ] {
             let e = ChangePlan::resolve(
                 spec(OnDelete::Apply),
                 &TableShape::parse(engine),
                 &cols,
-                1,
-                &[],
+                (1, &[]),
+                false,
             )
             .unwrap_err();
             assert!(e.contains(needle), "{engine}: {e}");
         }
 
-        let e = ChangePlan::resolve(spec(OnDelete::Apply), &modern, &cols, 2, &[]).unwrap_err();
-        assert!(e.contains("2 shards and no --shard-key"), "{e}");
-        let e = ChangePlan::resolve(spec(OnDelete::Apply), &modern, &cols, 2, &["ver".into()])
+        let e = ChangePlan::resolve(spec(OnDelete::Apply), &modern, &cols, (2, &[]), false)
             .unwrap_err();
+        assert!(e.contains("2 shards and no --shard-key"), "{e}");
+        let e = ChangePlan::resolve(
+            spec(OnDelete::Apply),
+            &modern,
+            &cols,
+            (2, &["ver".into()]),
+            false,
+        )
+        .unwrap_err();
         assert!(
             e.contains("`ver` is not in the table's ORDER BY (id)"),
             "{e}"
         );
-        ChangePlan::resolve(spec(OnDelete::Apply), &modern, &cols, 2, &["id".into()]).unwrap();
+        ChangePlan::resolve(
+            spec(OnDelete::Apply),
+            &modern,
+            &cols,
+            (2, &["id".into()]),
+            false,
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn collapsing_tables_take_exactly_once_debezium_streams_only() {
+        let cols = vec![
+            col("id", "UInt64"),
+            col("sign", "Int8"),
+            col("ver", "UInt64"),
+        ];
+        let plain = TableShape::parse("CollapsingMergeTree(sign) ORDER BY id");
+        let versioned = TableShape::parse(
+            "ReplicatedVersionedCollapsingMergeTree('/t/{shard}', '{replica}', sign, ver) ORDER BY id",
+        );
+        assert_eq!(
+            versioned.engine,
+            TableEngine::Collapsing {
+                engine: "ReplicatedVersionedCollapsingMergeTree".into(),
+                sign: Some("sign".into()),
+                version: Some("ver".into())
+            }
+        );
+        let p = ChangePlan::resolve(spec(OnDelete::Apply), &plain, &cols, (1, &[]), true).unwrap();
+        assert_eq!(
+            p.rows,
+            ChangeRows::Collapse {
+                sign: "sign".into(),
+                version: None
+            }
+        );
+        let p =
+            ChangePlan::resolve(spec(OnDelete::Apply), &versioned, &cols, (1, &[]), true).unwrap();
+        assert_eq!(
+            p.rows,
+            ChangeRows::Collapse {
+                sign: "sign".into(),
+                version: Some("ver".into())
+            }
+        );
+        let old = TableShape::parse("CollapsingMergeTree(d, (id, d), 8192, sign)");
+        assert!(
+            matches!(old.engine, TableEngine::Collapsing { sign: Some(ref s), .. } if s == "sign")
+        );
+
+        let e =
+            ChangePlan::resolve(spec(OnDelete::Apply), &plain, &cols, (1, &[]), false).unwrap_err();
+        assert!(
+            e.contains("cancel once too often") && e.contains("--delivery exactly-once"),
+            "{e}"
+        );
+        let upsert = EnvelopeSpec {
+            kind: EnvelopeKind::Upsert,
+            ..spec(OnDelete::Apply)
+        };
+        let e = ChangePlan::resolve(upsert, &plain, &cols, (1, &[]), true).unwrap_err();
+        assert!(
+            e.contains("an upsert topic carries only the new value"),
+            "{e}"
+        );
+        let wide = vec![col("id", "UInt64"), col("sign", "Int16")];
+        let e =
+            ChangePlan::resolve(spec(OnDelete::Apply), &plain, &wide, (1, &[]), true).unwrap_err();
+        assert!(e.contains("`sign` is Int16"), "{e}");
+        let mut defaulted = cols.clone();
+        defaulted[2].default_kind = DefaultKind::Default;
+        let e = ChangePlan::resolve(
+            spec(OnDelete::Apply),
+            &versioned,
+            &defaulted,
+            (1, &[]),
+            true,
+        )
+        .unwrap_err();
+        assert!(e.contains("`ver` has a default"), "{e}");
+        let e =
+            ChangePlan::resolve(spec(OnDelete::Apply), &plain, &cols, (2, &[]), true).unwrap_err();
+        assert!(e.contains("2 shards and no --shard-key"), "{e}");
     }
 }

@@ -38,7 +38,8 @@ fn encoder(
         on_delete: spec_delete,
         on_truncate: OnTruncate::Fail,
     };
-    let plan = ChangePlan::resolve(spec, &TableShape::parse(engine), cols, 1, &[]).unwrap();
+    let shape = TableShape::parse(engine);
+    let plan = ChangePlan::resolve(spec, &shape, cols, (1, &[]), true).unwrap();
     let inner = RowEncoder::new(cols, EncoderOptions::default()).unwrap();
     ChangeEncoder::new(plan, cols, ChRowEncoder(inner), None)
 }
@@ -251,4 +252,73 @@ fn the_last_change_says_what_check_reports() {
     );
     encode(&mut e, &msg(8, None, None));
     assert_eq!(e.last_change(), ("tombstone", None));
+}
+
+#[test]
+fn collapsing_changes_cancel_the_previous_row_then_write_the_new_one() {
+    let cols = vec![
+        col("id", "UInt64"),
+        col("name", "String"),
+        col("sign", "Int8"),
+        col("_op", "String"),
+        col("_source_lsn", "UInt64"),
+    ];
+    let table = "CollapsingMergeTree(sign) ORDER BY id";
+    let mut e = encoder(EnvelopeKind::Debezium, table, &cols, OnDelete::Apply);
+    let create = br#"{"before":null,"after":{"id":1,"name":"a"},"source":{"lsn":9},"op":"c"}"#;
+    assert_eq!(
+        encode(&mut e, &msg(7, None, Some(create))),
+        (
+            Encoded::Row,
+            plain(
+                &cols,
+                r#"{"id":1,"name":"a","_op":"c","_source_lsn":9,"sign":1}"#
+            )
+        )
+    );
+    let update = br#"{"before":{"id":1,"name":"a","sign":5},"after":{"id":1,"name":"b"},"source":{"lsn":10},"op":"u"}"#;
+    let cancel = plain(
+        &cols,
+        r#"{"id":1,"name":"a","_op":"u","_source_lsn":10,"sign":-1}"#,
+    );
+    let state = plain(
+        &cols,
+        r#"{"id":1,"name":"b","_op":"u","_source_lsn":10,"sign":1}"#,
+    );
+    assert_eq!(
+        encode(&mut e, &msg(8, None, Some(update))),
+        (Encoded::Rows(2), [cancel, state].concat())
+    );
+    let delete = br#"{"before":{"id":1,"name":"b"},"after":null,"op":"d"}"#;
+    assert_eq!(
+        encode(&mut e, &msg(9, None, Some(delete))),
+        (
+            Encoded::Row,
+            plain(&cols, r#"{"id":1,"name":"b","_op":"d","sign":-1}"#)
+        )
+    );
+    // Without the previous row there is nothing to cancel with: an error
+    // of the message, and nothing written.
+    for text in [
+        &br#"{"before":null,"after":{"id":1,"name":"c"},"op":"u"}"#[..],
+        br#"{"id":1,"name":"c","__op":"u"}"#,
+    ] {
+        let mut out = b"kept".to_vec();
+        let err = e.encode(&msg(10, None, Some(text)), &mut out).unwrap_err();
+        assert!(
+            err.reason.contains("cancels the key's previous row"),
+            "{err:?}"
+        );
+        assert_eq!(out, b"kept");
+    }
+    // The state row fails to encode: the cancel row is taken back too.
+    let bad = br#"{"before":{"id":1,"name":"a"},"after":{"id":"x","name":"b"},"op":"u"}"#;
+    let mut out = Vec::new();
+    e.encode(&msg(11, None, Some(bad)), &mut out).unwrap_err();
+    assert!(out.is_empty());
+    let mut skip = encoder(EnvelopeKind::Debezium, table, &cols, OnDelete::Skip);
+    assert_eq!(
+        encode(&mut skip, &msg(12, None, Some(delete))),
+        (Encoded::Nothing { reason: "delete" }, vec![])
+    );
 }

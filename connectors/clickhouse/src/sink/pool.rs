@@ -82,6 +82,12 @@ impl SinkPool {
         let envelope =
             super::start::change::change_plan(spec, (seed, seed_url), &reference.columns, shards_n)
                 .await?;
+        // A collapsing table's rows of one key must reach it in offset
+        // order (the engine keeps the last row of a key, in insertion
+        // order): one insert at a time per shard, in queue order.
+        let in_order = envelope
+            .as_ref()
+            .is_some_and(|p| matches!(p.rows, crate::envelope::ChangeRows::Collapse { .. }));
         let factory = first_factory(spec, &reference.columns, envelope)?;
         let mut template = insert_template(spec, seed);
         let shards = connect_shards(&discovery.topology, seed);
@@ -131,7 +137,10 @@ impl SinkPool {
             slots: discovery.topology.slots(),
             shards,
             shared,
-            workers_per_shard: spec.workers_per_shard.max(1),
+            workers_per_shard: match in_order {
+                true => 1,
+                false => spec.workers_per_shard.max(1),
+            },
             retry: spec.retry,
             intents,
             rejections: None,

@@ -65,13 +65,18 @@ pub(crate) async fn change_plan(
             ))
         })?;
     let shape = TableShape::parse(&engine);
-    let plan = ChangePlan::resolve(spec.envelope, &shape, columns, shards, &spec.shard_key)
-        .map_err(refuse)?;
+    let plan = ChangePlan::resolve(
+        spec.envelope,
+        &shape,
+        columns,
+        (shards, &spec.shard_key),
+        spec.exactly_once,
+    )
+    .map_err(refuse)?;
     tracing::info!(
         table = %spec.table,
         envelope = spec.envelope.kind.name(),
-        version = %plan.version,
-        deleted = plan.deleted.as_deref().unwrap_or("(deletes skipped)"),
+        rows = %plan.rows.describe(),
         "changes are applied to the table"
     );
     Ok(Some(plan))
