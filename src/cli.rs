@@ -147,6 +147,9 @@ pub enum OnTruncate {
     Fail,
     /// Go on; the truncated rows stay (counted).
     Skip,
+    /// Delete the rows of every change before it, in order with the
+    /// inserts (one-partition topics; docs/cdc.md).
+    DeleteAll,
 }
 
 /// Log output format.

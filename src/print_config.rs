@@ -299,7 +299,9 @@ fn format_settings(out: &mut String, p: &RunArgs) {
         ),
         (
             "on_truncate",
-            opt(p.on_truncate.map(|t| format!("{t:?}").to_lowercase())),
+            opt(p.on_truncate.and_then(|t| {
+                clap::ValueEnum::to_possible_value(&t).map(|v| v.get_name().to_owned())
+            })),
         ),
         ("raw_column", opt(p.raw_column.clone())),
         ("csv_columns", list(&p.csv_columns)),
@@ -410,6 +412,29 @@ mod tests {
             assert!(out.contains(want), "{want:?} not in:\n{out}");
         }
         assert!(!out.contains("pw1") && !out.contains("pw2"), "{out}");
+    }
+
+    /// Enum settings print as the flag spells them, so the output reads
+    /// back (`delete-all`, not `deleteall`).
+    #[test]
+    fn envelope_settings_print_as_flags_spell_them() {
+        let a = run_args(&[
+            "--topic",
+            "t",
+            "--clickhouse-url",
+            "http://b:8123",
+            "--envelope",
+            "debezium",
+            "--on-truncate",
+            "delete-all",
+        ]);
+        let out = printed(vec![("one".into(), a)]);
+        for want in [
+            "\nenvelope = \"debezium\"\n",
+            "\non_truncate = \"delete-all\"\n",
+        ] {
+            assert!(out.contains(want), "{want:?} not in:\n{out}");
+        }
     }
 
     /// Every setting of `spate run` is a line of the output: a key, or a

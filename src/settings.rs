@@ -268,6 +268,7 @@ fn envelope_spec(a: &RunArgs) -> spate_clickhouse::EnvelopeSpec {
         },
         on_truncate: match a.on_truncate {
             Some(OnTruncate::Skip) => spate_clickhouse::OnTruncate::Skip,
+            Some(OnTruncate::DeleteAll) => spate_clickhouse::OnTruncate::DeleteAll,
             Some(OnTruncate::Fail) | None => spate_clickhouse::OnTruncate::Fail,
         },
     }

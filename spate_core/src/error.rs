@@ -155,6 +155,17 @@ pub enum ChainError {
         /// Why.
         reason: String,
     },
+    /// A message that acts on the target in order with its lane's rows
+    /// (a truncate under `--on-truncate delete-all`) could not: the rows
+    /// before it were not acknowledged in time, or the act failed. The
+    /// message is not covered, so a replay does it again.
+    #[error("{position}: {reason}")]
+    Barrier {
+        /// The message.
+        position: MessagePosition,
+        /// Why.
+        reason: String,
+    },
 }
 
 impl ChainError {
@@ -164,7 +175,7 @@ impl ChainError {
         match self {
             ChainError::Decode(_) => Fault::User,
             ChainError::QueueClosed { .. } => Fault::Internal,
-            ChainError::BlockPlan { .. } => Fault::External,
+            ChainError::BlockPlan { .. } | ChainError::Barrier { .. } => Fault::External,
         }
     }
 }

@@ -61,6 +61,7 @@ pub(super) fn prepare_all(
     let mut prepared = Vec::with_capacity(pipelines.len());
     for ((name, a), v) in pipelines.iter().zip(validated) {
         probe_registry(&v.format).map_err(|e| e.in_pipeline(name, several))?;
+        one_partition_for_truncates(a, v).map_err(|e| e.in_pipeline(name, several))?;
         let mut spec = sink_spec(a, v);
         if spec.exactly_once {
             spec.takeover = takeover(a, v);
@@ -87,6 +88,30 @@ fn topics_feeding(
         .flat_map(|((_, a), _)| a.topics.iter())
         .collect();
     topics.len()
+}
+
+/// `--on-truncate delete-all` deletes the rows of the changes before a
+/// truncate by their Kafka offset: offsets of one partition only compare,
+/// and Debezium gives a truncate no order against the changes in other
+/// partitions. Refused (exit 2) unless the pipeline reads one topic of
+/// one partition; a metadata failure refuses too (it cannot be checked).
+fn one_partition_for_truncates(a: &RunArgs, v: &Validated) -> Result<(), Exit> {
+    if a.on_truncate != Some(crate::cli::OnTruncate::DeleteAll) {
+        return Ok(());
+    }
+    let partitions = spate_kafka::partition_count(&v.kafka, &a.topics)
+        .map_err(|e| Exit::usage(format!("--on-truncate delete-all: the topics' partitions cannot be read to check there is one: {e}")))?;
+    if a.topics.len() != 1 || partitions != 1 {
+        let has = match partitions {
+            0 => "no partition: it does not exist yet, or is a pattern".to_owned(),
+            n => format!("{n} partitions"),
+        };
+        return Err(Exit::usage(format!(
+            "--on-truncate delete-all needs one topic of one partition ({} has {has}): a truncate deletes the rows of the changes before it by their offsets, which only compare within a partition, and Debezium gives a truncate no order against the changes in other partitions",
+            a.topics.join(", ")
+        )));
+    }
+    Ok(())
 }
 
 /// Exactly-once: what the table's deduplication window must hold for a

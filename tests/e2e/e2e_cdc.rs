@@ -96,6 +96,12 @@ struct Stream {
 }
 
 fn stream(steps: usize) -> Stream {
+    stream_with(steps, None)
+}
+
+/// [`stream`], with a truncate of the source table before step
+/// `truncate_at` (the state empties; the keys after it are new).
+fn stream_with(steps: usize, truncate_at: Option<usize>) -> Stream {
     let mut seed = 31;
     let mut lsn = 1000;
     let mut state: BTreeMap<u64, (Row, u64, char)> = BTreeMap::new();
@@ -114,7 +120,10 @@ fn stream(steps: usize) -> Stream {
             (None, Some(b)) => {
                 state.remove(&b.id);
             }
-            (None, None) => unreachable!("a change has an image"),
+            (None, None) => {
+                assert_eq!(op, 't', "only a truncate has no image");
+                state.clear();
+            }
         }
         let id = after
             .as_ref()
@@ -141,6 +150,9 @@ fn stream(steps: usize) -> Stream {
         emit(&mut events, &mut state, 'r', None, Some(row));
     }
     for step in 0..steps {
+        if truncate_at == Some(step) {
+            emit(&mut events, &mut state, 't', None, None);
+        }
         let r = splitmix(&mut seed) % 100;
         let ids: Vec<u64> = state.keys().copied().collect();
         let pick = |seed: &mut u64| ids[(splitmix(seed) % ids.len() as u64) as usize];
@@ -427,21 +439,31 @@ fn first_diff(have: &[String], want: &[String]) -> String {
 
 /// Steps 1-4 of the module docs for one shape.
 fn load_and_replay(svc: &Services, shape: Shape) {
-    let label = format!("{shape:?}").to_lowercase();
+    load_and_replay_with(svc, shape, false);
+}
+
+/// [`load_and_replay`]; with `truncate`, the stream truncates the source
+/// table 60% of the way, on a topic of one partition, loaded with
+/// `--on-truncate delete-all` (the deletes waited for before each check).
+fn load_and_replay_with(svc: &Services, shape: Shape, truncate: bool) {
+    let label = format!("{shape:?}{}", if truncate { "_truncated" } else { "" }).to_lowercase();
     let ch = Ch::connect(&svc.clickhouse_url);
-    let s = stream(1500);
+    let (s, partitions) = match truncate {
+        true => (stream_with(1500, Some(900)), 1),
+        false => (stream(1500), PARTITIONS),
+    };
     let msgs = messages(&s, shape);
     let topic = unique(&format!("t_cdc_{label}"));
     let group = unique(&format!("g_cdc_{label}"));
     let db = ch.fresh_db("e2e_cdc");
     let table = format!("{db}.users");
     create_table(&ch, svc, &table);
-    create_topic(&svc.brokers, &topic, PARTITIONS);
-    let partition = |i: usize| (msgs[i].id() % PARTITIONS as u64) as i32;
+    create_topic(&svc.brokers, &topic, partitions);
+    let partition = |i: usize| (msgs[i].id() % partitions as u64) as i32;
     let registry = shape.avro().then(|| TestRegistry::start(None));
     let ends = match &registry {
         None => {
-            produce(&svc.brokers, &topic, PARTITIONS, msgs.len(), |i| Msg {
+            produce(&svc.brokers, &topic, partitions, msgs.len(), |i| Msg {
                 partition: partition(i),
                 key: Some(format!(r#"{{"id":{}}}"#, msgs[i].id())),
                 payload: payload(msgs[i], shape),
@@ -459,7 +481,7 @@ fn load_and_replay(svc: &Services, shape: Shape) {
                 r.register(&format!("{topic}-key"), "", AVRO_KEY),
                 r.register(&format!("{topic}-value"), "", value),
             );
-            produce_records(&svc.brokers, &topic, PARTITIONS, msgs.len(), |i| {
+            produce_records(&svc.brokers, &topic, partitions, msgs.len(), |i| {
                 let (k, v) = avro(msgs[i], shape, ids);
                 (partition(i), k, v)
             })
@@ -471,8 +493,12 @@ fn load_and_replay(svc: &Services, shape: Shape) {
         .filter(|e| shape.upsert() || matches!(e, Event::Change { .. }))
         .count();
 
-    let args = cdc_args(svc, &topic, &group, &table, shape, registry.as_ref());
+    let mut args = cdc_args(svc, &topic, &group, &table, shape, registry.as_ref());
+    if truncate {
+        args.extend(["--on-truncate", "delete-all"].map(String::from));
+    }
     let ends = killed_and_finished(svc, &label, &args, (&topic, &group), &ends);
+    mutations_done(&ch, &db);
     let want = expected(&s, shape);
     let have = current(&ch, svc, &table);
     assert!(
@@ -485,7 +511,9 @@ fn load_and_replay(svc: &Services, shape: Shape) {
     // Every change again, over the loaded table: the same versions, so the
     // current state does not move.
     let replay = unique("g_cdc_replay");
-    let mut again = cdc_args(svc, &topic, &replay, &table, shape, registry.as_ref());
+    let mut again = args.clone();
+    let at = again.iter().position(|a| a == &group).expect("the group");
+    again[at] = replay.clone();
     again.push("--until-end".into());
     run(
         &format!("cdc-{label}-replay"),
@@ -494,10 +522,11 @@ fn load_and_replay(svc: &Services, shape: Shape) {
     )
     .assert_code(0);
     assert_eq!(
-        committed(&svc.brokers, &replay, &topic, PARTITIONS),
+        committed(&svc.brokers, &replay, &topic, partitions),
         ends,
         "{label}: the replay read every change"
     );
+    mutations_done(&ch, &db);
     let have = current(&ch, svc, &table);
     assert!(
         have == want,
@@ -510,6 +539,67 @@ fn load_and_replay(svc: &Services, shape: Shape) {
         want.len()
     );
     ch.exec(&format!("DROP DATABASE {db}"));
+}
+
+/// Run spate with `args` and commits held back (`--commit-interval 1h`),
+/// `kill -9` it once it issued the delete of the truncate at offset `at`
+/// and rows of later changes are in `table`, then finish with
+/// `--until-end`: every message is read again, the blocks already
+/// inserted are dropped by exactly-once, and the truncate's delete is
+/// issued a second time over the rows of the changes after it, which it
+/// must leave alone.
+fn killed_after_the_truncate_and_finished(
+    svc: &Services,
+    label: &str,
+    args: &[String],
+    table: &str,
+    at: i64,
+) {
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let mut held = args.to_vec();
+    held.extend(["--commit-interval", "1h"].map(String::from));
+    let mut running = spawn(&format!("cdc-{label}-killed"), &held);
+    wait_for(
+        "the truncate's delete issued and later rows in",
+        Duration::from_secs(60),
+        Duration::from_millis(50),
+        || {
+            let log = running.stderr_so_far();
+            assert!(!running.has_exited(), "spate exited early:\n{log}");
+            let issued =
+                log.contains("truncate: the rows of the changes before it are being deleted");
+            let later = ch.u64(&format!("SELECT count() FROM {table} WHERE _offset > {at}"));
+            (issued && later > 0)
+                .then_some(())
+                .ok_or(format!("delete issued: {issued}, {later} later rows"))
+        },
+    );
+    running.kill9();
+    let mut rest = args.to_vec();
+    rest.push("--until-end".into());
+    run(
+        &format!("cdc-{label}-rest"),
+        &rest,
+        Duration::from_secs(120),
+    )
+    .assert_code(0);
+}
+
+/// Wait until every mutation of `db` (a truncate's delete) is done.
+fn mutations_done(ch: &Ch, db: &str) {
+    wait_for(
+        "the truncates' deletes done",
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || {
+            let left = ch.u64(&format!(
+                "SELECT count() FROM system.mutations WHERE database = '{db}' AND is_done = 0"
+            ));
+            (left == 0)
+                .then_some(())
+                .ok_or(format!("{left} mutations running"))
+        },
+    );
 }
 
 /// Run spate with `args`, `kill -9` it once a third of the messages of
@@ -537,7 +627,7 @@ fn killed_and_finished(
                 "spate exited early:\n{}",
                 running.stderr_so_far()
             );
-            let done: i64 = committed(&svc.brokers, group, topic, PARTITIONS)
+            let done: i64 = committed(&svc.brokers, group, topic, ends.len() as i32)
                 .iter()
                 .map(|c| c.unwrap_or(0))
                 .sum();
@@ -557,7 +647,7 @@ fn killed_and_finished(
     .assert_code(0);
     let ends: Vec<Option<i64>> = ends.iter().map(|&c| Some(c)).collect();
     assert_eq!(
-        committed(&svc.brokers, group, topic, PARTITIONS),
+        committed(&svc.brokers, group, topic, ends.len() as i32),
         ends,
         "{label}: committed offsets are the end offsets"
     );
@@ -647,14 +737,26 @@ fn collapsing_tables_end_in_the_source_state_exactly_once(svc: Services) {
     let _timer = Timer::start("e2e_cdc collapsing");
     let _lock = ch_shared_lock();
     for engine in ["CollapsingMergeTree", "VersionedCollapsingMergeTree"] {
-        collapsed(&svc, engine);
+        collapsed(&svc, engine, false);
+        collapsed(&svc, engine, true);
     }
 }
 
-fn collapsed(svc: &Services, engine: &str) {
-    let label = engine.to_lowercase();
+/// With `truncate`: the stream truncates the source 60% of the way, on a
+/// topic of one partition, loaded with `--on-truncate delete-all` (which
+/// deletes by `_offset`); merges run, as the truncate's delete is a
+/// mutation.
+fn collapsed(svc: &Services, engine: &str, truncate: bool) {
+    let label = format!(
+        "{}{}",
+        engine.to_lowercase(),
+        if truncate { "_truncated" } else { "" }
+    );
     let ch = Ch::connect(&svc.clickhouse_url);
-    let s = stream(1500);
+    let (s, partitions) = match truncate {
+        true => (stream_with(1500, Some(900)), 1),
+        false => (stream(1500), PARTITIONS),
+    };
     let msgs = messages(&s, Shape::Envelope);
     let db = ch.fresh_db("e2e_cdc_collapse");
     let table = format!("{db}.users");
@@ -665,24 +767,26 @@ fn collapsed(svc: &Services, engine: &str) {
     let settings = "SETTINGS parts_to_delay_insert = 100000, parts_to_throw_insert = 100000";
     let (extra, engine_clause) = match svc.is_modern() {
         true => (
-            "",
+            ", _offset UInt64",
             format!("{engine}({args}) ORDER BY id {settings}, non_replicated_deduplication_window = 10000"),
         ),
         false => (
             ", _partition Int32, _offset UInt64",
-            format!("Replicated{engine}('/clickhouse/tables/{db}/users', 'r1', {args}) ORDER BY id {settings}"),
+            format!("Replicated{engine}('/clickhouse/tables/{db}/users', 'r1', {args}) ORDER BY id {settings}, replicated_deduplication_window = 10000"),
         ),
     };
     ch.exec(&format!(
         "CREATE TABLE {table} (id UInt64, name String, qty UInt64, sign Int8, \
          _op String, _source_lsn UInt64, _source_table String{extra}) ENGINE = {engine_clause}"
     ));
-    ch.exec(&format!("SYSTEM STOP MERGES {table}"));
+    if !truncate {
+        ch.exec(&format!("SYSTEM STOP MERGES {table}"));
+    }
     let topic = unique(&format!("t_cdc_{label}"));
     let group = unique(&format!("g_cdc_{label}"));
-    create_topic(&svc.brokers, &topic, PARTITIONS);
-    let ends = produce(&svc.brokers, &topic, PARTITIONS, msgs.len(), |i| Msg {
-        partition: (msgs[i].id() % PARTITIONS as u64) as i32,
+    create_topic(&svc.brokers, &topic, partitions);
+    let ends = produce(&svc.brokers, &topic, partitions, msgs.len(), |i| Msg {
+        partition: (msgs[i].id() % partitions as u64) as i32,
         key: Some(format!(r#"{{"id":{}}}"#, msgs[i].id())),
         payload: payload(msgs[i], Shape::Envelope),
         timestamp_ms: None,
@@ -692,7 +796,20 @@ fn collapsed(svc: &Services, engine: &str) {
     // More than one insert per shard would let a key's later rows land
     // first; spate keeps one for collapsing tables whatever this says.
     args.extend(["--delivery", "exactly-once", "--insert-workers", "4"].map(String::from));
-    killed_and_finished(svc, &label, &args, (&topic, &group), &ends);
+    match truncate {
+        true => {
+            args.extend(["--on-truncate", "delete-all"].map(String::from));
+            let at = msgs
+                .iter()
+                .position(|e| matches!(e, Event::Change { op: 't', .. }))
+                .expect("a truncate");
+            killed_after_the_truncate_and_finished(svc, &label, &args, &table, at as i64);
+        }
+        false => {
+            killed_and_finished(svc, &label, &args, (&topic, &group), &ends);
+        }
+    }
+    mutations_done(&ch, &db);
     let want = expected(&s, Shape::Envelope);
     let have: Vec<String> = ch
         .text(
@@ -743,6 +860,23 @@ fn debezium_json_streams_end_in_the_source_state(svc: Services) {
         Shape::Avro,
     ] {
         load_and_replay(&svc, shape);
+    }
+}
+
+on_both_servers!(a_truncate_deletes_the_rows_of_the_changes_before_it);
+
+/// `--on-truncate delete-all`: the stream truncates the source table 60%
+/// of the way (Debezium's `op` `t`, then creates and changes of new keys);
+/// loaded with a `kill -9` a third of the way and finished, then loaded
+/// again whole by a new group (every change and the truncate replayed
+/// over the table), the state is the source's: only the keys after the
+/// truncate. The JSON envelope, the same in its `schema`/`payload`
+/// wrapper, and Avro through the registry.
+fn a_truncate_deletes_the_rows_of_the_changes_before_it(svc: Services) {
+    let _timer = Timer::start("e2e_cdc delete-all");
+    let _lock = ch_shared_lock();
+    for shape in [Shape::Envelope, Shape::Wrapped, Shape::Avro] {
+        load_and_replay_with(&svc, shape, true);
     }
 }
 
@@ -823,6 +957,18 @@ fn tables_that_cannot_show_the_current_state_are_refused(svc: Services) {
             &["--envelope", "debezium", "--delivery", "exactly-once"][..],
             "the version column `ver` has a default",
         ),
+        (
+            "collapsing",
+            &[
+                "--envelope",
+                "debezium",
+                "--delivery",
+                "exactly-once",
+                "--on-truncate",
+                "delete-all",
+            ][..],
+            "a collapsing table needs an `_offset UInt64` column",
+        ),
         ("nodelete", &debezium[..], "no way to mark a delete"),
         (
             "narrow",
@@ -849,6 +995,35 @@ fn tables_that_cannot_show_the_current_state_are_refused(svc: Services) {
     ] {
         refused_at(&svc, &format!("{db}.{table}"), extra, needle);
     }
+    // A truncate's delete compares offsets of one partition only.
+    let topic = unique("t_cdc_refused");
+    create_topic(&svc.brokers, &topic, 2);
+    let mut args = run_args(
+        &svc,
+        &topic,
+        &unique("g_cdc_refused"),
+        &format!("{db}.nodelete"),
+    );
+    args.extend(
+        [
+            "--envelope",
+            "debezium",
+            "--on-delete",
+            "skip",
+            "--on-truncate",
+            "delete-all",
+        ]
+        .map(String::from),
+    );
+    let fin = run("cdc-refused-partitions", &args, Duration::from_secs(60));
+    fin.assert_code(2);
+    assert!(
+        fin.stderr
+            .contains("--on-truncate delete-all needs one topic of one partition")
+            && fin.stderr.contains("has 2 partitions"),
+        "{}",
+        fin.tail(10)
+    );
     // `--on-delete skip` is the way into a table without a deleted column.
     let topic = unique("t_cdc_skipdelete");
     create_topic(&svc.brokers, &topic, 1);

@@ -290,6 +290,45 @@ impl<E: RowEncode> EncodeChain<E> {
         })
     }
 
+    /// `msg` acts on the target in order with its lane's rows
+    /// ([`Encoded::Barrier`]): seal what is open, wait until every row of
+    /// the lane is acknowledged, act, then cover the message.
+    fn barrier(
+        &mut self,
+        slot: usize,
+        msg: &Message<'_>,
+        reason: &'static str,
+    ) -> Result<(), ChainError> {
+        let failed = |why: String| ChainError::Barrier {
+            position: MessagePosition::of(msg),
+            reason: why,
+        };
+        self.writer.flush()?;
+        let Some(gate) = self.writer.gate(slot).cloned() else {
+            return Err(failed(
+                "the lane keeps no count of its pending rows to wait on".into(),
+            ));
+        };
+        let deadline = Instant::now() + BARRIER_WAIT;
+        tracing::info!(position = %MessagePosition::of(msg), reason, pending = gate.pending(), "waiting for the rows before it to be acknowledged");
+        while gate.pending() > 0 {
+            if gate.is_closed() {
+                // Revoked: the partition's next owner reads it again.
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(failed(format!(
+                    "{} rows read before this {reason} were not acknowledged within {}s; nothing was done, and a restart does it again",
+                    gate.pending(),
+                    BARRIER_WAIT.as_secs()
+                )));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        self.encoder.barrier(msg).map_err(failed)?;
+        self.nothing(slot, msg, reason)
+    }
+
     fn push_keyed(&mut self, slot: usize, msg: &Message<'_>) -> Result<(), ChainError> {
         self.row.clear();
         let rows = match self.encoder.encode(msg, &mut self.row) {
@@ -298,6 +337,7 @@ impl<E: RowEncode> EncodeChain<E> {
             Ok(Encoded::Rows(_)) => return Err(self.stop(msg, SEVERAL_ROWS)),
             Ok(Encoded::Nothing { reason }) => return self.nothing(slot, msg, reason),
             Ok(Encoded::Stop { reason }) => return Err(self.stop(msg, reason)),
+            Ok(Encoded::Barrier { reason }) => return self.barrier(slot, msg, reason),
             Err(failure) => return self.rejected(slot, msg, failure),
         };
         let Some(hash) = self.encoder.route_hash(&self.row) else {
@@ -376,6 +416,7 @@ impl<E: RowEncode> Chain for EncodeChain<E> {
                         Ok(Encoded::Rows(_)) => Err(NoRow::Stop(SEVERAL_ROWS)),
                         Ok(Encoded::Nothing { reason }) => Err(NoRow::Nothing(reason)),
                         Ok(Encoded::Stop { reason }) => Err(NoRow::Stop(reason)),
+                        Ok(Encoded::Barrier { reason }) => Err(NoRow::Barrier(reason)),
                         Err(failure) => Err(NoRow::Failed(failure)),
                     },
                 )?;
@@ -383,6 +424,7 @@ impl<E: RowEncode> Chain for EncodeChain<E> {
             Ok(()) => {}
             Err(NoRow::Nothing(reason)) => return self.nothing(slot, msg, reason),
             Err(NoRow::Stop(reason)) => return Err(self.stop(msg, reason)),
+            Err(NoRow::Barrier(reason)) => return self.barrier(slot, msg, reason),
             Err(NoRow::Failed(failure)) => return self.rejected(slot, msg, failure),
         }
         self.accepted += 1;
@@ -411,6 +453,9 @@ impl<E: RowEncode> Chain for EncodeChain<E> {
     }
 }
 
+/// How long a [`Encoded::Barrier`] waits for the rows read before it.
+const BARRIER_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// Why a message of several rows stops an at-least-once chain (the sink
 /// refuses such a pipeline at start; this is the backstop).
 const SEVERAL_ROWS: &str = "the message makes several rows that must be inserted together, which only --delivery exactly-once does";
@@ -421,6 +466,8 @@ enum NoRow {
     Nothing(&'static str),
     /// The pipeline must stop.
     Stop(&'static str),
+    /// The message acts on the target once the rows before it are in.
+    Barrier(&'static str),
     /// One is owed and failed.
     Failed(EncodeFailure),
 }

@@ -516,10 +516,13 @@ fn several_rows_of_a_message_go_exactly_once_only() {
         let (blocks, mut rx) = ctx(1, 1000);
         let mut chain =
             EncodeChain::new(Changes { keyed }, &blocks).exactly_once(Arc::new(Recorded(vec![])));
-        let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), None);
+        let mut cp = crate::checkpoint::Checkpointer::new();
+        let gate = cp.add_lane(LaneId(1), PartitionId::new("t", 0), 1000);
+        let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), Some(gate.clone()));
         chain.set_epoch(slot, 1);
         push(&mut chain, slot, 0, b"a").unwrap();
         push(&mut chain, slot, 1, b"2b").unwrap();
+        assert_eq!(gate.pending(), 3, "keyed {keyed}: each row counts");
         chain.flush().unwrap();
         let c = rx[0].try_recv().expect("a chunk");
         assert_eq!(
@@ -527,6 +530,10 @@ fn several_rows_of_a_message_go_exactly_once_only() {
             (&b"a2b2b"[..], 3),
             "keyed {keyed}"
         );
+        c.acks.iter().for_each(|a| {
+            cp.ack(a);
+        });
+        assert_eq!(gate.pending(), 0, "keyed {keyed}: all acknowledged");
 
         let (once, mut rx) = ctx(1, 1000);
         let mut chain = EncodeChain::new(Changes { keyed }, &once);
@@ -540,5 +547,103 @@ fn several_rows_of_a_message_go_exactly_once_only() {
         chain.flush().unwrap();
         let c = rx[0].try_recv().expect("a chunk");
         assert_eq!((c.data.as_slice(), c.rows), (&b"a"[..], 1), "keyed {keyed}");
+    }
+}
+
+/// Writes the payload as the row; `T` acts at a barrier, logged.
+struct Acts {
+    log: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl RowEncode for Acts {
+    fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<Encoded, EncodeFailure> {
+        match msg.payload {
+            Some(b"T") => Ok(Encoded::Barrier { reason: "truncate" }),
+            Some(p) => {
+                out.extend_from_slice(p);
+                Ok(Encoded::Row)
+            }
+            None => Ok(Encoded::Nothing {
+                reason: "tombstone",
+            }),
+        }
+    }
+    fn barrier(&mut self, msg: &Message<'_>) -> Result<(), String> {
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("act at {}", msg.offset));
+        Ok(())
+    }
+}
+
+/// A barrier acts only once every row of its lane read before it is
+/// acknowledged, and the rows after it are appended only then; the
+/// barrier's offset is covered, so the watermark passes it. Both
+/// deliveries.
+#[test]
+fn a_barrier_acts_after_the_rows_before_it_are_acknowledged() {
+    for exactly_once in [false, true] {
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (ctx, mut rx) = ctx(1, 1000);
+        let mut chain = EncodeChain::new(Acts { log: log.clone() }, &ctx);
+        if exactly_once {
+            chain = chain.exactly_once(Arc::new(Recorded(vec![])));
+        }
+        let mut cp = crate::checkpoint::Checkpointer::new();
+        let gate = cp.add_lane(LaneId(1), PartitionId::new("t", 0), 1000);
+        let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), Some(gate));
+        chain.set_epoch(slot, 1);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // The sink and the checkpointer: acknowledge every chunk, a while
+        // after it arrives, and log which offsets.
+        let acker = {
+            let (log, stop) = (log.clone(), stop.clone());
+            let mut rx = rx.remove(0);
+            std::thread::spawn(move || {
+                let mut acked = 0;
+                while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                    match rx.try_recv() {
+                        Some(c) => {
+                            std::thread::sleep(Duration::from_millis(50));
+                            let offsets: Vec<i64> = (c.spans.iter())
+                                .flat_map(|s| s.first.0..=s.last.0)
+                                .collect();
+                            log.lock().unwrap().push(format!("acked {offsets:?}"));
+                            c.acks.iter().for_each(|a| {
+                                cp.ack(a);
+                            });
+                            acked += 1;
+                        }
+                        None => std::thread::sleep(Duration::from_millis(1)),
+                    }
+                }
+                (cp, acked)
+            })
+        };
+        push(&mut chain, slot, 0, b"a").unwrap();
+        push(&mut chain, slot, 1, b"b").unwrap();
+        push(&mut chain, slot, 2, b"T").unwrap();
+        push(&mut chain, slot, 3, b"c").unwrap();
+        chain.flush().unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        stop.store(true, std::sync::atomic::Ordering::Release);
+        let (cp, _) = acker.join().unwrap();
+        let log = log.lock().unwrap().clone();
+        let act = log.iter().position(|l| l == "act at 2").expect("acted");
+        let before = log
+            .iter()
+            .position(|l| l.contains("0, 1"))
+            .expect("0, 1 acked");
+        let after = log.iter().position(|l| l.contains('3')).expect("3 acked");
+        assert!(
+            before < act && act < after,
+            "exactly-once {exactly_once}: {log:?}"
+        );
+        assert_eq!(
+            cp.watermark(LaneId(1)),
+            Some(crate::record::Watermark(4)),
+            "exactly-once {exactly_once}: {log:?}"
+        );
     }
 }

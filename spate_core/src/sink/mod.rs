@@ -292,6 +292,18 @@ pub enum Encoded {
         /// Why, for the error (the chain adds topic, partition, offset).
         reason: &'static str,
     },
+    /// No row, and the message acts on the target itself, in order with
+    /// the rows of its lane (a change stream's truncate under
+    /// `--on-truncate delete-all`): the chain seals the open rows, waits
+    /// (bounded) until every row of the lane read before it is
+    /// acknowledged, calls [`RowEncode::barrier`], then covers the message
+    /// like [`Encoded::Nothing`]. Rows read after it are appended only
+    /// then. The act must be harmless to repeat: a replay after a crash
+    /// does it again.
+    Barrier {
+        /// What it is, as a metric label (`truncate`).
+        reason: &'static str,
+    },
 }
 
 /// Turns one message into one encoded row of the target table. Provided by
@@ -344,6 +356,15 @@ pub trait RowEncode: Send {
     /// that switches implements both.
     fn schema_pending(&self) -> bool {
         false
+    }
+
+    /// Do what the message answered with [`Encoded::Barrier`] asks, now
+    /// that every row of its lane read before it is acknowledged. Blocks
+    /// the driver thread; bounded by the implementation. `Err`: why it
+    /// could not (the pipeline stops without covering the message).
+    fn barrier(&mut self, msg: &Message<'_>) -> Result<(), String> {
+        let _ = msg;
+        Err("this encoder has nothing to do at a barrier".into())
     }
 }
 

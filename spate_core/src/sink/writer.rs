@@ -505,6 +505,12 @@ impl ShardWriter {
             && (0..self.lanes.len()).any(|s| self.block(s).is_some_and(LaneBlock::partial_replay))
     }
 
+    /// Lane `slot`'s pending count, if it was registered with one.
+    #[must_use]
+    pub fn gate(&self, slot: usize) -> Option<&PendingGate> {
+        self.lanes.get(slot)?.as_ref()?.gate.as_ref()
+    }
+
     fn block(&self, slot: usize) -> Option<&LaneBlock> {
         self.lanes.get(slot)?.as_ref()?.block.as_ref()
     }
@@ -561,7 +567,8 @@ impl ShardWriter {
         let complete = block.complete(full);
         lane.fed |= super::queue::shard_bit(shard);
         if let Some(g) = &lane.gate {
-            g.dispatched(1);
+            // Acknowledgements release the rows of the parts, each row.
+            g.dispatched(i64::from(rows));
         }
         if complete {
             self.seal_block(slot)?;

@@ -33,10 +33,12 @@
 mod debezium;
 mod doc;
 mod target;
+mod truncate;
 mod upsert;
 
 pub(crate) use target::engine_full;
-pub use target::{ChangePlan, ChangeRows, TableEngine, TableShape, DELETED_COLUMN};
+pub use target::{ChangePlan, ChangeRows, TableEngine, TableShape, DELETED_COLUMN, OFFSET_COLUMN};
+pub use truncate::Truncator;
 
 use crate::encode::RowError;
 use crate::formats::AvroText;
@@ -90,6 +92,9 @@ pub enum OnTruncate {
     Fail,
     /// Go on; the rows the source truncated stay in the table.
     Skip,
+    /// Delete the rows of every change before it, in order with the
+    /// inserts ([`Truncator`]); one-partition topics only.
+    DeleteAll,
 }
 
 /// What a pipeline asks of its envelope.
@@ -167,6 +172,9 @@ pub struct ChangeEncoder {
     avro: Option<AvroText>,
     value_text: Vec<u8>,
     key_text: Vec<u8>,
+    /// `--on-truncate delete-all`: issues a truncate's delete (`None` in
+    /// `spate check`, which never acts).
+    truncator: Option<std::sync::Arc<Truncator>>,
     /// What the last message was, for `spate check`.
     last: &'static str,
     /// Whether the last message made a row (its document is in `doc`).
@@ -199,9 +207,17 @@ impl ChangeEncoder {
             avro,
             value_text: Vec::new(),
             key_text: Vec::new(),
+            truncator: None,
             last: "",
             last_row: false,
         }
+    }
+
+    /// The same, acting on truncates through `truncator`.
+    #[must_use]
+    pub fn with_truncator(mut self, truncator: Option<std::sync::Arc<Truncator>>) -> Self {
+        self.truncator = truncator;
+        self
     }
 
     /// What the last message was (`c (create)`, `tombstone`, ...) and
@@ -340,6 +356,7 @@ impl ChangeEncoder {
                         reason: "a Debezium truncate (op \"t\"): spate cannot empty the table in order with the inserts; with --on-truncate skip it goes on and the truncated rows stay",
                     },
                     OnTruncate::Skip => Encoded::Nothing { reason: "truncate" },
+                    OnTruncate::DeleteAll => Encoded::Barrier { reason: "truncate" },
                 })
             }
             Op::Message => return Ok(Encoded::Nothing { reason: "message" }),
@@ -482,6 +499,17 @@ impl RowEncode for ChangeEncoder {
 
     fn takes_tombstones(&self) -> bool {
         true
+    }
+
+    /// A truncate under `--on-truncate delete-all`, every change before it
+    /// in: delete their rows.
+    fn barrier(&mut self, msg: &Message<'_>) -> Result<(), String> {
+        let (Some(truncator), Some(column)) = (&self.truncator, &self.plan.truncate_by) else {
+            return Err(
+                "a truncate, and this encoder cannot delete (spate check does not act)".into(),
+            );
+        };
+        truncator.delete_below(column, msg.offset)
     }
 
     fn routes_by_key(&self) -> bool {

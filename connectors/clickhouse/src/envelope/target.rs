@@ -5,7 +5,7 @@
 //! (version, deleted flag) or refuses to start, with the reason. Start-up
 //! code only; no I/O but [`engine_full`].
 
-use super::{EnvelopeKind, EnvelopeSpec, OnDelete};
+use super::{EnvelopeKind, EnvelopeSpec, OnDelete, OnTruncate};
 use crate::client::ChClient;
 use crate::schema::Column;
 use crate::types::ChType;
@@ -45,6 +45,8 @@ pub struct TableShape {
     /// The columns of `ORDER BY` (old-syntax tables: the primary key
     /// argument), as written; expressions stay as their text.
     pub sorting_key: Vec<String>,
+    /// A `Replicated` engine.
+    pub replicated: bool,
 }
 
 /// Split `s` at top-level commas (outside parentheses and quotes).
@@ -184,6 +186,7 @@ impl TableShape {
         TableShape {
             engine,
             sorting_key,
+            replicated: name.starts_with("Replicated"),
         }
     }
 }
@@ -208,7 +211,17 @@ pub struct ChangePlan {
     pub spec: EnvelopeSpec,
     /// The rows a change makes.
     pub rows: ChangeRows,
+    /// `--on-truncate delete-all`: the column holding each change's Kafka
+    /// offset, by which a truncate deletes the rows of the changes before
+    /// it (the version, or a collapsing table's `_offset`).
+    pub truncate_by: Option<String>,
+    /// The table's engine is `Replicated` (a mutation on one replica of a
+    /// shard reaches the others).
+    pub replicated: bool,
 }
+
+/// The column spate fills with a message's Kafka offset (docs/rows.md).
+pub const OFFSET_COLUMN: &str = "_offset";
 
 /// How a change becomes rows of the target table.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -319,7 +332,33 @@ impl ChangePlan {
                 return Err(format!("--shard-key column `{k}` is not in the table's ORDER BY ({}): every change of a key must land on one shard, so the shard key must be (part of) the sorting key", shape.sorting_key.join(", ")));
             }
         }
-        Ok(ChangePlan { spec, rows })
+        let truncate_by = match spec.on_truncate {
+            OnTruncate::DeleteAll => Some(truncate_by(&rows, columns)?),
+            _ => None,
+        };
+        Ok(ChangePlan {
+            spec,
+            rows,
+            truncate_by,
+            replicated: shape.replicated,
+        })
+    }
+}
+
+/// The column a truncate deletes by: the version of a replacing table,
+/// `_offset` of a collapsing one (which must have it).
+fn truncate_by(rows: &ChangeRows, columns: &[Column]) -> Result<String, String> {
+    if let ChangeRows::Replace { version, .. } = rows {
+        return Ok(version.clone());
+    }
+    let ok = columns.iter().any(|c| {
+        c.name == OFFSET_COLUMN
+            && c.default_kind.is_insertable()
+            && is_wide_integer(c.ty.strip_low_cardinality())
+    });
+    match ok {
+        true => Ok(OFFSET_COLUMN.to_owned()),
+        false => Err(format!("--on-truncate delete-all deletes the rows of the changes before a truncate by the Kafka offset spate fills in each row: a collapsing table needs an `{OFFSET_COLUMN} UInt64` column for it")),
     }
 }
 
@@ -631,5 +670,36 @@ mod tests {
         let e =
             ChangePlan::resolve(spec(OnDelete::Apply), &plain, &cols, (2, &[]), true).unwrap_err();
         assert!(e.contains("2 shards and no --shard-key"), "{e}");
+    }
+
+    #[test]
+    fn a_truncate_deletes_by_the_column_that_holds_the_offset() {
+        let delete_all = EnvelopeSpec {
+            on_truncate: OnTruncate::DeleteAll,
+            ..spec(OnDelete::Apply)
+        };
+        let cols = vec![
+            col("id", "UInt64"),
+            col("ver", "UInt64"),
+            col("is_deleted", "UInt8"),
+            col("sign", "Int8"),
+        ];
+        let replacing = TableShape::parse("ReplacingMergeTree(ver, is_deleted) ORDER BY id");
+        let p = ChangePlan::resolve(delete_all, &replacing, &cols, (1, &[]), false).unwrap();
+        assert_eq!(p.truncate_by.as_deref(), Some("ver"));
+        let p =
+            ChangePlan::resolve(spec(OnDelete::Apply), &replacing, &cols, (1, &[]), false).unwrap();
+        assert_eq!(p.truncate_by, None);
+        let collapsing = TableShape::parse("CollapsingMergeTree(sign) ORDER BY id");
+        let e = ChangePlan::resolve(delete_all, &collapsing, &cols, (1, &[]), true).unwrap_err();
+        assert!(e.contains("needs an `_offset UInt64` column"), "{e}");
+        let mut with_offset = cols.clone();
+        with_offset.push(col("_offset", "UInt64"));
+        let p = ChangePlan::resolve(delete_all, &collapsing, &with_offset, (1, &[]), true).unwrap();
+        assert_eq!(p.truncate_by.as_deref(), Some("_offset"));
+        assert!(!p.replicated);
+        let replicated =
+            TableShape::parse("ReplicatedCollapsingMergeTree('/t', 'r', sign) ORDER BY id");
+        assert!(replicated.replicated);
     }
 }

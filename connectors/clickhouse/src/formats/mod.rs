@@ -138,6 +138,13 @@ impl RowEncode for FormatEncoder {
         }
     }
 
+    fn barrier(&mut self, msg: &Message<'_>) -> Result<(), String> {
+        match self {
+            FormatEncoder::Change(e) => e.barrier(msg),
+            _ => Err("only a change stream acts at a barrier".into()),
+        }
+    }
+
     fn routes_by_key(&self) -> bool {
         match self {
             FormatEncoder::Json(e) => e.routes_by_key(),

@@ -88,9 +88,21 @@ impl SinkPool {
         let in_order = envelope
             .as_ref()
             .is_some_and(|p| matches!(p.rows, crate::envelope::ChangeRows::Collapse { .. }));
-        let factory = first_factory(spec, &reference.columns, envelope)?;
-        let mut template = insert_template(spec, seed);
         let shards = connect_shards(&discovery.topology, seed);
+        let truncator = envelope
+            .as_ref()
+            .filter(|p| p.truncate_by.is_some())
+            .map(|p| {
+                Arc::new(crate::envelope::Truncator::new(
+                    tokio::runtime::Handle::current(),
+                    shards.clone(),
+                    (&spec.table.db, &spec.table.table),
+                    p.replicated,
+                ))
+            });
+        let mut factory = first_factory(spec, &reference.columns, envelope)?;
+        factory.truncator = truncator;
+        let mut template = insert_template(spec, seed);
         // Exactly-once settings go into the template, so every schema
         // version the table goes through inserts with them.
         let intents = match spec.exactly_once {
@@ -452,6 +464,7 @@ fn first_factory(
         renames: spec.renames.clone(),
         format: spec.format.clone(),
         envelope,
+        truncator: None,
     };
     factory.build_format().map_err(|source| SinkError::Schema {
         table: spec.table.to_string(),

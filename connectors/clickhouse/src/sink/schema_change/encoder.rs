@@ -71,6 +71,10 @@ impl RowEncode for LiveRowEncoder {
         self.inner.takes_tombstones()
     }
 
+    fn barrier(&mut self, msg: &Message<'_>) -> Result<(), String> {
+        self.inner.barrier(msg)
+    }
+
     fn routes_by_key(&self) -> bool {
         self.inner.routes_by_key()
     }

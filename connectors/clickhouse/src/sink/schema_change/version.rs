@@ -235,6 +235,7 @@ pub(crate) fn test_version(id: u64, columns: Vec<Column>, server: &str, native: 
         renames: Vec::new(),
         format: crate::formats::FormatSpec::Json,
         envelope: None,
+        truncator: None,
     };
     let template = InsertQuery {
         db: "db".into(),

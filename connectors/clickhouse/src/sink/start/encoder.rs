@@ -23,6 +23,8 @@ pub struct EncoderFactory {
     pub(crate) format: FormatSpec,
     /// A change stream's plan (`--envelope`), resolved from the table.
     pub(crate) envelope: Option<crate::envelope::ChangePlan>,
+    /// `--on-truncate delete-all`: what deletes at a truncate.
+    pub(crate) truncator: Option<std::sync::Arc<crate::envelope::Truncator>>,
 }
 
 impl EncoderFactory {
@@ -37,7 +39,8 @@ impl EncoderFactory {
             };
             let rows = ChRowEncoder(self.row_encoder()?);
             let change =
-                crate::envelope::ChangeEncoder::new(plan.clone(), &self.columns, rows, avro);
+                crate::envelope::ChangeEncoder::new(plan.clone(), &self.columns, rows, avro)
+                    .with_truncator(self.truncator.clone());
             return Ok(FormatEncoder::Change(Box::new(change)));
         }
         if matches!(self.format, FormatSpec::Json) {
