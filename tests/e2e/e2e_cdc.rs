@@ -437,6 +437,45 @@ fn first_diff(have: &[String], want: &[String]) -> String {
     )
 }
 
+/// Produce `msgs` to `topic` in `shape`, keyed by `{"id": N}` and placed
+/// in partition `id % partitions` as Debezium keys a table's topic; Avro
+/// shapes through `registry`. The end offsets per partition.
+fn produce_stream(
+    svc: &Services,
+    (topic, partitions): (&str, i32),
+    msgs: &[&Event],
+    shape: Shape,
+    registry: Option<&TestRegistry>,
+) -> Vec<i64> {
+    let partition = |i: usize| (msgs[i].id() % partitions as u64) as i32;
+    match registry {
+        None => {
+            produce(&svc.brokers, topic, partitions, msgs.len(), |i| Msg {
+                partition: partition(i),
+                key: Some(format!(r#"{{"id":{}}}"#, msgs[i].id())),
+                payload: payload(msgs[i], shape),
+                timestamp_ms: None,
+            })
+            .counts
+        }
+        Some(r) => {
+            let value = if shape == Shape::Avro {
+                AVRO_ENVELOPE
+            } else {
+                AVRO_VALUE
+            };
+            let ids = (
+                r.register(&format!("{topic}-key"), "", AVRO_KEY),
+                r.register(&format!("{topic}-value"), "", value),
+            );
+            produce_records(&svc.brokers, topic, partitions, msgs.len(), |i| {
+                let (k, v) = avro(msgs[i], shape, ids);
+                (partition(i), k, v)
+            })
+        }
+    }
+}
+
 /// Steps 1-4 of the module docs for one shape.
 fn load_and_replay(svc: &Services, shape: Shape) {
     load_and_replay_with(svc, shape, false);
@@ -459,34 +498,8 @@ fn load_and_replay_with(svc: &Services, shape: Shape, truncate: bool) {
     let table = format!("{db}.users");
     create_table(&ch, svc, &table);
     create_topic(&svc.brokers, &topic, partitions);
-    let partition = |i: usize| (msgs[i].id() % partitions as u64) as i32;
     let registry = shape.avro().then(|| TestRegistry::start(None));
-    let ends = match &registry {
-        None => {
-            produce(&svc.brokers, &topic, partitions, msgs.len(), |i| Msg {
-                partition: partition(i),
-                key: Some(format!(r#"{{"id":{}}}"#, msgs[i].id())),
-                payload: payload(msgs[i], shape),
-                timestamp_ms: None,
-            })
-            .counts
-        }
-        Some(r) => {
-            let value = if shape == Shape::Avro {
-                AVRO_ENVELOPE
-            } else {
-                AVRO_VALUE
-            };
-            let ids = (
-                r.register(&format!("{topic}-key"), "", AVRO_KEY),
-                r.register(&format!("{topic}-value"), "", value),
-            );
-            produce_records(&svc.brokers, &topic, partitions, msgs.len(), |i| {
-                let (k, v) = avro(msgs[i], shape, ids);
-                (partition(i), k, v)
-            })
-        }
-    };
+    let ends = produce_stream(svc, (&topic, partitions), &msgs, shape, registry.as_ref());
     // An upsert writes a row per message (a tombstone: the key's delete
     // marker); Debezium a row per change event, none per tombstone.
     let rows_owed = (msgs.iter())
@@ -727,8 +740,9 @@ on_both_servers!(collapsing_tables_end_in_the_source_state_exactly_once);
 
 /// `--delivery exactly-once` into a `CollapsingMergeTree(sign)` and a
 /// `VersionedCollapsingMergeTree(sign, qty)` (`qty` only grows per key in
-/// the model, so it serves as the source's row version), merges stopped,
-/// with a `kill -9` a third of the way: the `FINAL` state is the source's,
+/// the model, so it serves as the source's row version), each with and
+/// without a truncate, in the three Debezium shapes between them; merges
+/// stopped (without a truncate), with a `kill -9` a third of the way: the `FINAL` state is the source's,
 /// and `sum(sign)` is 1 for every live key and 0 for every other one (a
 /// cancel or state row inserted twice, or a key's rows inserted out of
 /// order, would show). On 26.9 with a deduplication window; on 18.16 the
@@ -736,9 +750,14 @@ on_both_servers!(collapsing_tables_end_in_the_source_state_exactly_once);
 fn collapsing_tables_end_in_the_source_state_exactly_once(svc: Services) {
     let _timer = Timer::start("e2e_cdc collapsing");
     let _lock = ch_shared_lock();
-    for engine in ["CollapsingMergeTree", "VersionedCollapsingMergeTree"] {
-        collapsed(&svc, engine, false);
-        collapsed(&svc, engine, true);
+    // Each engine with and without a truncate, each shape at least once.
+    for (engine, shape, truncate) in [
+        ("CollapsingMergeTree", Shape::Envelope, false),
+        ("CollapsingMergeTree", Shape::Wrapped, true),
+        ("VersionedCollapsingMergeTree", Shape::Wrapped, false),
+        ("VersionedCollapsingMergeTree", Shape::Avro, true),
+    ] {
+        collapsed(&svc, engine, shape, truncate);
     }
 }
 
@@ -746,18 +765,19 @@ fn collapsing_tables_end_in_the_source_state_exactly_once(svc: Services) {
 /// topic of one partition, loaded with `--on-truncate delete-all` (which
 /// deletes by `_offset`); merges run, as the truncate's delete is a
 /// mutation.
-fn collapsed(svc: &Services, engine: &str, truncate: bool) {
+fn collapsed(svc: &Services, engine: &str, shape: Shape, truncate: bool) {
     let label = format!(
-        "{}{}",
+        "{}_{shape:?}{}",
         engine.to_lowercase(),
         if truncate { "_truncated" } else { "" }
-    );
+    )
+    .to_lowercase();
     let ch = Ch::connect(&svc.clickhouse_url);
     let (s, partitions) = match truncate {
         true => (stream_with(1500, Some(900)), 1),
         false => (stream(1500), PARTITIONS),
     };
-    let msgs = messages(&s, Shape::Envelope);
+    let msgs = messages(&s, shape);
     let db = ch.fresh_db("e2e_cdc_collapse");
     let table = format!("{db}.users");
     let args = match engine {
@@ -785,14 +805,9 @@ fn collapsed(svc: &Services, engine: &str, truncate: bool) {
     let topic = unique(&format!("t_cdc_{label}"));
     let group = unique(&format!("g_cdc_{label}"));
     create_topic(&svc.brokers, &topic, partitions);
-    let ends = produce(&svc.brokers, &topic, partitions, msgs.len(), |i| Msg {
-        partition: (msgs[i].id() % partitions as u64) as i32,
-        key: Some(format!(r#"{{"id":{}}}"#, msgs[i].id())),
-        payload: payload(msgs[i], Shape::Envelope),
-        timestamp_ms: None,
-    })
-    .counts;
-    let mut args = cdc_args(svc, &topic, &group, &table, Shape::Envelope, None);
+    let registry = shape.avro().then(|| TestRegistry::start(None));
+    let ends = produce_stream(svc, (&topic, partitions), &msgs, shape, registry.as_ref());
+    let mut args = cdc_args(svc, &topic, &group, &table, shape, registry.as_ref());
     // More than one insert per shard would let a key's later rows land
     // first; spate keeps one for collapsing tables whatever this says.
     args.extend(["--delivery", "exactly-once", "--insert-workers", "4"].map(String::from));
@@ -810,7 +825,7 @@ fn collapsed(svc: &Services, engine: &str, truncate: bool) {
         }
     }
     mutations_done(&ch, &db);
-    let want = expected(&s, Shape::Envelope);
+    let want = expected(&s, shape);
     let have: Vec<String> = ch
         .text(
             &format!("SELECT id, name, qty, _source_lsn, _op FROM {table} FINAL ORDER BY id"),
