@@ -38,6 +38,10 @@ struct Inner {
     pending: AtomicI64,
     ceiling: i64,
     closed: AtomicBool,
+    /// The controller is about to stop the lane (revoked, lost, retired):
+    /// a wait inside a poll of it gives up, so the poll ends and the stop
+    /// goes through.
+    stopping: AtomicBool,
     /// Held for the whole of each poll of the lane, and by `close`.
     tenure: Mutex<()>,
 }
@@ -64,6 +68,7 @@ impl PendingGate {
                 pending: AtomicI64::new(0),
                 ceiling: ceiling.max(1),
                 closed: AtomicBool::new(false),
+                stopping: AtomicBool::new(false),
                 tenure: Mutex::new(()),
             }),
         }
@@ -90,6 +95,19 @@ impl PendingGate {
     #[must_use]
     pub fn pending(&self) -> i64 {
         self.inner.pending.load(Ordering::Acquire)
+    }
+
+    /// The lane is about to be stopped: set by the controller before it
+    /// tells the driver, which may be waiting inside a poll of the lane.
+    pub fn stop_requested(&self) {
+        self.inner.stopping.store(true, Ordering::Release);
+    }
+
+    /// Whether [`stop_requested`](Self::stop_requested) was called, or the
+    /// gate is closed.
+    #[must_use]
+    pub fn is_stopping(&self) -> bool {
+        self.inner.stopping.load(Ordering::Acquire) || self.is_closed()
     }
 
     /// Close the gate for good (revocation, shutdown), waiting for a poll

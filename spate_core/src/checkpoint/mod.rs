@@ -233,6 +233,14 @@ impl Checkpointer {
         })
     }
 
+    /// The controller is about to stop `lanes`: a wait inside a poll of
+    /// one of them gives up ([`PendingGate::stop_requested`]).
+    pub fn stopping(&self, lanes: &[LaneId]) {
+        for t in lanes.iter().filter_map(|l| self.lanes.get(l)) {
+            t.gate.stop_requested();
+        }
+    }
+
     /// Rows dispatched and not acknowledged, over the given lanes.
     #[must_use]
     pub fn pending_rows(&self, lanes: &[LaneId]) -> i64 {

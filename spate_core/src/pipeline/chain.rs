@@ -312,8 +312,12 @@ impl<E: RowEncode> EncodeChain<E> {
         let deadline = Instant::now() + BARRIER_WAIT;
         tracing::info!(position = %MessagePosition::of(msg), reason, pending = gate.pending(), "waiting for the rows before it to be acknowledged");
         while gate.pending() > 0 {
-            if gate.is_closed() {
-                // Revoked: the partition's next owner reads it again.
+            if gate.is_stopping() {
+                // Revoked (or lost, or retired): the message stays
+                // uncovered, so the watermark stops before it and the
+                // partition's next owner reads it again. Ending the wait
+                // ends the poll, so the stop goes through.
+                tracing::info!(position = %MessagePosition::of(msg), "the lane is being stopped: its next owner applies this {reason}");
                 return Ok(());
             }
             if Instant::now() >= deadline {
@@ -454,7 +458,9 @@ impl<E: RowEncode> Chain for EncodeChain<E> {
 }
 
 /// How long a [`Encoded::Barrier`] waits for the rows read before it.
-const BARRIER_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+/// Below the default `--stall-timeout` (60 s): the driver sends no
+/// heartbeat while it waits.
+const BARRIER_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Why a message of several rows stops an at-least-once chain (the sink
 /// refuses such a pipeline at start; this is the backstop).

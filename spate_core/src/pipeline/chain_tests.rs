@@ -647,3 +647,37 @@ fn a_barrier_acts_after_the_rows_before_it_are_acknowledged() {
         );
     }
 }
+
+/// A barrier waiting for acknowledgements that will not come gives up as
+/// soon as the controller says the lane is stopping (a revocation, a
+/// shutdown): the poll ends, nothing was done, and the message is not
+/// covered, so its lane's next owner reads it again.
+#[test]
+fn a_barrier_gives_up_when_its_lane_is_stopping() {
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (ctx, _rx) = ctx(1, 1000);
+    let mut chain = EncodeChain::new(Acts { log: log.clone() }, &ctx);
+    let mut cp = crate::checkpoint::Checkpointer::new();
+    let gate = cp.add_lane(LaneId(1), PartitionId::new("t", 0), 1000);
+    let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), Some(gate.clone()));
+    push(&mut chain, slot, 0, b"a").unwrap();
+    let stopper = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        cp.stopping(&[LaneId(1)]);
+        cp
+    });
+    let started = Instant::now();
+    push(&mut chain, slot, 1, b"T").unwrap();
+    let waited = started.elapsed();
+    let cp = stopper.join().unwrap();
+    assert!(
+        waited >= Duration::from_millis(150) && waited < Duration::from_secs(5),
+        "waited {waited:?}"
+    );
+    assert!(
+        log.lock().unwrap().is_empty(),
+        "acted: {:?}",
+        log.lock().unwrap()
+    );
+    assert_eq!(cp.watermark(LaneId(1)), None, "nothing acknowledged");
+}

@@ -283,6 +283,10 @@ impl<S: Source> Controller<S> {
             .store(true, Ordering::Release);
         let deadline = self.core.clock.now() + self.core.config.shutdown_timeout;
         self.core.stop_by = Some(deadline);
+        // A driver waiting inside a poll (a truncate's barrier) gives up,
+        // so it reads the shutdown.
+        let all: Vec<LaneId> = self.core.home.keys().copied().collect();
+        self.core.checkpointer.stopping(&all);
         let barrier = DrainBarrier::new(self.core.drivers.len());
         for tx in &self.core.drivers {
             let _ = tx.send(ThreadControl::Shutdown {
@@ -401,6 +405,7 @@ impl<L: Lane> Core<L> {
                 }
             }
             SourceEvent::LanesRetired(lanes) => {
+                self.checkpointer.stopping(&lanes);
                 for (driver, ids) in self.group_by_driver(&lanes) {
                     let _ = self.drivers[driver].send(ThreadControl::DropLanes { lanes: ids });
                 }
@@ -416,6 +421,7 @@ impl<L: Lane> Core<L> {
                 self.metrics.rebalances.with_label_values(&["lost"]).inc();
                 tracing::warn!(?lanes, "partitions lost without revocation; their unacknowledged rows replay on the new owner");
                 let deadline = self.clock.now();
+                self.checkpointer.stopping(&lanes);
                 for (driver, ids) in self.group_by_driver(&lanes) {
                     let barrier = DrainBarrier::new(ids.len());
                     let _ = self.drivers[driver].send(ThreadControl::StopLanes {
@@ -709,6 +715,7 @@ impl<L: Lane> Revoker for Core<L> {
         let by_driver = self.group_by_driver(lanes);
         let expected: usize = by_driver.values().map(Vec::len).sum();
         let barrier = DrainBarrier::new(expected);
+        self.checkpointer.stopping(lanes);
         for (driver, ids) in by_driver {
             let _ = self.drivers[driver].send(ThreadControl::StopLanes {
                 lanes: ids,

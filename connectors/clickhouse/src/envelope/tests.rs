@@ -322,3 +322,48 @@ fn collapsing_changes_cancel_the_previous_row_then_write_the_new_one() {
         (Encoded::Nothing { reason: "delete" }, vec![])
     );
 }
+
+/// Routed by a shard key, a collapsing change's rows go where the key's
+/// single rows go, however the other columns change (the hash is of the
+/// last row, and both rows hash alike); an update that changes the shard
+/// key is refused, as its two rows belong on two shards.
+#[test]
+fn collapsing_rows_route_by_their_own_key() {
+    let cols = vec![
+        col("name", "String"),
+        col("id", "UInt64"),
+        col("sign", "Int8"),
+    ];
+    let spec = EnvelopeSpec {
+        kind: EnvelopeKind::Debezium,
+        on_delete: OnDelete::Apply,
+        on_truncate: OnTruncate::Fail,
+    };
+    let shape = TableShape::parse("CollapsingMergeTree(sign) ORDER BY id");
+    let plan = ChangePlan::resolve(spec, &shape, &cols, (2, &["id".into()]), true).unwrap();
+    let mut inner = RowEncoder::new(&cols, EncoderOptions::default()).unwrap();
+    inner.set_shard_key(&["id".to_owned()]).unwrap();
+    let mut e = ChangeEncoder::new(plan, &cols, ChRowEncoder(inner), None);
+    let hash = |e: &mut ChangeEncoder, text: &[u8]| {
+        let mut out = Vec::new();
+        e.encode(&msg(1, None, Some(text)), &mut out)
+            .map(|_| e.route_hash(&out))
+    };
+    let create = hash(&mut e, br#"{"after":{"id":7,"name":"a"},"op":"c"}"#).unwrap();
+    assert!(create.is_some());
+    let update = hash(
+        &mut e,
+        br#"{"before":{"id":7,"name":"a"},"after":{"id":7,"name":"abcdef"},"op":"u"}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        update, create,
+        "the update's rows go where the key's rows go"
+    );
+    let err = hash(
+        &mut e,
+        br#"{"before":{"id":7,"name":"a"},"after":{"id":8,"name":"a"},"op":"u"}"#,
+    )
+    .unwrap_err();
+    assert!(err.reason.contains("changes the shard key"), "{err:?}");
+}

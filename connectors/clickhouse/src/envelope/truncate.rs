@@ -24,8 +24,10 @@ use crate::sink::insert::shard::Shard;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Attempts per replica before the next one is tried.
-const ATTEMPTS: u32 = 3;
+/// Attempts per replica before the next one is tried (the chain's wait
+/// and these stay under the default `--stall-timeout` when the server
+/// answers).
+const ATTEMPTS: u32 = 2;
 
 /// Issues a truncate's delete on every shard of the table.
 pub struct Truncator {
