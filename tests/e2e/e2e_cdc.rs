@@ -520,6 +520,25 @@ fn load_and_replay_with(svc: &Services, shape: Shape, truncate: bool) {
         svc.server.label(),
         first_diff(&have, &want)
     );
+    if !shape.upsert() {
+        // A PostgreSQL change's version is its lsn (an upsert's, its offset).
+        let live = if svc.is_modern() {
+            ""
+        } else {
+            " WHERE _deleted = 0"
+        };
+        let versions = ch.text(
+            &format!("SELECT id, ver FROM {table} FINAL{live} ORDER BY id"),
+            "TabSeparated",
+        );
+        let lsns: String = (s.state.iter())
+            .map(|(id, (_, lsn, _))| format!("{id}\t{lsn}\n"))
+            .collect();
+        assert!(
+            versions == lsns,
+            "{label}: the versions are not the lsns:\n{versions}"
+        );
+    }
 
     // Every change again, over the loaded table: the same versions, so the
     // current state does not move.
@@ -1204,7 +1223,7 @@ fn check_reports_each_operation_and_its_row() {
     };
     assert!(
         stdout.contains("OK: debezium changes into")
-            && stdout.contains("`ver` = the Kafka offset, deletes marked by `is_deleted` = 1"),
+            && stdout.contains("`ver` = its log position (PostgreSQL lsn, MySQL binlog) or Kafka offset, deletes marked by `is_deleted` = 1"),
         "{stdout}"
     );
     for (label, n) in [
@@ -1225,7 +1244,7 @@ fn check_reports_each_operation_and_its_row() {
     }
     // The first snapshot read's row, exactly.
     assert!(
-        stdout.contains(r#"{"id":0,"name":"user 0","qty":0,"ver":0,"is_deleted":0,"_op":"r","_source_table":"users","_source_lsn":1008}"#),
+        stdout.contains(r#"{"id":0,"name":"user 0","qty":0,"ver":1008,"is_deleted":0,"_op":"r","_source_table":"users","_source_lsn":1008}"#),
         "{stdout}"
     );
 

@@ -200,6 +200,86 @@ pub(crate) fn parse(payload: &[u8]) -> Result<Option<Change<'_>>, RowError> {
     }))
 }
 
+/// A JSON number member as `u64` (`None`: null, not a whole number).
+fn whole(raw: &[u8]) -> Option<u64> {
+    std::str::from_utf8(raw).ok()?.parse().ok()
+}
+
+/// The position in the source's log that orders a change, where the
+/// connector has one: PostgreSQL's `source.lsn`; MySQL's binlog file and
+/// position, `index << 32 | pos` (`mysql-bin.000042` is index 42, a
+/// position is below 2^32); a flattened event's `__lsn` or
+/// `__source_lsn`. `Ok(None)`: the connector has no such position (SQL
+/// Server, Oracle, MongoDB, ...), or the event carries no `source`: the
+/// Kafka offset orders it. `Err`: a PostgreSQL or MySQL event without its
+/// position, which would otherwise get a version of another kind.
+pub(crate) fn position(shape: &Shape<'_>) -> Result<Option<i64>, RowError> {
+    let (connector, lsn, file, pos) = match *shape {
+        Shape::Envelope { source: None, .. } => return Ok(None),
+        Shape::Envelope {
+            source: Some(source),
+            ..
+        } => {
+            let mut found: [Option<&[u8]>; 4] = [None; 4];
+            // Validated with the whole message.
+            let _ = scan_document(source, |key, value| {
+                let at = match key.raw {
+                    b"connector" => 0,
+                    b"lsn" => 1,
+                    b"file" => 2,
+                    b"pos" => 3,
+                    _ => return Ok::<_, ()>(()),
+                };
+                found[at] = Some(value);
+                Ok(())
+            });
+            let [connector, lsn, file, pos] = found;
+            (connector, lsn, file, pos)
+        }
+        Shape::Flattened(row) => {
+            let mut lsn = None;
+            let _ = scan_document(row, |key, value| {
+                if matches!(key.raw, b"__lsn" | b"__source_lsn") {
+                    lsn = Some(value);
+                }
+                Ok::<_, ()>(())
+            });
+            return Ok(lsn.and_then(whole).and_then(|l| i64::try_from(l).ok()));
+        }
+    };
+    let too_big = |what: &[u8]| bad(what, "the source position does not fit in 63 bits");
+    match connector {
+        Some(b"\"postgresql\"") => {
+            let raw = lsn.unwrap_or(b"null");
+            let lsn = whole(raw).ok_or_else(|| {
+                bad(
+                    raw,
+                    "a PostgreSQL change without `source.lsn`: its version is the lsn",
+                )
+            })?;
+            Ok(Some(i64::try_from(lsn).map_err(|_| too_big(raw))?))
+        }
+        Some(b"\"mysql\"") => {
+            let (file, pos) = (file.unwrap_or(b"null"), pos.unwrap_or(b"null"));
+            let index = std::str::from_utf8(file)
+                .ok()
+                .and_then(|f| f.trim_matches('"').rsplit('.').next()?.parse::<u64>().ok());
+            let (Some(index), Some(pos)) = (index, whole(pos).filter(|&p| p < 1 << 32)) else {
+                return Err(bad(
+                    file,
+                    "a MySQL change without `source.file` (name.NNNNNN) and `source.pos`: its version is the binlog position",
+                ));
+            };
+            let v = index.checked_mul(1 << 32).map(|i| i | pos);
+            Ok(Some(
+                v.and_then(|v| i64::try_from(v).ok())
+                    .ok_or_else(|| too_big(file))?,
+            ))
+        }
+        _ => Ok(None),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -248,6 +328,36 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(t.op, Op::Truncate);
+    }
+
+    #[test]
+    fn postgresql_and_mysql_changes_are_ordered_by_their_log_position() {
+        let at = |text: &[u8]| position(&parse(text).unwrap().unwrap().shape);
+        assert_eq!(
+            at(br#"{"after":{"id":1},"source":{"connector":"postgresql","lsn":24023128},"op":"c"}"#)
+                .unwrap(),
+            Some(24_023_128)
+        );
+        assert_eq!(
+            at(br#"{"after":{"id":1},"source":{"connector":"mysql","file":"mysql-bin.000003","pos":154,"row":0},"op":"c"}"#)
+                .unwrap(),
+            Some((3 << 32) | 154)
+        );
+        // Another connector, or no source: the offset orders it.
+        assert_eq!(
+            at(br#"{"after":{"id":1},"source":{"connector":"sqlserver","change_lsn":"00000027:00000758:0003"},"op":"c"}"#)
+                .unwrap(),
+            None
+        );
+        assert_eq!(at(br#"{"after":{"id":1},"op":"c"}"#).unwrap(), None);
+        assert_eq!(at(br#"{"id":1,"__op":"u","__lsn":77}"#).unwrap(), Some(77));
+        assert_eq!(at(br#"{"id":1,"__op":"u"}"#).unwrap(), None);
+        let e =
+            at(br#"{"after":{"id":1},"source":{"connector":"postgresql"},"op":"c"}"#).unwrap_err();
+        assert!(e.reason.contains("without `source.lsn`"), "{e}");
+        let e = at(br#"{"after":{"id":1},"source":{"connector":"mysql","pos":4},"op":"c"}"#)
+            .unwrap_err();
+        assert!(e.reason.contains("without `source.file`"), "{e}");
     }
 
     #[test]

@@ -12,7 +12,7 @@
 //!
 //! A change becomes one row of a `ReplacingMergeTree(ver[, is_deleted])`:
 //! the row image (`after`; for a delete, the `before` image or the key),
-//! `ver` = the message's Kafka offset, the deleted column = 1 for a delete,
+//! `ver` = the change's version, the deleted column = 1 for a delete,
 //! `_op` and `_source_<field>` columns from the event. Into a
 //! `[Versioned]CollapsingMergeTree` (exactly-once only) an update becomes
 //! two rows, the `before` image with `sign` = -1 (cancelling the row the
@@ -21,11 +21,12 @@
 //! document is then encoded by the JSON [`RowEncoder`](crate::RowEncoder)
 //! like any message, so every column rule of docs/rows.md holds.
 //!
-//! Why the offset is the version: Debezium keys a table's topic by the
-//! primary key, so every change of a key is in one partition, in order,
-//! and a later change has a higher offset; a replayed message has the same
-//! offset, so a replay inserts the same version again and the current
-//! state does not move (docs/cdc.md).
+//! The version is the change's position in the source's log where the
+//! connector has an ordered one (PostgreSQL's lsn, MySQL's binlog file and
+//! position: [`debezium::position`]), else its Kafka offset: Debezium keys
+//! a table's topic by the primary key, so every change of a key is in one
+//! partition, in order. A replayed message has the same version, so a
+//! replay does not move the current state (docs/cdc.md).
 //!
 //! [`ChangeEncoder`] is owned by one driver thread, like every encoder;
 //! built per schema version by the sink's `EncoderFactory`.
@@ -111,7 +112,7 @@ pub struct EnvelopeSpec {
 /// The column keys a change fills, as JSON text, for one schema version.
 #[derive(Debug)]
 struct Filled {
-    /// Replacing: the version column, filled with the offset.
+    /// Replacing: the version column.
     version: Option<Vec<u8>>,
     deleted: Option<Vec<u8>>,
     /// Collapsing: the sign column.
@@ -175,6 +176,9 @@ pub struct ChangeEncoder {
     /// `--on-truncate delete-all`: issues a truncate's delete (`None` in
     /// `spate check`, which never acts).
     truncator: Option<std::sync::Arc<Truncator>>,
+    /// The version of the change being written (`fill`): its source
+    /// position, else its Kafka offset ([`debezium::position`]).
+    version: i64,
     /// Where the last message's last row starts in what it appended: a
     /// collapsing change appends two rows, and its shard is the last's.
     last_at: usize,
@@ -211,6 +215,7 @@ impl ChangeEncoder {
             value_text: Vec::new(),
             key_text: Vec::new(),
             truncator: None,
+            version: 0,
             last_at: 0,
             last: "",
             last_row: false,
@@ -283,10 +288,10 @@ impl ChangeEncoder {
     }
 
     /// The columns spate fills beyond the image, after it.
-    fn fill(&mut self, msg: &Message<'_>, op: Op) {
+    fn fill(&mut self, op: Op) {
         let deleted = op == Op::Delete;
         if let Some(key) = &self.filled.version {
-            self.doc.int_member(key, msg.offset);
+            self.doc.int_member(key, self.version);
         }
         if let Some(key) = &self.filled.deleted {
             self.doc.int_member(key, i64::from(deleted));
@@ -353,6 +358,9 @@ impl ChangeEncoder {
             });
         };
         self.last = change.op.label();
+        self.version = debezium::position(&change.shape)
+            .map_err(failure)?
+            .unwrap_or(msg.offset);
         match change.op {
             Op::Truncate => {
                 return Ok(match self.plan.spec.on_truncate {
@@ -378,7 +386,7 @@ impl ChangeEncoder {
         match change.shape {
             Shape::Envelope { image, source, .. } => {
                 self.doc.members_of(image.unwrap_or(b"{}"));
-                self.fill(msg, change.op);
+                self.fill(change.op);
                 if let Some(source) = source {
                     self.fill_source(source);
                 }
@@ -386,7 +394,7 @@ impl ChangeEncoder {
             Shape::Flattened(row) => {
                 // Validated by the parse.
                 let _ = self.doc.members_without_added(row);
-                self.fill(msg, change.op);
+                self.fill(change.op);
                 self.fill_flattened(row);
             }
         }
@@ -433,7 +441,7 @@ impl ChangeEncoder {
             match change.shape {
                 Shape::Envelope { source, .. } => {
                     self.doc.members_of(image);
-                    self.fill(msg, op);
+                    self.fill(op);
                     if let Some(source) = source {
                         self.fill_source(source);
                     }
@@ -441,7 +449,7 @@ impl ChangeEncoder {
                 Shape::Flattened(row) => {
                     // Validated by the parse.
                     let _ = self.doc.members_without_added(row);
-                    self.fill(msg, op);
+                    self.fill(op);
                     self.fill_flattened(row);
                 }
             }
@@ -503,13 +511,14 @@ impl ChangeEncoder {
         if op == Op::Delete && !self.filled.deletes {
             return Ok(Encoded::Nothing { reason: "delete" });
         }
+        self.version = msg.offset;
         self.doc.start();
         if let Some(value) = value {
             self.doc.members_of(value);
         }
         // The key's fields last: they are the row's identity.
         self.doc.members_of(key);
-        self.fill(msg, op);
+        self.fill(op);
         self.row(msg, out)
     }
 }
@@ -535,7 +544,13 @@ impl RowEncode for ChangeEncoder {
         if msg.partition != 0 {
             return Err(format!("--on-truncate delete-all takes a topic of one partition, and this truncate is in partition {}: partitions were added since the start. Offsets of two partitions do not compare, so the rows before it cannot be told apart; use --on-truncate skip and truncate the table yourself", msg.partition));
         }
-        truncator.delete_below(column, msg.offset)
+        // The version of a replacing table (the truncate's own, of the
+        // same kind as the rows'), a collapsing table's `_offset`.
+        let below = match self.plan.rows {
+            ChangeRows::Replace { .. } => self.version,
+            ChangeRows::Collapse { .. } => msg.offset,
+        };
+        truncator.delete_below(column, below)
     }
 
     fn routes_by_key(&self) -> bool {

@@ -211,9 +211,9 @@ pub struct ChangePlan {
     pub spec: EnvelopeSpec,
     /// The rows a change makes.
     pub rows: ChangeRows,
-    /// `--on-truncate delete-all`: the column holding each change's Kafka
-    /// offset, by which a truncate deletes the rows of the changes before
-    /// it (the version, or a collapsing table's `_offset`).
+    /// `--on-truncate delete-all`: the column by which a truncate deletes
+    /// the rows of the changes before it: the version (compared with the
+    /// truncate's own), or a collapsing table's `_offset`.
     pub truncate_by: Option<String>,
     /// The table's engine is `Replicated` (a mutation on one replica of a
     /// shard reaches the others).
@@ -229,7 +229,8 @@ pub enum ChangeRows {
     /// A `ReplacingMergeTree`: one row per change, the last version of a
     /// key winning.
     Replace {
-        /// Filled with the change's version (the Kafka offset).
+        /// Filled with the change's version: its position in the source's
+        /// log where the connector has one, else its Kafka offset.
         version: String,
         /// Filled with 1 for a delete, 0 otherwise: the engine's
         /// `is_deleted`, else a column named [`DELETED_COLUMN`]; `None`
@@ -256,7 +257,7 @@ impl ChangeRows {
     pub fn describe(&self) -> String {
         match self {
             ChangeRows::Replace { version, deleted } => format!(
-                "a row per change, `{version}` = the Kafka offset, deletes {}",
+                "a row per change, `{version}` = its log position (PostgreSQL lsn, MySQL binlog) or Kafka offset, deletes {}",
                 deleted
                     .as_deref()
                     .map_or("skipped".to_owned(), |d| format!("marked by `{d}` = 1"))
@@ -373,7 +374,7 @@ fn replacing(
         .ok_or_else(|| format!("the version column `{version}` is not a column of the table"))?;
     if !is_wide_integer(ver.ty.strip_low_cardinality()) || !ver.default_kind.is_insertable() {
         return Err(format!(
-            "the version column `{version}` is {}: spate fills it with the message's Kafka offset, so it must be an insertable UInt64 (or another integer of 64 bits or more)",
+            "the version column `{version}` is {}: spate fills it with the change's position in the source's log or its Kafka offset, so it must be an insertable UInt64 (or another integer of 64 bits or more)",
             ver.ty
         ));
     }

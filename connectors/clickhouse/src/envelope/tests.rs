@@ -96,12 +96,22 @@ fn debezium_changes_become_rows_with_version_flag_op_and_source() {
             r#"{"id":1,"name":"a","ver":8,"is_deleted":1,"_op":"d","_source_lsn":100,"_source_table":"users"}"#
         )
     );
+    // A flattened event's `__lsn` is its version.
     let flat = br#"{"id":2,"name":"b","__op":"u","__lsn":101,"__source_table":"users","__deleted":"false"}"#;
     assert_eq!(
         encode(&mut e, &msg(9, None, Some(flat))).1,
         plain(
             &cols,
-            r#"{"id":2,"name":"b","ver":9,"is_deleted":0,"_op":"u","_source_lsn":101,"_source_table":"users"}"#
+            r#"{"id":2,"name":"b","ver":101,"is_deleted":0,"_op":"u","_source_lsn":101,"_source_table":"users"}"#
+        )
+    );
+    // A PostgreSQL event's lsn is its version.
+    let pg = br#"{"before":null,"after":{"id":4,"name":"d"},"source":{"connector":"postgresql","lsn":5000},"op":"c"}"#;
+    assert_eq!(
+        encode(&mut e, &msg(12, None, Some(pg))).1,
+        plain(
+            &cols,
+            r#"{"id":4,"name":"d","ver":5000,"is_deleted":0,"_op":"c","_source_lsn":5000}"#
         )
     );
     let flat_delete = br#"{"id":2,"name":"b","__deleted":"true"}"#;
