@@ -74,6 +74,13 @@ fn path(p: &Option<std::path::PathBuf>) -> Entry {
     })
 }
 
+/// An enum setting as its flag spells it (`delete-all`).
+fn flag_value(v: &impl clap::ValueEnum) -> String {
+    v.to_possible_value()
+        .map(|v| v.get_name().to_owned())
+        .unwrap_or_default()
+}
+
 fn opt(v: Option<String>) -> Entry {
     v.map_or(Entry::Unset, |v| Entry::Set(quoted(&v)))
 }
@@ -147,10 +154,7 @@ fn process_settings(out: &mut String, a: &RunArgs, p: &Process) {
         ("probe_interval", set(duration(p.probe_interval))),
         ("stats_interval", set(duration(p.stats_interval))),
         ("stall_timeout", set(duration(p.stall_timeout))),
-        (
-            "log_format",
-            set(quoted(&format!("{:?}", a.log_format).to_lowercase())),
-        ),
+        ("log_format", set(quoted(&flag_value(&a.log_format)))),
         ("log_level", set(quoted(&a.log_level))),
         (
             "kafka_password_file",
@@ -285,24 +289,10 @@ fn masked_url(u: &str) -> String {
 fn format_settings(out: &mut String, p: &RunArgs) {
     let tls = &p.registry_files.files;
     let fields = vec![
-        (
-            "format",
-            set(quoted(&format!("{:?}", p.format).to_lowercase())),
-        ),
-        (
-            "envelope",
-            set(quoted(&format!("{:?}", p.envelope).to_lowercase())),
-        ),
-        (
-            "on_delete",
-            opt(p.on_delete.map(|d| format!("{d:?}").to_lowercase())),
-        ),
-        (
-            "on_truncate",
-            opt(p.on_truncate.and_then(|t| {
-                clap::ValueEnum::to_possible_value(&t).map(|v| v.get_name().to_owned())
-            })),
-        ),
+        ("format", set(quoted(&flag_value(&p.format)))),
+        ("envelope", set(quoted(&flag_value(&p.envelope)))),
+        ("on_delete", opt(p.on_delete.as_ref().map(flag_value))),
+        ("on_truncate", opt(p.on_truncate.as_ref().map(flag_value))),
         ("raw_column", opt(p.raw_column.clone())),
         ("csv_columns", list(&p.csv_columns)),
         ("csv_delimiter", set(quoted(&p.csv_delimiter.to_string()))),

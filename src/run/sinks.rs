@@ -91,10 +91,10 @@ fn topics_feeding(
 }
 
 /// `--on-truncate delete-all` deletes the rows of the changes before a
-/// truncate by their Kafka offset: offsets of one partition only compare,
-/// and Debezium gives a truncate no order against the changes in other
-/// partitions. Refused (exit 2) unless the pipeline reads one topic of
-/// one partition; a metadata failure refuses too (it cannot be checked).
+/// truncate once the rows of its partition are in; Debezium gives a
+/// truncate no order against the changes in other partitions. Refused
+/// (exit 2) unless the pipeline reads one topic of one partition; a
+/// metadata failure refuses too (it cannot be checked).
 fn one_partition_for_truncates(a: &RunArgs, v: &Validated) -> Result<(), Exit> {
     if a.on_truncate != Some(crate::cli::OnTruncate::DeleteAll) {
         return Ok(());
@@ -107,7 +107,7 @@ fn one_partition_for_truncates(a: &RunArgs, v: &Validated) -> Result<(), Exit> {
             n => format!("{n} partitions"),
         };
         return Err(Exit::usage(format!(
-            "--on-truncate delete-all needs one topic of one partition ({} has {has}): a truncate deletes the rows of the changes before it by their offsets, which only compare within a partition, and Debezium gives a truncate no order against the changes in other partitions",
+            "--on-truncate delete-all needs one topic of one partition ({} has {has}): spate applies a truncate once the rows of its partition are in, and Debezium gives a truncate no order against the changes in other partitions",
             a.topics.join(", ")
         )));
     }

@@ -590,20 +590,37 @@ fn killed_after_the_truncate_and_finished(
     let ch = Ch::connect(&svc.clickhouse_url);
     let mut held = args.to_vec();
     held.extend(["--commit-interval", "1h"].map(String::from));
-    let mut running = spawn(&format!("cdc-{label}-killed"), &held);
+    let what = "the truncate's delete issued and later rows in";
+    killed_when(label, (&held, args), what, |running| {
+        let issued = (running.stderr_so_far())
+            .contains("truncate: the rows of the changes before it are being deleted");
+        let later = ch.u64(&format!("SELECT count() FROM {table} WHERE _offset > {at}"));
+        (issued && later > 0)
+            .then_some(())
+            .ok_or(format!("delete issued: {issued}, {later} later rows"))
+    });
+}
+
+/// Run spate with `first` until `ready` says so (within a minute), `kill
+/// -9` it, then finish with `args` and `--until-end`: exit 0.
+fn killed_when<T>(
+    label: &str,
+    (first, args): (&[String], &[String]),
+    what: &str,
+    mut ready: impl FnMut(&Running) -> Result<T, String>,
+) {
+    let mut running = spawn(&format!("cdc-{label}-killed"), first);
     wait_for(
-        "the truncate's delete issued and later rows in",
+        what,
         Duration::from_secs(60),
         Duration::from_millis(50),
         || {
-            let log = running.stderr_so_far();
-            assert!(!running.has_exited(), "spate exited early:\n{log}");
-            let issued =
-                log.contains("truncate: the rows of the changes before it are being deleted");
-            let later = ch.u64(&format!("SELECT count() FROM {table} WHERE _offset > {at}"));
-            (issued && later > 0)
-                .then_some(())
-                .ok_or(format!("delete issued: {issued}, {later} later rows"))
+            assert!(
+                !running.has_exited(),
+                "spate exited early:\n{}",
+                running.stderr_so_far()
+            );
+            ready(&running)
         },
     );
     running.kill9();
@@ -645,20 +662,14 @@ fn killed_and_finished(
     (topic, group): (&str, &str),
     ends: &[i64],
 ) -> Vec<Option<i64>> {
-    let mut running = spawn(&format!("cdc-{label}-killed"), args);
     // Row counts say nothing here (merges replace rows), so the kill comes
     // after a third of the messages is committed.
     let total: i64 = ends.iter().sum();
-    wait_for(
+    killed_when(
+        label,
+        (args, args),
         "a third of the changes committed",
-        Duration::from_secs(60),
-        Duration::from_millis(50),
-        || {
-            assert!(
-                !running.has_exited(),
-                "spate exited early:\n{}",
-                running.stderr_so_far()
-            );
+        |_| {
             let done: i64 = committed(&svc.brokers, group, topic, ends.len() as i32)
                 .iter()
                 .map(|c| c.unwrap_or(0))
@@ -668,15 +679,6 @@ fn killed_and_finished(
                 .ok_or(format!("{done} of {total}"))
         },
     );
-    running.kill9();
-    let mut rest = args.to_vec();
-    rest.push("--until-end".into());
-    run(
-        &format!("cdc-{label}-rest"),
-        &rest,
-        Duration::from_secs(120),
-    )
-    .assert_code(0);
     let ends: Vec<Option<i64>> = ends.iter().map(|&c| Some(c)).collect();
     assert_eq!(
         committed(&svc.brokers, group, topic, ends.len() as i32),

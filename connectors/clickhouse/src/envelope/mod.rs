@@ -358,35 +358,57 @@ impl ChangeEncoder {
             });
         };
         self.last = change.op.label();
-        self.version = debezium::position(&change.shape)
-            .map_err(failure)?
-            .unwrap_or(msg.offset);
         match change.op {
             Op::Truncate => {
                 return Ok(match self.plan.spec.on_truncate {
                     OnTruncate::Fail => Encoded::Stop {
-                        reason: "a Debezium truncate (op \"t\"): spate cannot empty the table in order with the inserts; with --on-truncate skip it goes on and the truncated rows stay",
+                        reason: "a Debezium truncate (op \"t\"): with --on-truncate delete-all spate deletes the rows of the changes before it, with --on-truncate skip it goes on and the truncated rows stay",
                     },
                     OnTruncate::Skip => Encoded::Nothing { reason: "truncate" },
-                    OnTruncate::DeleteAll => Encoded::Barrier {
-                        reason: "truncate_applied",
-                    },
-                })
+                    OnTruncate::DeleteAll => {
+                        // The delete compares the rows' versions with its own.
+                        self.set_version(msg, &change.shape)?;
+                        Encoded::Barrier {
+                            reason: "truncate_applied",
+                        }
+                    }
+                });
             }
             Op::Message => return Ok(Encoded::Nothing { reason: "message" }),
-            Op::Delete if !self.filled.deletes => {
-                return Ok(Encoded::Nothing { reason: "delete" })
-            }
+            Op::Delete if !self.filled.deletes => return Ok(Encoded::Nothing { reason: "delete" }),
             _ => {}
         }
         if self.filled.sign.is_some() {
             return self.collapse(msg, change, out);
         }
+        self.set_version(msg, &change.shape)?;
+        let image = match change.shape {
+            Shape::Envelope { image, .. } => image.unwrap_or(b"{}"),
+            Shape::Flattened(row) => row,
+        };
+        self.start_doc(change.shape, image, change.op);
+        self.row(msg, out)
+    }
+
+    /// The version of the change `msg` carries in `shape`, for `fill`: its
+    /// source position, else its offset ([`debezium::position`]). Only a
+    /// table that has a version column reads the position.
+    fn set_version(&mut self, msg: &Message<'_>, shape: &Shape<'_>) -> Result<(), EncodeFailure> {
+        self.version = match self.filled.version {
+            Some(_) => (debezium::position(shape).map_err(failure)?).unwrap_or(msg.offset),
+            None => msg.offset,
+        };
+        Ok(())
+    }
+
+    /// Start the row document of `image` (for a flattened event, the row
+    /// itself) with the filled columns and the source fields of `shape`.
+    fn start_doc(&mut self, shape: Shape<'_>, image: &[u8], op: Op) {
         self.doc.start();
-        match change.shape {
-            Shape::Envelope { image, source, .. } => {
-                self.doc.members_of(image.unwrap_or(b"{}"));
-                self.fill(change.op);
+        match shape {
+            Shape::Envelope { source, .. } => {
+                self.doc.members_of(image);
+                self.fill(op);
                 if let Some(source) = source {
                     self.fill_source(source);
                 }
@@ -394,11 +416,10 @@ impl ChangeEncoder {
             Shape::Flattened(row) => {
                 // Validated by the parse.
                 let _ = self.doc.members_without_added(row);
-                self.fill(change.op);
+                self.fill(op);
                 self.fill_flattened(row);
             }
         }
-        self.row(msg, out)
     }
 
     /// A change into a collapsing table: the cancel row of the key's
@@ -437,22 +458,7 @@ impl ChangeEncoder {
         let mut hashes = [None, None];
         for (image, sign) in [(cancel, -1), (state, 1)] {
             let Some(image) = image else { continue };
-            self.doc.start();
-            match change.shape {
-                Shape::Envelope { source, .. } => {
-                    self.doc.members_of(image);
-                    self.fill(op);
-                    if let Some(source) = source {
-                        self.fill_source(source);
-                    }
-                }
-                Shape::Flattened(row) => {
-                    // Validated by the parse.
-                    let _ = self.doc.members_without_added(row);
-                    self.fill(op);
-                    self.fill_flattened(row);
-                }
-            }
+            self.start_doc(change.shape, image, op);
             if let Some(key) = &self.filled.sign {
                 self.doc.int_member(key, sign);
             }
@@ -542,7 +548,7 @@ impl RowEncode for ChangeEncoder {
             );
         };
         if msg.partition != 0 {
-            return Err(format!("--on-truncate delete-all takes a topic of one partition, and this truncate is in partition {}: partitions were added since the start. Offsets of two partitions do not compare, so the rows before it cannot be told apart; use --on-truncate skip and truncate the table yourself", msg.partition));
+            return Err(format!("--on-truncate delete-all takes a topic of one partition, and this truncate is in partition {}: partitions were added since the start. spate waits for the rows of the truncate's partition only, and Debezium orders a truncate against no other partition; use --on-truncate skip and truncate the table yourself", msg.partition));
         }
         // The version of a replacing table (the truncate's own, of the
         // same kind as the rows'), a collapsing table's `_offset`.

@@ -220,6 +220,15 @@ pub struct ChangePlan {
     pub replicated: bool,
 }
 
+impl ChangePlan {
+    /// Whether changes cancel and rewrite rows of a collapsing table,
+    /// whose rows of a key must keep their order.
+    #[must_use]
+    pub fn collapses(&self) -> bool {
+        matches!(self.rows, ChangeRows::Collapse { .. })
+    }
+}
+
 /// The column spate fills with a message's Kafka offset (docs/rows.md).
 pub const OFFSET_COLUMN: &str = "_offset";
 

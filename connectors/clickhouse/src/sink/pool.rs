@@ -87,7 +87,7 @@ impl SinkPool {
         // order): one insert at a time per shard, in queue order.
         let in_order = envelope
             .as_ref()
-            .is_some_and(|p| matches!(p.rows, crate::envelope::ChangeRows::Collapse { .. }));
+            .is_some_and(crate::envelope::ChangePlan::collapses);
         let shards = connect_shards(&discovery.topology, seed);
         let truncator = envelope
             .as_ref()

@@ -119,14 +119,16 @@ impl WirePlan {
         let collapsing = factory
             .envelope
             .as_ref()
-            .is_some_and(|p| matches!(p.rows, crate::envelope::ChangeRows::Collapse { .. }));
+            .is_some_and(crate::envelope::ChangePlan::collapses);
         match flagged.native_layout() {
             // Rows missing different columns go in different blocks of one
             // insert, out of their order; a collapsing table keeps the
             // last row of a key, so its rows keep theirs.
             Some(_) if collapsing => {
                 tracing::warn!(
-                    "the table has DEFAULT columns and is a collapsing target: on this server                      (before 23.7) a missing key gets its type's zero value, so that rows keep                      their order within each insert"
+                    "the table has DEFAULT columns and is a collapsing target: on this server \
+                     (before 23.7) a missing key gets its type's zero value, so that rows keep \
+                     their order within each insert"
                 );
                 factory.options.with_defaults = false;
                 Ok(plan(factory, None, plain.format()))
