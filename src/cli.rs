@@ -161,7 +161,7 @@ pub enum LogFormat {
     Json,
 }
 
-#[derive(Debug, Args)]
+#[derive(Clone, Debug, Args)]
 pub struct RunArgs {
     /// TOML file with the settings of one or more pipelines (see
     /// docs/operations.md); flags and SPATE_* variables override it.
@@ -174,8 +174,10 @@ pub struct RunArgs {
     /// Kafka bootstrap brokers, HOST:PORT[,HOST:PORT...].
     #[arg(long, env = "SPATE_BROKERS")]
     pub brokers: String,
-    /// Topic to consume; repeat the flag to feed several topics into the
-    /// one table.
+    /// Topic to consume; repeat the flag for several. A topic beginning
+    /// with `^` is a regex: every topic it matches (anywhere in the name,
+    /// as librdkafka matches), including ones created while spate runs,
+    /// which are picked up within --topic-refresh.
     #[arg(
         long = "topic",
         env = "SPATE_TOPIC",
@@ -217,9 +219,33 @@ pub struct RunArgs {
     pub shard_key: Vec<String>,
     /// Target table, [DB.]TABLE (database `default` when omitted); with
     /// several shards, the local table on each. Its columns are read from
-    /// ClickHouse at start.
+    /// ClickHouse at start. `{topic}` in it stands for each message's
+    /// topic: one table per topic (docs/routing.md).
     #[arg(long, env = "SPATE_TABLE")]
     pub table: String,
+    /// The table of one topic, where --table's template does not give it;
+    /// repeat per topic (in SPATE_TABLE_MAP separate them with `,`).
+    #[arg(
+        long = "table-map",
+        env = "SPATE_TABLE_MAP",
+        value_name = "TOPIC=DB.TABLE",
+        value_delimiter = ','
+    )]
+    pub table_map: Vec<String>,
+    /// Write only tables whose `db.table` name this regex matches as a
+    /// whole; a message routed elsewhere is a bad message (--on-error).
+    #[arg(long, env = "SPATE_ALLOW_TABLES", value_name = "REGEX")]
+    pub allow_tables: Option<String>,
+    /// Create a routed table that does not exist as
+    /// `CREATE TABLE .. AS DB.TEMPLATE`, on every shard and replica.
+    /// Without it, the messages of a missing table are bad messages.
+    #[arg(long, env = "SPATE_CREATE_TABLE_LIKE", value_name = "DB.TEMPLATE")]
+    pub create_table_like: Option<String>,
+    /// How often topic patterns (`--topic ^...`) are matched against the
+    /// cluster's topics again; a change starts the pipelines again, drained
+    /// and committed, with the new topics.
+    #[arg(long, env = "SPATE_TOPIC_REFRESH", value_parser = crate::units::parse_duration, default_value = "10s")]
+    pub topic_refresh: std::time::Duration,
     /// ClickHouse user.
     #[arg(long, env = "SPATE_USER")]
     pub user: Option<String>,

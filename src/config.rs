@@ -47,6 +47,10 @@ use toml_edit::{Item, Table, Value};
 pub(crate) const PIPELINE_KEYS: &[&str] = &[
     "topics",
     "table",
+    "table_map",
+    "tables",
+    "allow_tables",
+    "create_table_like",
     "clickhouse_url",
     "shards",
     "shard_weights",
@@ -496,9 +500,23 @@ impl File<'_> {
         item: &Item,
         argv: &mut Vec<String>,
     ) -> Result<(), Exit> {
-        let Some(arg) = self.args.iter().find(|a| a.id == key) else {
+        // `[pipeline.tables]`: topic = "db.table", each a --table-map.
+        let id = if key == "tables" { "table_map" } else { key };
+        let Some(arg) = self.args.iter().find(|a| a.id == id) else {
             return Err(self.error(table, key, item, "is not a setting"));
         };
+        if key == "tables" {
+            let Some(t) = item.as_table_like() else {
+                return Err(self.error(table, key, item, "must map topics to tables"));
+            };
+            for (topic, target) in t.iter() {
+                let Some(target) = scalar(target) else {
+                    return Err(self.error(table, key, item, "must map topics to table names"));
+                };
+                argv.push(format!("{}={topic}={target}", arg.flag()));
+            }
+            return Ok(());
+        }
         if arg.is_flag {
             match item.as_bool() {
                 Some(true) => argv.push(arg.flag()),

@@ -20,6 +20,7 @@ mod kafka_help;
 mod print_config;
 mod probe;
 mod rotate;
+mod routing;
 mod run;
 mod secret;
 mod settings;

@@ -154,6 +154,7 @@ fn process_settings(out: &mut String, a: &RunArgs, p: &Process) {
         ("probe_interval", set(duration(p.probe_interval))),
         ("stats_interval", set(duration(p.stats_interval))),
         ("stall_timeout", set(duration(p.stall_timeout))),
+        ("topic_refresh", set(duration(a.topic_refresh))),
         ("log_format", set(quoted(&flag_value(&a.log_format)))),
         ("log_level", set(quoted(&a.log_level))),
         (
@@ -189,6 +190,9 @@ fn pipeline_settings(out: &mut String, name: &str, p: &RunArgs) {
     let fields = vec![
         ("topics", list(&p.topics)),
         ("table", set(quoted(&p.table))),
+        ("table_map", list(&p.table_map)),
+        ("allow_tables", opt(p.allow_tables.clone())),
+        ("create_table_like", opt(p.create_table_like.clone())),
         ("clickhouse_url", opt(p.clickhouse_url.clone())),
         ("shards", list(&p.shards)),
         ("shard_weights", set(format!("{:?}", p.shard_weights))),

@@ -61,6 +61,9 @@ pub struct Metrics {
     /// `spate_messages_skipped_total{topic,reason}`: messages done with
     /// without a row, none being owed (see `sink::Encoded::Nothing`).
     pub messages_skipped: IntCounterVec,
+    /// `spate_tables_created_total{table}`: routed tables created from
+    /// `--create-table-like`'s template.
+    pub tables_created: IntCounterVec,
     /// `spate_rebalances_total{kind}`.
     pub rebalances: IntCounterVec,
     /// `spate_commits_total{result}`.
@@ -115,6 +118,7 @@ pub const METRIC_NAMES: &[&str] = &[
     "spate_prefetch_bytes",
     "spate_decode_errors_total",
     "spate_messages_skipped_total",
+    "spate_tables_created_total",
     "spate_rebalances_total",
     "spate_commits_total",
     "spate_high_watermark",
@@ -200,6 +204,7 @@ impl Metrics {
             prefetch_bytes: g("spate_prefetch_bytes", "Payload bytes librdkafka holds prefetched in the partitions' fetch queues."),
             decode_errors: c("spate_decode_errors_total", "Messages that could not be decoded into a row."),
             messages_skipped: cv("spate_messages_skipped_total", "Messages done with without a row, none being owed (a change stream's tombstone, a skipped operation).", &["topic", "reason"]),
+            tables_created: cv("spate_tables_created_total", "Routed tables created from the --create-table-like template.", &["table"]),
             rebalances: cv("spate_rebalances_total", "Partition assignments and revocations.", &["kind"]),
             commits: cv("spate_commits_total", "Offset commits by result.", &["result"]),
             high_watermark: gv("spate_high_watermark", "End offset of the partition as the broker last reported it.", tp),
@@ -309,6 +314,7 @@ mod tests {
         m.messages_skipped
             .with_label_values(&["t", "tombstone"])
             .inc();
+        m.tables_created.with_label_values(&["db.t"]).inc();
         m.lanes_paused.set(2);
         m.consumer_lag.with_label_values(&["t", "1"]).set(7);
         let t = m.totals();

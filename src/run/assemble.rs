@@ -13,7 +13,9 @@ use super::{chains, signals, sinks};
 use crate::cli::RunArgs;
 use crate::exit::Exit;
 use crate::print_config::effective_config;
+use crate::routing::{self, Plan};
 use crate::settings::{process, validate_pipelines, Process, Validated};
+use spate_clickhouse::Presence;
 use spate_core::error::Recovery;
 use spate_core::metrics::Metrics;
 use spate_core::pipeline::{
@@ -31,25 +33,32 @@ use tokio::sync::Notify;
 /// shared drivers and memory budget, each pipeline's own table, shards and
 /// batching. Process-wide settings come from the first pipeline's
 /// arguments (they are the same in all of them).
-pub fn run(pipelines: Vec<(String, RunArgs)>) -> Result<(), Exit> {
-    let args = &pipelines
+pub fn run(given: Vec<(String, RunArgs)>) -> Result<(), Exit> {
+    let args = &given
         .first()
         .ok_or_else(|| Exit::usage("no pipeline configured"))?
         .1;
-    let mut baseline = crate::rotate::Baseline::of(&pipelines);
-    let mut validated = validate_pipelines(&pipelines)?;
-    let process = process(args, &validated[0]);
+    let mut baseline = crate::rotate::Baseline::of(&given);
+    let process = process(args, &validate_pipelines(&given)?[0]);
     if args.print_config {
-        print!("{}", effective_config(&pipelines, &process));
+        print!("{}", effective_config(&given, &process));
         return Ok(());
     }
     let shutdown = signals::watch();
     let reloads = crate::rotate::ReloadTotals::default();
     let mut replays = Vec::<Instant>::new();
     loop {
+        // The routing pipelines expanded into one per table, from the
+        // topics there are now (`crate::routing`).
+        let mut plan = plan_pipelines(&given, &process)?;
+        let mut validated = validate_pipelines(&plan.pipelines)?;
+        let created = settle_tables(&mut plan, &mut validated)?;
         let run = Run {
-            pipelines: &pipelines,
+            given: &given,
+            plan: &plan,
+            pipelines: &plan.pipelines,
             validated: &validated,
+            created: &created,
             process: &process,
             shutdown: &shutdown,
             baseline: &baseline,
@@ -87,14 +96,125 @@ pub fn run(pipelines: Vec<(String, RunArgs)>) -> Result<(), Exit> {
         }
         // Every secret read again, as at a start (the files seen first, so
         // a change after this reading is applied by the next run's watch).
-        baseline = crate::rotate::Baseline::of(&pipelines);
-        validated = validate_pipelines(&pipelines)?;
+        baseline = crate::rotate::Baseline::of(&given);
     }
+}
+
+/// The pipelines to run now: the given ones with the routing ones
+/// expanded. While topic patterns match nothing, look again every
+/// `--topic-refresh` (a bounded run has nothing to read, and ends).
+fn plan_pipelines(given: &[(String, RunArgs)], process: &Process) -> Result<Plan, Exit> {
+    let refresh = given[0].1.topic_refresh;
+    loop {
+        let plan = routing::expand(given, &|a| {
+            let v = crate::settings::validate(a).map_err(|e| e.message().to_owned())?;
+            spate_kafka::list_topics(&v.kafka)
+        })?;
+        if !plan.pipelines.is_empty() {
+            return Ok(plan);
+        }
+        if !plan.refused.is_empty() {
+            return Err(Exit::usage(format!(
+                "no table to write: {}",
+                refusals(plan.refused.iter())
+            )));
+        }
+        if plan.watch.is_empty() || process.until_end {
+            return Err(Exit::usage("no topic matches the --topic patterns"));
+        }
+        tracing::warn!(
+            refresh_s = refresh.as_secs(),
+            "no topic matches the --topic patterns yet; looking again"
+        );
+        // A signal before the pipelines run exits at once (signals.rs).
+        std::thread::sleep(refresh);
+    }
+}
+
+fn refusals<'r>(refused: impl Iterator<Item = &'r routing::Refused>) -> String {
+    refused
+        .map(|r| r.why.as_str())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Each routed table there, created from `--create-table-like` where it
+/// is not, or its topics refused (their messages are bad messages).
+/// Returns the tables created. Exactly-once does not read refused topics:
+/// its blocks are the table's, and a refused message has none.
+fn settle_tables(plan: &mut Plan, validated: &mut Vec<Validated>) -> Result<Vec<String>, Exit> {
+    let mut created = Vec::new();
+    if plan.routed.iter().any(|&r| r) {
+        let io = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Exit::failed(format!("starting a runtime: {e}")))?;
+        for i in (0..plan.pipelines.len()).rev() {
+            if !plan.routed[i] {
+                continue;
+            }
+            let a = &plan.pipelines[i].1;
+            let spec = crate::settings::sink_spec(a, &validated[i]);
+            let like = (a.create_table_like.as_deref())
+                .map(spate_clickhouse::TableRef::parse)
+                .transpose()
+                .map_err(|e| Exit::usage(e.to_string()))?;
+            match io.block_on(spate_clickhouse::ensure_table(&spec, like.as_ref())) {
+                Ok(Presence::Present) => {}
+                Ok(Presence::Created { .. }) => created.push(spec.table.to_string()),
+                Ok(Presence::Missing { url }) => {
+                    let why = format!(
+                        "table {} (of topic {}) does not exist, and no --create-table-like is given",
+                        spec.table,
+                        a.topics.join(", ")
+                    );
+                    tracing::warn!(%url, "{why}: its messages are bad messages");
+                    plan.refuse_pipeline(i, &why);
+                    validated.remove(i);
+                }
+                Err(e) if e.is_config() => return Err(Exit::usage(e.to_string())),
+                // Not reachable now: the sink's start waits for it.
+                Err(e) => {
+                    tracing::warn!(table = %spec.table, error = %e, "could not check the routed table is there")
+                }
+            }
+        }
+    }
+    for (i, (name, a)) in plan.pipelines.iter().enumerate() {
+        let refused = plan.refused_with(i);
+        if !refused.is_empty() && a.delivery == crate::cli::Delivery::ExactlyOnce {
+            return Err(Exit::usage(format!(
+                "pipeline {name}: {}; exactly-once writes only topics whose table it can write: give --allow-tables, --table-map or --create-table-like so each has one",
+                refusals(refused.iter())
+            )));
+        }
+    }
+    let unread = plan.unread();
+    if !unread.is_empty() {
+        tracing::warn!(
+            "not reading these topics, as no table of theirs can be written: {}",
+            refusals(unread.into_iter())
+        );
+    }
+    if plan.pipelines.is_empty() {
+        return Err(Exit::usage(format!(
+            "no table to write: {}",
+            refusals(plan.refused.iter())
+        )));
+    }
+    Ok(created)
 }
 
 /// What one run of the pipelines is given.
 struct Run<'a> {
+    /// The pipelines as configured.
+    given: &'a [(String, RunArgs)],
+    /// Their routing, resolved for this run.
+    plan: &'a Plan,
+    /// The pipelines run: `plan.pipelines`.
     pipelines: &'a [(String, RunArgs)],
+    /// The routed tables created from their template at this start.
+    created: &'a [String],
     validated: &'a [Validated],
     process: &'a Process,
     /// SIGTERM/SIGINT, watched once for the process.
@@ -137,7 +257,17 @@ fn run_once(run: &Run<'_>) -> Result<(), Ended> {
         process,
         ..
     } = *run;
-    let kafka = source_config(validated, pipelines);
+    let refused: Vec<sinks::Refused> = (0..pipelines.len())
+        .map(|i| {
+            (run.plan.refused_with(i).into_iter())
+                .map(|r| (r.topic, r.why))
+                .collect()
+        })
+        .collect();
+    let mut kafka = source_config(validated, pipelines);
+    kafka
+        .topics
+        .extend(refused.iter().flat_map(|r| r.keys().cloned()));
     let io = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("spate-io")
@@ -145,10 +275,19 @@ fn run_once(run: &Run<'_>) -> Result<(), Ended> {
         .build()
         .map_err(|e| Exit::failed(format!("starting the I/O runtime: {e}")))?;
     let metrics = Arc::new(Metrics::new());
+    for table in run.created {
+        metrics.tables_created.with_label_values(&[table]).inc();
+    }
     let acks = ack_channel();
     let prepared = sinks::prepare_all(&io, pipelines, validated, &metrics)?;
     let sinks = sinks::spawn_all(
-        prepared, pipelines, validated, process, &io, &acks.0, &metrics,
+        prepared.into_iter().zip(refused).collect(),
+        pipelines,
+        validated,
+        process,
+        &io,
+        &acks.0,
+        &metrics,
     )?;
     let sink_options = SinkOptions {
         limits: sinks.routes[0].limits,
@@ -176,6 +315,9 @@ fn run_once(run: &Run<'_>) -> Result<(), Ended> {
         PipelineRuntime::start(pipeline, options).map_err(|e| Exit::failed(e.to_string()))?;
     let progress = process.until_end && crate::stats::stderr_is_terminal();
     crate::rotate::spawn(io.handle(), watches, &metrics, run.reloads);
+    if let Some(restart) = &restart {
+        watch_topics(io.handle(), run, &kafka, restart.clone());
+    }
     crate::stats::spawn(
         io.handle(),
         metrics.clone(),
@@ -202,7 +344,7 @@ fn run_once(run: &Run<'_>) -> Result<(), Ended> {
             _ = signalled.wait_for(|s| *s) => {}
             () = restart => {
                 flag.store(true, Ordering::SeqCst);
-                tracing::info!("stopping the pipelines to start them again with new clients");
+                tracing::info!("stopping the pipelines to start them again");
             }
         }
     });
@@ -219,6 +361,52 @@ fn run_once(run: &Run<'_>) -> Result<(), Ended> {
     // the shutdown deadline whatever is down, so wait a moment only.
     io.shutdown_timeout(IO_SHUTDOWN_GRACE);
     exit
+}
+
+/// Match the topic patterns against the cluster's topics every
+/// `--topic-refresh`; when another set matches, start the pipelines again
+/// (drained and committed) over it. A listing that fails is logged and
+/// tried again at the next refresh: the pipelines keep running meanwhile.
+fn watch_topics(
+    io: &tokio::runtime::Handle,
+    run: &Run<'_>,
+    kafka: &KafkaSourceConfig,
+    restart: Arc<Notify>,
+) {
+    if run.plan.watch.is_empty() {
+        return;
+    }
+    let given = run.given.to_vec();
+    let watch = run.plan.watch.clone();
+    let kafka = kafka.clone();
+    let refresh = given[0].1.topic_refresh;
+    io.spawn(async move {
+        loop {
+            tokio::time::sleep(refresh).await;
+            let k = kafka.clone();
+            let listed = tokio::task::spawn_blocking(move || spate_kafka::list_topics(&k)).await;
+            let topics = match listed {
+                Ok(Ok(t)) => t,
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "listing the topics for the --topic patterns failed; trying again");
+                    continue;
+                }
+                Err(_) => continue,
+            };
+            match watch.changes(&given, &topics) {
+                Ok(None) => {}
+                Ok(Some(what)) => {
+                    tracing::info!(changes = %what, "the --topic patterns match other topics now");
+                    restart.notify_one();
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e.message(), "the --topic patterns cannot be matched");
+                    return;
+                }
+            }
+        }
+    });
 }
 
 /// How long the I/O runtime's blocking tasks may still run once the

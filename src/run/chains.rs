@@ -4,6 +4,10 @@
 //! slots), put behind [`TopicChains`] when the process runs several
 //! pipelines so each message goes to its topic's chain.
 //!
+//! Topics a route reads whose table cannot be written get a chain of
+//! their own over the route's shards, whose every message is a bad
+//! message ([`Refuse`]).
+//!
 //! The factory is built on the main thread and called on the driver
 //! threads; the chains it builds send sealed batches into the shard
 //! queues of the routes they were built from.
@@ -12,11 +16,16 @@ use super::sinks::Route;
 use spate_core::pipeline::{
     BuildError, Chain, ChainCtx, ChainFactory, EncodeChain, SinkOptions, TopicChains,
 };
+use spate_core::record::Message;
+use spate_core::sink::{EncodeFailure, Encoded, RowEncode};
+use std::collections::HashMap;
+use std::sync::Arc;
 
 /// The chain factory over every pipeline's route (in pipeline order).
 pub(super) fn factory(routes: Vec<Route>) -> ChainFactory {
     Box::new(move |ctx: ChainCtx| {
         let mut chains = Vec::with_capacity(routes.len());
+        let mut topics: Vec<Vec<String>> = Vec::with_capacity(routes.len());
         for route in &routes {
             let encoder = route.encoders.build().map_err(|e| BuildError::Chain {
                 thread: ctx.thread,
@@ -34,11 +43,41 @@ pub(super) fn factory(routes: Vec<Route>) -> ChainFactory {
                 chain = chain.exactly_once(plans.clone());
             }
             chains.push(Box::new(chain) as Box<dyn Chain>);
+            topics.push(route.topics.clone());
+            if !route.refused.is_empty() {
+                // Their offsets are covered in the route's first shard as
+                // its own bad messages are.
+                let refuse = Refuse(route.refused.clone());
+                let chain = EncodeChain::with_slots(refuse, &ctx, route.slots.clone())
+                    .with_rejections(route.refused_rejections.clone());
+                chains.push(Box::new(chain) as Box<dyn Chain>);
+                topics.push(route.refused.keys().cloned().collect());
+            }
         }
         if chains.len() == 1 {
             return Ok(chains.remove(0));
         }
-        let topics: Vec<Vec<String>> = routes.iter().map(|r| r.topics.clone()).collect();
         Ok(Box::new(TopicChains::new(chains, &topics)) as Box<dyn Chain>)
     })
+}
+
+/// The encoder of topics whose table cannot be written
+/// (`crate::routing::Refused`): every message of theirs is a bad message,
+/// for the route's error policy, with the reason the topic has.
+struct Refuse(Arc<HashMap<String, String>>);
+
+impl RowEncode for Refuse {
+    fn encode(&mut self, msg: &Message<'_>, _out: &mut Vec<u8>) -> Result<Encoded, EncodeFailure> {
+        Err(EncodeFailure {
+            column: None,
+            value: None,
+            reason: (self.0.get(msg.topic).cloned())
+                .unwrap_or_else(|| format!("topic {} has no table", msg.topic)),
+        })
+    }
+
+    // A tombstone has no table either: the same bad message.
+    fn takes_tombstones(&self) -> bool {
+        true
+    }
 }

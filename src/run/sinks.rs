@@ -25,6 +25,9 @@ use spate_kafka::{KafkaDeadLetters, SaslCredentials};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Per topic, why its table cannot be written.
+pub(super) type Refused = std::collections::HashMap<String, String>;
+
 /// How long start-up keeps trying to reach ClickHouse before giving up.
 const STARTUP_RETRY: Duration = Duration::from_secs(30);
 
@@ -38,6 +41,11 @@ pub(super) struct Route {
     pub plans: Option<Arc<dyn spate_core::sink::BlockPlans>>,
     /// The pipeline's error policy (decode side; the sink has its share).
     pub rejections: Arc<Rejections>,
+    /// Topics read whose table cannot be written, and why: their messages
+    /// are bad messages under this route's policy (`crate::routing`).
+    pub refused: Arc<std::collections::HashMap<String, String>>,
+    /// The policy of those: the pipeline's, without its rejection limits.
+    pub refused_rejections: Arc<Rejections>,
 }
 
 /// Every pipeline's sink, spawned: the runtime's half, and one route per
@@ -183,9 +191,11 @@ fn prepare(
 
 /// Spawn the prepared sinks' workers over one set of shard queues (each
 /// pipeline's shards numbered after the previous pipeline's), and derive
-/// each pipeline's batch limits from the budget.
+/// each pipeline's batch limits from the budget. Each prepared sink comes
+/// with the topics its pipeline reads whose table cannot be written, and
+/// why.
 pub(super) fn spawn_all(
-    prepared: Vec<PreparedSink>,
+    prepared: Vec<(PreparedSink, Refused)>,
     pipelines: &[(String, RunArgs)],
     validated: &[Validated],
     process: &Process,
@@ -193,10 +203,10 @@ pub(super) fn spawn_all(
     acks: &AckSender,
     metrics: &Metrics,
 ) -> Result<Sinks, Exit> {
-    let total_shards: usize = prepared.iter().map(PreparedSink::shards).sum();
+    let total_shards: usize = prepared.iter().map(|(p, _)| p.shards()).sum();
     let workers = prepared
         .iter()
-        .map(PreparedSink::workers_per_shard)
+        .map(|(p, _)| p.workers_per_shard())
         .max()
         .unwrap_or(1);
     let drivers = process.drivers.value;
@@ -214,17 +224,27 @@ pub(super) fn spawn_all(
     let mut pools = Vec::with_capacity(prepared.len());
     let mut credentials = Vec::new();
     let mut routes = Vec::with_capacity(prepared.len());
-    for ((p, (_, a)), v) in prepared.into_iter().zip(pipelines).zip(validated) {
+    for (((p, refused), (_, a)), v) in prepared.into_iter().zip(pipelines).zip(validated) {
         let n = p.shards();
         // The sink's workers and the dead-letter destinations report what
         // keeps failing here; /readyz names it after --stall-timeout.
         let stalls = TransientStalls::new(spate_core::clock::system());
+        let letters = dead_letters(a, v, io, &stalls, &mut credentials)?;
         let rejections = Rejections::with_dead_letters(
             a.error_policy(),
             metrics,
             spate_core::clock::system(),
-            dead_letters(a, v, io, &stalls, &mut credentials)?,
+            letters.clone(),
         );
+        // Messages of a topic whose table cannot be written are bad
+        // messages, to the same destination, but not counted toward the
+        // rejection limits: a producer writing to a table outside
+        // --allow-tables must not stop the tables inside it.
+        let mut unlimited = a.error_policy();
+        unlimited.limit.max_ratio = 1.0;
+        unlimited.limit.max_consecutive = 0;
+        let refused_rejections =
+            Rejections::with_dead_letters(unlimited, metrics, spate_core::clock::system(), letters);
         let pool = p
             .with_rejections(rejections.clone())
             .with_stalls(stalls, a.stall_timeout)
@@ -243,6 +263,8 @@ pub(super) fn spawn_all(
             topics: a.topics.clone(),
             plans: pool.block_plans(),
             rejections,
+            refused: Arc::new(refused),
+            refused_rejections,
         });
         pools.push(pool);
     }

@@ -53,7 +53,9 @@ pub use formats::{
 };
 pub use metrics::ChMetrics;
 pub use schema::{Column, DefaultKind, ServerFeatures, VersionError};
-pub use sink::{change_plan_for, discover, Discovery, ReplicaAnswer, ReplicaSchema};
+pub use sink::{
+    change_plan_for, discover, ensure_table, Discovery, Presence, ReplicaAnswer, ReplicaSchema,
+};
 pub use sink::{ChRowEncoder, EncoderFactory, Encoders, PreparedSink};
 pub use sink::{RetryPolicy, SinkError, SinkPool, SinkSpec, TableRef, Takeover, IN_FLIGHT_COPIES};
 pub use sink::{ShardSpec, Topology, TopologySource};

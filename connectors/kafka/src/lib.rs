@@ -43,4 +43,4 @@ pub use config::{ConfigError, KafkaSourceConfig, DEFAULTS, REFUSED};
 pub use credentials::SaslCredentials;
 pub use dead_letter::KafkaDeadLetters;
 pub use lane::KafkaLane;
-pub use source::{partition_count, KafkaSource};
+pub use source::{list_topics, partition_count, KafkaSource};

@@ -616,6 +616,23 @@ pub fn partition_count(config: &KafkaSourceConfig, topics: &[String]) -> Result<
     Ok(total)
 }
 
+/// The names of every topic of the cluster (for topic patterns, which
+/// spate matches itself: see `routing` in the binary), internal ones
+/// (`__consumer_offsets`, ...) left out.
+pub fn list_topics(config: &KafkaSourceConfig) -> Result<Vec<String>, String> {
+    let mut client_config = config.client_config();
+    client_config.remove("group.id");
+    let client: BaseConsumer = client_config.create().map_err(|e| e.to_string())?;
+    let m = (client.fetch_metadata(None, METADATA_TIMEOUT))
+        .map_err(|e| format!("the cluster's topics: {e}"))?;
+    let mut names: Vec<String> = (m.topics().iter())
+        .filter(|t| t.error().is_none() && !t.name().starts_with("__"))
+        .map(|t| t.name().to_owned())
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
 /// A synchronous commit that waits for the broker's answer until
 /// `deadline` at most (`BaseConsumer::commit` in sync mode waits forever
 /// for a broker that stopped answering): the commit goes out with its own

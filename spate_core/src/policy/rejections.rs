@@ -259,6 +259,10 @@ impl LogWindow {
 #[must_use]
 pub fn decode_reason(reason: &str) -> &'static str {
     const TABLE: &[(&str, &str)] = &[
+        // A routed message's table (the binary's `routing`).
+        ("not allowed by --allow-tables", "table_not_allowed"),
+        ("no --create-table-like", "table_missing"),
+        ("which is not [db.]table", "table_unresolved"),
         ("tombstone", "tombstone"),
         ("invalid json", "invalid_json"),
         ("not valid utf-8", "invalid_json"),
@@ -400,6 +404,18 @@ mod tests {
             ("cannot convert this JSON value to UInt64", "wrong_type"),
             ("null for non-Nullable type String", "null"),
             ("not a UUID (8-4-4-4-12 hex)", "invalid_value"),
+            (
+                "table db.audit (of topic audit) is not allowed by --allow-tables",
+                "table_not_allowed",
+            ),
+            (
+                "table db.x (of topic x) does not exist, and no --create-table-like is given",
+                "table_missing",
+            ),
+            (
+                "topic a.b gives table name `db.a.b`, which is not [DB.]TABLE (map it with --table-map)",
+                "table_unresolved",
+            ),
         ];
         for (text, want) in cases {
             assert_eq!(decode_reason(text), want, "{text}");

@@ -5,6 +5,7 @@
 //! change stream's plan from the table's engine ([`change`]).
 
 pub(crate) mod change;
+pub(crate) mod create;
 pub(crate) mod discover;
 pub(crate) mod encoder;
 pub(crate) mod error;

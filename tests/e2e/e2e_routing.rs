@@ -1,0 +1,179 @@
+//! End to end: routing (docs/routing.md). A topic pattern with a
+//! `{topic}` table template writes each topic into its own table, exact
+//! per table; a topic created while spate runs is read, its table created
+//! from `--create-table-like`; a topic whose table is outside
+//! `--allow-tables` is rejected message by message (counted, committed
+//! past, no table made for it), or stops the run under `--on-error fail`.
+
+use crate::support::*;
+use std::time::{Duration, Instant};
+
+const PER_TOPIC: usize = 2_000;
+const DENIED: usize = 300;
+
+on_both_servers!(a_topic_pattern_writes_each_topic_to_its_own_table);
+
+fn a_topic_pattern_writes_each_topic_to_its_own_table(svc: Services) {
+    let _timer = Timer::start("e2e_routing");
+    let _lock = ch_shared_lock();
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let db = ch.fresh_db("e2e_route");
+    let prefix = unique("rt");
+    let columns = "(n UInt64, _topic String, _partition UInt32, _offset UInt64) \
+                   ENGINE = MergeTree() ORDER BY (_partition, _offset)";
+    for t in ["a", "b"] {
+        ch.exec(&format!("CREATE TABLE {db}.{prefix}_{t} {columns}"));
+    }
+    ch.exec(&format!("CREATE TABLE {db}.tmpl {columns}"));
+    let topic = |t: &str| format!("{prefix}_{t}");
+    let numbered = |i: usize| Msg {
+        partition: (i % 2) as i32,
+        key: None,
+        payload: format!(r#"{{"n":{i}}}"#),
+        timestamp_ms: None,
+    };
+    for t in ["a", "b", "deny"] {
+        create_topic(&svc.brokers, &topic(t), 2);
+    }
+    for t in ["a", "b"] {
+        produce(&svc.brokers, &topic(t), 2, PER_TOPIC, numbered);
+    }
+
+    let port = free_port();
+    let group = unique("g_route");
+    let mut args = run_args(
+        &svc,
+        &format!("^{prefix}_"),
+        &group,
+        &format!("{db}.{{topic}}"),
+    );
+    args.extend(
+        [
+            "--allow-tables",
+            &format!(r"{db}\.{prefix}_(a|b|c)"),
+            "--create-table-like",
+            &format!("{db}.tmpl"),
+            "--on-error",
+            "skip",
+            "--topic-refresh",
+            "2s",
+            "--flush-interval",
+            "200ms",
+            "--admin-addr",
+            &format!("127.0.0.1:{port}"),
+        ]
+        .map(String::from),
+    );
+    let spate = spawn("route", &args);
+    for t in ["a", "b"] {
+        ch.wait_rows(
+            &format!("{db}.{}", topic(t)),
+            PER_TOPIC as u64,
+            Duration::from_secs(60),
+        );
+    }
+
+    // A topic created while spate runs: read, into a table made for it.
+    let created = Instant::now();
+    create_topic(&svc.brokers, &topic("c"), 2);
+    produce(&svc.brokers, &topic("c"), 2, PER_TOPIC, numbered);
+    ch.wait_rows(
+        &format!("{db}.{}", topic("c")),
+        PER_TOPIC as u64,
+        Duration::from_secs(60),
+    );
+    let took = created.elapsed();
+    eprintln!("[e2e_routing] the new topic's rows were in {took:?} after it was created");
+    assert!(took < Duration::from_secs(30), "picked up in {took:?}");
+
+    // Counted by this start of the pipelines (the new topic started them
+    // again, and counters start from 0 with each).
+    produce(&svc.brokers, &topic("deny"), 2, DENIED, numbered);
+    let rejected = format!("topic=\"{}\"", topic("deny"));
+    let metrics = wait_for(
+        "the denied topic's messages rejected",
+        Duration::from_secs(30),
+        Duration::from_millis(500),
+        || {
+            let m = http_get(port, "/metrics").ok_or("no /metrics")?;
+            let n = metric_sum(
+                &m,
+                "spate_messages_rejected_total",
+                &[&rejected, "reason=\"table_not_allowed\""],
+            );
+            if n as usize == DENIED {
+                Ok(m)
+            } else {
+                Err(format!("{n} rejected"))
+            }
+        },
+    );
+    let made = format!("table=\"{db}.{}\"", topic("c"));
+    assert_eq!(
+        metric_sum(&metrics, "spate_tables_created_total", &[&made]),
+        1.0
+    );
+    spate.sigterm();
+    spate.wait(Duration::from_secs(60)).assert_code(0);
+
+    for t in ["a", "b", "c"] {
+        let rows = ch.u64_rows(&format!(
+            "SELECT count(), uniqExact(_partition, _offset), countIf(_topic != '{}') FROM {db}.{}",
+            topic(t),
+            topic(t)
+        ));
+        assert_eq!(
+            rows[0],
+            vec![PER_TOPIC as u64, PER_TOPIC as u64, 0],
+            "{t}: each message once, in its topic's table only"
+        );
+    }
+    for t in ["a", "b", "c", "deny"] {
+        let want = end_offsets(&svc.brokers, &topic(t), 2);
+        let got = committed(&svc.brokers, &group, &topic(t), 2);
+        assert_eq!(
+            got,
+            want.iter().map(|&e| Some(e)).collect::<Vec<_>>(),
+            "{t}: committed to the end"
+        );
+    }
+    assert_eq!(
+        ch.u64(&format!(
+            "SELECT count() FROM system.tables WHERE database = '{db}' AND name = '{}'",
+            topic("deny")
+        )),
+        0,
+        "no table is made outside the allowlist"
+    );
+
+    // Under --on-error fail, the first denied message stops the run,
+    // naming it, and nothing of it is committed.
+    let group = unique("g_route_fail");
+    let mut args = run_args(
+        &svc,
+        &format!("^{prefix}_(a|deny)$"),
+        &group,
+        &format!("{db}.{{topic}}"),
+    );
+    args.extend(
+        [
+            "--allow-tables",
+            &format!(r"{db}\.{prefix}_a"),
+            "--until-end",
+        ]
+        .map(String::from),
+    );
+    let fin = run("route-fail", &args, Duration::from_secs(60));
+    fin.assert_code(1);
+    let last = fin.last_line();
+    assert!(
+        last.contains(&topic("deny"))
+            && last.contains("offset 0")
+            && last.contains("not allowed by --allow-tables"),
+        "{last}"
+    );
+    assert_eq!(
+        committed(&svc.brokers, &group, &topic("deny"), 2),
+        vec![None, None]
+    );
+}
