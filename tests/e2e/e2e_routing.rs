@@ -177,3 +177,128 @@ fn a_topic_pattern_writes_each_topic_to_its_own_table(svc: Services) {
         vec![None, None]
     );
 }
+
+on_both_servers!(a_refused_table_holds_back_only_its_own_partitions);
+
+/// One routed table refuses every insert (TOO_MANY_PARTS: a partition of
+/// seed parts at the limit, merges stopped) while the other keeps taking
+/// rows; once the seeds are dropped it takes inserts again, and every
+/// message is in its table once.
+fn a_refused_table_holds_back_only_its_own_partitions(svc: Services) {
+    let _timer = Timer::start("e2e_routing_refused");
+    let _lock = ch_shared_lock();
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let db = ch.fresh_db("e2e_route_stall");
+    let prefix = unique("rs");
+    let topic = |t: &str| format!("{prefix}_{t}");
+    let columns = "(n UInt64, pad String, _partition UInt32, _offset UInt64) ENGINE = MergeTree() \
+                   PARTITION BY _partition ORDER BY _offset";
+    ch.exec(&format!("CREATE TABLE {db}.{} {columns}", topic("fast")));
+    let slow = format!("{db}.{}", topic("slow"));
+    // Both servers refuse an insert while a partition has this many parts
+    // (the largest partition counts, not the inserted one's).
+    const LIMIT: usize = 20;
+    ch.exec(&format!(
+        "CREATE TABLE {slow} {columns} SETTINGS parts_to_throw_insert = {LIMIT}, parts_to_delay_insert = {LIMIT}"
+    ));
+    ch.exec(&format!("SYSTEM STOP MERGES {slow}"));
+    for seed in 0..LIMIT {
+        ch.exec(&format!("INSERT INTO {slow} VALUES (0, '', 9, {seed})"));
+    }
+    let numbered = |i: usize| Msg {
+        partition: (i % 2) as i32,
+        key: None,
+        payload: format!(r#"{{"n":{i}}}"#),
+        timestamp_ms: None,
+    };
+    for t in ["fast", "slow"] {
+        create_topic(&svc.brokers, &topic(t), 2);
+    }
+    // More than the slow table's share of the memory budget: its lanes
+    // pause, and must pause alone.
+    const SLOW: usize = 20_000;
+    produce(&svc.brokers, &topic("slow"), 2, SLOW, |i| Msg {
+        payload: format!(r#"{{"n":{i},"pad":"{}"}}"#, "x".repeat(500)),
+        ..numbered(i)
+    });
+    let port = free_port();
+    let group = unique("g_route_stall");
+    let mut args = run_args(
+        &svc,
+        &format!("^{prefix}_"),
+        &group,
+        &format!("{db}.{{topic}}"),
+    );
+    args.extend(
+        [
+            "--flush-interval",
+            "200ms",
+            "--max-buffered-bytes",
+            "16MiB",
+            "--admin-addr",
+            &format!("127.0.0.1:{port}"),
+        ]
+        .map(String::from),
+    );
+    let spate = spawn("route-stall", &args);
+    let slow_errors = format!("table=\"{slow}\"");
+    wait_for(
+        "the slow table's inserts refused and its lanes paused",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || {
+            let m = http_get(port, "/metrics").ok_or("no /metrics")?;
+            let n = metric_sum(&m, "spate_insert_errors_total", &[&slow_errors]);
+            let paused = gauge(&m, "spate_lanes_paused").unwrap_or(0);
+            if n >= 1.0 && paused >= 1 {
+                Ok(())
+            } else {
+                Err(format!("{n} errors, {paused} lanes paused"))
+            }
+        },
+    );
+    // While it refuses them, the other table takes its rows.
+    let fast = format!("{db}.{}", topic("fast"));
+    let started = Instant::now();
+    produce(&svc.brokers, &topic("fast"), 2, PER_TOPIC, numbered);
+    ch.wait_rows(&fast, PER_TOPIC as u64, Duration::from_secs(60));
+    let took = started.elapsed();
+    eprintln!(
+        "[e2e_routing] the other table took {PER_TOPIC} rows in {took:?} ({:.0} rows/s, produce included) while {slow} refused its inserts",
+        PER_TOPIC as f64 / took.as_secs_f64()
+    );
+    assert_eq!(
+        ch.u64(&format!("SELECT count() FROM {slow} WHERE _partition != 9")),
+        0,
+        "nothing of the slow topic is in yet"
+    );
+    assert!(
+        !committed(&svc.brokers, &group, &topic("slow"), 2)
+            .iter()
+            .any(|c| c.unwrap_or(0) > 0),
+        "nothing of the slow topic is committed"
+    );
+
+    ch.exec(&format!("ALTER TABLE {slow} DROP PARTITION 9"));
+    ch.exec(&format!("SYSTEM START MERGES {slow}"));
+    ch.wait_rows(&slow, SLOW as u64, Duration::from_secs(90));
+    spate.sigterm();
+    spate.wait(Duration::from_secs(60)).assert_code(0);
+    for (table, n) in [(&fast, PER_TOPIC), (&slow, SLOW)] {
+        let rows = ch.u64_rows(&format!(
+            "SELECT count(), uniqExact(_partition, _offset) FROM {table}"
+        ));
+        assert_eq!(rows[0], vec![n as u64; 2], "{table}: each message once");
+    }
+    for t in ["fast", "slow"] {
+        let want: Vec<Option<i64>> = end_offsets(&svc.brokers, &topic(t), 2)
+            .into_iter()
+            .map(Some)
+            .collect();
+        assert_eq!(
+            committed(&svc.brokers, &group, &topic(t), 2),
+            want,
+            "{t}: committed to the end"
+        );
+    }
+}

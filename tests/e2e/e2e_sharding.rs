@@ -589,3 +589,49 @@ fn a_shard_with_other_columns_is_reported_and_waits_for_agreement() {
         );
     }
 }
+
+/// Routing with `--create-table-like` on two shards: each topic's table is
+/// created from the template on both nodes, and its keyed rows are split
+/// over them, each message once.
+#[test]
+fn routed_tables_are_created_on_every_shard() {
+    const N: usize = 4_000;
+    let _lock = nodes_lock();
+    let Some(s) = Setup::new("shard_route") else {
+        return;
+    };
+    let _timer = Timer::start("e2e_sharding::route");
+    s.table("tmpl");
+    let prefix = unique("rt_shard");
+    let topics = [format!("{prefix}_a"), format!("{prefix}_b")];
+    for t in &topics {
+        produce_users(&s.svc.brokers, t, N);
+    }
+    let mut args = s.args(
+        &format!("^{prefix}_"),
+        &format!("{}.{{topic}}", s.db),
+        &shard_flags(&s.cluster),
+    );
+    args.extend(
+        [
+            "--shard-key",
+            "user_id",
+            "--create-table-like",
+            &format!("{}.tmpl", s.db),
+        ]
+        .map(String::from),
+    );
+    let fin = run("route-shards", &args, Duration::from_secs(120));
+    fin.assert_code(0);
+    for t in &topics {
+        let table = format!("{}.{t}", s.db);
+        assert_eq!(
+            s.union(&table),
+            (N, N as u64),
+            "{t}: each message once over both shards"
+        );
+        for node in 0..2 {
+            assert!(s.count(node, &table) > 0, "{t}: shard {node} has rows");
+        }
+    }
+}
