@@ -302,3 +302,109 @@ fn a_refused_table_holds_back_only_its_own_partitions(svc: Services) {
         );
     }
 }
+
+on_both_servers!(routed_tables_take_each_message_once_exactly_once);
+
+/// Exactly-once with routing: two topics into their own deduplicating
+/// tables, killed twice (`kill -9`) while messages arrive and after rows
+/// landed past the commit, then finished: each table has each message of
+/// its topic once, and nothing else; everything committed.
+fn routed_tables_take_each_message_once_exactly_once(svc: Services) {
+    const N: usize = 6_000;
+    let _timer = Timer::start("e2e_routing_eos");
+    let _lock = ch_shared_lock();
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let db = ch.fresh_db("e2e_route_eos");
+    let prefix = unique("re");
+    let topic = |t: &str| format!("{prefix}_{t}");
+    let engine = |name: &str| {
+        if svc.is_modern() {
+            "MergeTree() ORDER BY (_partition, _offset) SETTINGS non_replicated_deduplication_window = 1000".to_owned()
+        } else {
+            format!("ReplicatedMergeTree('/clickhouse/tables/{db}/{name}', 'r1') ORDER BY (_partition, _offset)")
+        }
+    };
+    let mut producers = Vec::new();
+    for t in ["a", "b"] {
+        ch.exec(&format!(
+            "CREATE TABLE {db}.{} (n UInt64, _partition UInt32, _offset UInt64) ENGINE = {}",
+            topic(t),
+            engine(&topic(t))
+        ));
+        create_topic(&svc.brokers, &topic(t), 2);
+        producers.push(produce_paced(
+            &svc.brokers,
+            &topic(t),
+            N,
+            Duration::from_secs(8),
+            numbered(2),
+        ));
+    }
+    let group = unique("g_route_eos");
+    let mut args = run_args(
+        &svc,
+        &format!("^{prefix}_"),
+        &group,
+        &format!("{db}.{{topic}}"),
+    );
+    args.extend(
+        [
+            "--delivery",
+            "exactly-once",
+            "--flush-interval",
+            "200ms",
+            "--batch-rows",
+            "300",
+        ]
+        .map(String::from),
+    );
+    let mut past_commit = 0;
+    for k in 0..2 {
+        let spate = spawn(&format!("route-eos-{k}"), &args);
+        let table = format!("{db}.{}", topic("a"));
+        let before = ch
+            .try_u64(&format!("SELECT count() FROM {table}"))
+            .unwrap_or(0);
+        ch.wait_rows(&table, before + 1, Duration::from_secs(30));
+        std::thread::sleep(Duration::from_millis(300));
+        spate.kill9();
+        for t in ["a", "b"] {
+            let table = format!("{db}.{}", topic(t));
+            let committed = committed(&svc.brokers, &group, &topic(t), 2);
+            let c = assert_committed_prefix_present(&ch, &table, &committed, "after kill -9");
+            past_commit += (0..2)
+                .map(|p| {
+                    ch.u64(&format!(
+                        "SELECT count() FROM {table} WHERE _partition = {p} AND _offset >= {}",
+                        c[p]
+                    ))
+                })
+                .sum::<u64>();
+        }
+    }
+    for p in producers {
+        assert!(p.join().errors.is_empty());
+    }
+    args.push("--until-end".into());
+    run("route-eos-end", &args, Duration::from_secs(90)).assert_code(0);
+    assert!(
+        past_commit > 0,
+        "no kill left rows past the commit: nothing was replayed"
+    );
+    for t in ["a", "b"] {
+        let table = format!("{db}.{}", topic(t));
+        let rows = ch.u64_rows(&format!(
+            "SELECT count(), uniqExact(_partition, _offset) FROM {table}"
+        ));
+        assert_eq!(rows[0], vec![N as u64; 2], "{t}: each message once");
+        let want: Vec<Option<i64>> = end_offsets(&svc.brokers, &topic(t), 2)
+            .into_iter()
+            .map(Some)
+            .collect();
+        assert_eq!(
+            committed(&svc.brokers, &group, &topic(t), 2),
+            want,
+            "{t}: committed to the end"
+        );
+    }
+}
