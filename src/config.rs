@@ -383,7 +383,9 @@ impl File<'_> {
     /// Every key must be a setting allowed at this level.
     fn check_keys(&self, table: &Table, in_pipeline: bool) -> Result<(), Exit> {
         for (key, item) in table.iter() {
-            let known = self.args.iter().any(|a| a.id == key) && !NOT_IN_FILE.contains(&key);
+            // `tables`: the file's form of --table-map.
+            let known = key == "tables"
+                || self.args.iter().any(|a| a.id == key) && !NOT_IN_FILE.contains(&key);
             let ok = match key {
                 "pipeline" | "kafka" => !in_pipeline,
                 "name" => in_pipeline,

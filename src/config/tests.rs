@@ -347,3 +347,29 @@ fn command_line_topology_replaces_the_file_s() {
         "the pipeline's topology replaces the top level's: {a}"
     );
 }
+
+#[test]
+fn a_pipelines_tables_map_topics_to_tables() {
+    let f = file(
+        r#"
+brokers = "k:9092"
+[[pipeline]]
+topics = ["^cdc\\.shop\\."]
+table = "shop.{topic}"
+allow_tables = 'shop\..*'
+[pipeline.tables]
+"cdc.shop.orders" = "shop.orders"
+"cdc.shop.users" = "shop.users"
+"#,
+    );
+    let out = expand(argv(&["--config", &f.0])).unwrap();
+    let a = out[0].argv.join(" ");
+    assert!(
+        a.contains("--table-map=cdc.shop.orders=shop.orders --table-map=cdc.shop.users=shop.users"),
+        "{a}"
+    );
+    assert!(a.contains(r"--allow-tables=shop\..*"), "{a}");
+    let bad = file("[[pipeline]]\ntables = [\"x\"]\n");
+    let e = expand(argv(&["--config", &bad.0])).unwrap_err();
+    assert!(format!("{e:?}").contains("must map topics to tables"), "{e:?}");
+}
