@@ -20,6 +20,11 @@
 //! fill, bad flags), exit 1 when a service is unreachable or a sampled
 //! message cannot be inserted, 0 otherwise.
 //!
+//! A routing pipeline (`crate::routing`) is expanded as `run` expands it:
+//! its topics without a table are listed with the reason, and each table
+//! is checked as a pipeline of its own (a table `run` would create from
+//! `--create-table-like`, against the template).
+//!
 //! Threads: everything runs on the calling thread; ClickHouse requests run
 //! on a current-thread tokio runtime, all replicas at once.
 //!
@@ -50,9 +55,81 @@ use verdict::Verdict;
 /// Budget for reading the samples of all topics together.
 const SAMPLE_BUDGET: Duration = Duration::from_secs(20);
 
-/// Check one pipeline's flags against the brokers and ClickHouse.
+/// Check one pipeline's flags against the brokers and ClickHouse; a
+/// routing pipeline (docs/routing.md) table by table, as `run` expands it.
 pub fn check(args: CheckArgs) -> Result<(), Exit> {
-    let flags = Flags::parse(&args.run)?;
+    if !crate::routing::routes(&args.run) {
+        return check_one(&args.run, args.samples);
+    }
+    let plan = crate::routing::expand(&[("check".to_owned(), args.run.clone())], &|a| {
+        let v = crate::settings::validate(a).map_err(|e| e.message().to_owned())?;
+        spate_kafka::list_topics(&v.kafka)
+    })?;
+    println!(
+        "spate check: routing: {} table(s), {} topic(s) without one\n",
+        plan.pipelines.len(),
+        plan.refused.len()
+    );
+    for r in &plan.refused {
+        println!(
+            "  topic {}: {}: its messages are bad messages under --on-error",
+            r.topic, r.why
+        );
+    }
+    // The worst exit of the tables' checks (2, the configuration's fault,
+    // over 1, a service's). Under --on-error fail, a topic without a
+    // table stops `run` at its first message: the configuration's fault.
+    let mut worst: Result<(), Exit> = match plan.refused.first() {
+        Some(r) if args.run.on_error == spate_core::policy::OnError::Fail => {
+            Err(Exit::usage(format!(
+                "topic {}: {} (under --on-error fail, run stops at its first message)",
+                r.topic, r.why
+            )))
+        }
+        _ => Ok(()),
+    };
+    for (_, a) in &plan.pipelines {
+        println!("\n== table {} (topics {})\n", a.table, a.topics.join(", "));
+        let mut a = a.clone();
+        if let Some(template) = missing_with_template(&a)? {
+            println!(
+                "{} does not exist: run creates it as {template}; checked against {template}\n",
+                a.table
+            );
+            a.table = template;
+        }
+        if let Err(e) = check_one(&a, args.samples) {
+            if worst.as_ref().err().is_none_or(|w| e.code() > w.code()) {
+                worst = Err(e);
+            }
+        }
+    }
+    worst
+}
+
+/// The template of `--create-table-like` when `a`'s table is missing on
+/// some replica (`run` would create it).
+fn missing_with_template(a: &crate::cli::RunArgs) -> Result<Option<String>, Exit> {
+    let Some(template) = &a.create_table_like else {
+        return Ok(None);
+    };
+    let v = crate::settings::validate(a)?;
+    let spec = crate::settings::sink_spec(a, &v);
+    let io = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Exit::failed(format!("starting the I/O runtime: {e}")))?;
+    Ok(
+        match io.block_on(spate_clickhouse::ensure_table(&spec, None)) {
+            Ok(spate_clickhouse::Presence::Missing { .. }) => Some(template.clone()),
+            _ => None,
+        },
+    )
+}
+
+/// Check one table's pipeline.
+fn check_one(run: &crate::cli::RunArgs, samples: usize) -> Result<(), Exit> {
+    let flags = Flags::parse(run)?;
     let io = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -71,7 +148,7 @@ pub fn check(args: CheckArgs) -> Result<(), Exit> {
             // Each topic gets an equal share of what is left.
             let left = deadline.saturating_duration_since(Instant::now());
             let until = Instant::now() + left / (kafka.topics.len() - i) as u32;
-            let tally = kafka.sample(topic, args.samples, until, schema, &mut verdict);
+            let tally = kafka.sample(topic, samples, until, schema, &mut verdict);
             print!("{}", tally.render(schema));
             tallies.push(tally);
         }

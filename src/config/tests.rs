@@ -371,5 +371,8 @@ allow_tables = 'shop\..*'
     assert!(a.contains(r"--allow-tables=shop\..*"), "{a}");
     let bad = file("[[pipeline]]\ntables = [\"x\"]\n");
     let e = expand(argv(&["--config", &bad.0])).unwrap_err();
-    assert!(format!("{e:?}").contains("must map topics to tables"), "{e:?}");
+    assert!(
+        format!("{e:?}").contains("must map topics to tables"),
+        "{e:?}"
+    );
 }

@@ -138,6 +138,9 @@ fn refusals<'r>(refused: impl Iterator<Item = &'r routing::Refused>) -> String {
         .join("; ")
 }
 
+/// How many routed tables [`settle_tables`] checks at once.
+const TABLE_CHECKS_AT_ONCE: usize = 16;
+
 /// Each routed table there, created from `--create-table-like` where it
 /// is not, or its topics refused (their messages are bad messages).
 /// Returns the tables created. Exactly-once does not read refused topics:
@@ -149,24 +152,48 @@ fn settle_tables(plan: &mut Plan, validated: &mut Vec<Validated>) -> Result<Vec<
             .enable_all()
             .build()
             .map_err(|e| Exit::failed(format!("starting a runtime: {e}")))?;
-        for i in (0..plan.pipelines.len()).rev() {
+        // Every routed table at once (a few at a time): hundreds of
+        // tables are checked in about the time of one round trip each.
+        let mut checks = Vec::new();
+        for (i, (_, a)) in plan.pipelines.iter().enumerate() {
             if !plan.routed[i] {
                 continue;
             }
-            let a = &plan.pipelines[i].1;
             let spec = crate::settings::sink_spec(a, &validated[i]);
             let like = (a.create_table_like.as_deref())
                 .map(spate_clickhouse::TableRef::parse)
                 .transpose()
                 .map_err(|e| Exit::usage(e.to_string()))?;
-            match io.block_on(spate_clickhouse::ensure_table(&spec, like.as_ref())) {
+            checks.push((i, spec, like));
+        }
+        let mut answers = io.block_on(async {
+            let limit = Arc::new(tokio::sync::Semaphore::new(TABLE_CHECKS_AT_ONCE));
+            let mut set = tokio::task::JoinSet::new();
+            for (i, spec, like) in checks {
+                let limit = limit.clone();
+                set.spawn(async move {
+                    let _permit = limit.acquire_owned().await;
+                    let answer = spate_clickhouse::ensure_table(&spec, like.as_ref()).await;
+                    (i, spec.table.to_string(), answer)
+                });
+            }
+            let mut out = Vec::new();
+            while let Some(joined) = set.join_next().await {
+                // A panicked check leaves the table to the sink's start.
+                out.extend(joined.ok());
+            }
+            out
+        });
+        // From the last, so removing a pipeline keeps the others' indices.
+        answers.sort_by_key(|(i, _, _)| std::cmp::Reverse(*i));
+        for (i, table, answer) in answers {
+            match answer {
                 Ok(Presence::Present) => {}
-                Ok(Presence::Created { .. }) => created.push(spec.table.to_string()),
+                Ok(Presence::Created { .. }) => created.push(table),
                 Ok(Presence::Missing { url }) => {
                     let why = format!(
-                        "table {} (of topic {}) does not exist, and no --create-table-like is given",
-                        spec.table,
-                        a.topics.join(", ")
+                        "table {table} (of topic {}) does not exist, and no --create-table-like is given",
+                        plan.pipelines[i].1.topics.join(", ")
                     );
                     tracing::warn!(%url, "{why}: its messages are bad messages");
                     plan.refuse_pipeline(i, &why);
@@ -175,7 +202,7 @@ fn settle_tables(plan: &mut Plan, validated: &mut Vec<Validated>) -> Result<Vec<
                 Err(e) if e.is_config() => return Err(Exit::usage(e.to_string())),
                 // Not reachable now: the sink's start waits for it.
                 Err(e) => {
-                    tracing::warn!(table = %spec.table, error = %e, "could not check the routed table is there")
+                    tracing::warn!(%table, error = %e, "could not check the routed table is there")
                 }
             }
         }

@@ -376,3 +376,83 @@ fn check_passes_over_sasl_ssl_and_says_each_broker_answers() {
     );
     ch.drop_database_of(&table);
 }
+
+on_both_servers!(check_reports_each_routed_table);
+
+/// A routing pipeline is checked table by table: a topic's existing
+/// table, a topic outside the allowlist (named, with its reason; exit 2
+/// under --on-error fail, 0 under skip), and a missing table `run` would
+/// create, checked against its template.
+fn check_reports_each_routed_table(svc: Services) {
+    let _timer = Timer::start("cli_check_routing");
+    let _lock = ch_shared_lock();
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let db = ch.fresh_db("cli_check_route");
+    let prefix = unique("cr");
+    let columns =
+        "(n UInt64, s String, _partition UInt32, _offset UInt64) ENGINE = MergeTree() ORDER BY n";
+    ch.exec(&format!("CREATE TABLE {db}.{prefix}_a {columns}"));
+    ch.exec(&format!("CREATE TABLE {db}.tmpl {columns}"));
+    for t in ["a", "new", "deny"] {
+        create_topic(&svc.brokers, &format!("{prefix}_{t}"), PARTITIONS);
+        produce(&svc.brokers, &format!("{prefix}_{t}"), PARTITIONS, 10, good);
+    }
+    let mut args = check_args(
+        &svc,
+        &format!("^{prefix}_"),
+        &unique("g_check_route"),
+        &format!("{db}.{{topic}}"),
+        10,
+    );
+    args.extend(
+        [
+            "--allow-tables",
+            &format!(r"{db}\.{prefix}_(a|new)"),
+            "--create-table-like",
+            &format!("{db}.tmpl"),
+        ]
+        .map(String::from),
+    );
+    let fin = run("check-route", &args, TIMEOUT);
+    let stdout = stdout_of(&fin);
+    eprintln!("[cli_check] report:\n{stdout}");
+    fin.assert_code(2);
+    assert!(
+        stdout.contains("routing: 2 table(s), 1 topic(s) without one"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("topic {prefix}_deny: table {db}.{prefix}_deny (of topic {prefix}_deny) is not allowed by --allow-tables")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("== table {db}.{prefix}_a (topics {prefix}_a)")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "{db}.{prefix}_new does not exist: run creates it as {db}.tmpl"
+        )),
+        "{stdout}"
+    );
+    assert_eq!(
+        stdout.matches("10 message(s) sampled").count(),
+        2,
+        "{stdout}"
+    );
+    assert!(
+        fin.last_line().contains("under --on-error fail"),
+        "{}",
+        fin.last_line()
+    );
+    args.extend(["--on-error", "skip"].map(String::from));
+    run("check-route-skip", &args, TIMEOUT).assert_code(0);
+    assert_eq!(
+        ch.u64(&format!(
+            "SELECT count() FROM system.tables WHERE database = '{db}'"
+        )),
+        2,
+        "check creates no table"
+    );
+    ch.exec(&format!("DROP DATABASE {db}"));
+}
