@@ -54,11 +54,12 @@ BENCH_VENV := $(or $(SPATE_BUILD_DIR),build)/bench-venv
 bench: prereqs services $(BENCH_VENV)/.ready ## micro + end-to-end benchmarks, ceilings, peers (BENCH_MESSAGES, BENCH_SUITE); results in bench/results/
 	$(CARGO) build --release
 	$(CARGO) build --release -p spate_kafka --example consume_ceiling
-	# HTTPS inserts as a ratio to plain HTTP and CDC beside plain JSON (one
-	# line each), then the main bench,
+	# HTTPS inserts as a ratio to plain HTTP, CDC beside plain JSON, and
+	# routing's 1/10/200-table curve (one line each), then the main bench,
 	# whose fixed-form summary line stays last.
 	source $(ENV_FILE) && python3 bench/https_ratio.py
 	source $(ENV_FILE) && python3 bench/cdc_ratio.py
+	source $(ENV_FILE) && python3 bench/routing_curve.py
 	source $(ENV_FILE) && $(BENCH_VENV)/bin/python bench/bench.py
 
 bench-levers: prereqs ## issue 20's encoder levers: spate's JSON scan against simd-json and sonic-rs, the Native transposition's share (criterion, no services)
