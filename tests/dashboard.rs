@@ -19,6 +19,7 @@ use std::sync::LazyLock;
 /// connector's (registered on the same registry).
 static METRIC_NAMES: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
     (spate_core::metrics::METRIC_NAMES.iter())
+        .chain(spate_core::policy::POLICY_METRIC_NAMES)
         .chain(spate_clickhouse::metrics::METRIC_NAMES)
         .copied()
         .collect()

@@ -71,6 +71,10 @@ pub struct Rejection<'a> {
     pub error: &'a str,
 }
 
+/// The families the error policy registers on first use (dashboards and
+/// their tests).
+pub const METRIC_NAMES: &[&str] = &["spate_messages_rejected_total"];
+
 #[derive(Clone)]
 struct RejectMetrics(IntCounterVec);
 
@@ -318,6 +322,16 @@ mod tests {
     fn count(m: &Metrics, stage: &str, reason: &str) -> u64 {
         let RejectMetrics(c) = m.extension(RejectMetrics::register);
         c.with_label_values(&["t", stage, reason]).get()
+    }
+
+    #[test]
+    fn the_declared_names_are_the_registered_ones() {
+        let m = Metrics::new();
+        count(&m, "decode", "x");
+        let text = m.encode_text();
+        for name in METRIC_NAMES {
+            assert!(text.contains(&format!("# TYPE {name} ")), "{name} missing");
+        }
     }
 
     #[test]
