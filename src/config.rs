@@ -453,14 +453,24 @@ impl File<'_> {
         let pipeline_topology = TOPOLOGY_KEYS.iter().any(|k| pipeline.contains_key(k));
         for (table, is_pipeline) in [(top, false), (pipeline, true)] {
             for (key, item) in table.iter() {
-                if matches!(key, "pipeline" | "kafka" | "name") || set_outside.contains(key) {
+                // `tables` is the file's form of `table_map`: flags, the
+                // environment and a pipeline's own override it as that.
+                let id = if key == "tables" { "table_map" } else { key };
+                if matches!(key, "pipeline" | "kafka" | "name") || set_outside.contains(id) {
+                    continue;
+                }
+                let in_pipeline = |k: &str| {
+                    pipeline.contains_key(k)
+                        || (k == "table_map" && pipeline.contains_key("tables"))
+                };
+                if !is_pipeline && key == "tables" && in_pipeline(id) {
                     continue;
                 }
                 let topology = TOPOLOGY_KEYS.contains(&key);
                 if topology && (topology_outside || (!is_pipeline && pipeline_topology)) {
                     continue;
                 }
-                if !is_pipeline && PIPELINE_KEYS.contains(&key) && pipeline.contains_key(key) {
+                if !is_pipeline && PIPELINE_KEYS.contains(&key) && in_pipeline(key) {
                     continue;
                 }
                 self.push_tokens(table, key, item, argv)?;

@@ -186,6 +186,13 @@ impl Routing {
     fn table(&self, topic: &str) -> Result<String, String> {
         let name = match self.map.get(topic) {
             Some(t) => t.clone(),
+            // A dot in the topic would move the database/table split.
+            None if topic.contains('.') && self.template.0.contains("{topic}") => {
+                return Err(format!(
+                    "topic {topic} gives table name `{}`, which is not [DB.]TABLE (map it with --table-map)",
+                    self.template.resolve(topic)
+                ))
+            }
             None => self.template.resolve(topic),
         };
         let table = TableRef::parse(&name)
@@ -437,6 +444,21 @@ mod tests {
             "the first table's pipeline reads them"
         );
         assert!(plan.refused_with(1).is_empty());
+    }
+
+    #[test]
+    fn a_dotted_topic_does_not_name_a_database() {
+        let a = args(&["--topic", "tenant.x", "--table", "{topic}"]);
+        let plan = expand(&[("p".into(), a)], &cluster).unwrap();
+        assert!(
+            plan.pipelines.is_empty(),
+            "tenant.x is not database tenant, table x"
+        );
+        assert!(
+            plan.refused[0].why.contains("not [DB.]TABLE"),
+            "{:?}",
+            plan.refused
+        );
     }
 
     #[test]

@@ -65,33 +65,50 @@ pub fn check(args: CheckArgs) -> Result<(), Exit> {
         let v = crate::settings::validate(a).map_err(|e| e.message().to_owned())?;
         spate_kafka::list_topics(&v.kafka)
     })?;
+    // Tables missing everywhere: run creates them from the template, or
+    // refuses their topics.
+    let mut refused: Vec<(String, String)> = (plan.refused.iter())
+        .map(|r| (r.topic.clone(), r.why.clone()))
+        .collect();
+    let mut tables = Vec::new();
+    for (_, a) in &plan.pipelines {
+        match missing(a)? {
+            None => tables.push((a.clone(), None)),
+            Some(_) if a.create_table_like.is_some() => {
+                tables.push((a.clone(), a.create_table_like.clone()))
+            }
+            Some(why) => refused.extend(a.topics.iter().map(|t| (t.clone(), why.clone()))),
+        }
+    }
     println!(
         "spate check: routing: {} table(s), {} topic(s) without one\n",
-        plan.pipelines.len(),
-        plan.refused.len()
+        tables.len(),
+        refused.len()
     );
-    for r in &plan.refused {
-        println!(
-            "  topic {}: {}: its messages are bad messages under --on-error",
-            r.topic, r.why
-        );
+    for (topic, why) in &refused {
+        println!("  topic {topic}: {why}: its messages are bad messages under --on-error");
     }
     // The worst exit of the tables' checks (2, the configuration's fault,
     // over 1, a service's). Under --on-error fail, a topic without a
-    // table stops `run` at its first message: the configuration's fault.
-    let mut worst: Result<(), Exit> = match plan.refused.first() {
-        Some(r) if args.run.on_error == spate_core::policy::OnError::Fail => {
+    // table stops `run` at its first message; exactly-once and a plan
+    // without a table do not start: the configuration's fault.
+    let mut worst: Result<(), Exit> = match refused.first() {
+        _ if tables.is_empty() => Err(Exit::usage("no table to write: run does not start")),
+        Some((topic, why)) if args.run.on_error == spate_core::policy::OnError::Fail => {
             Err(Exit::usage(format!(
-                "topic {}: {} (under --on-error fail, run stops at its first message)",
-                r.topic, r.why
+                "topic {topic}: {why} (under --on-error fail, run stops at its first message)"
+            )))
+        }
+        Some((topic, why)) if args.run.delivery == crate::cli::Delivery::ExactlyOnce => {
+            Err(Exit::usage(format!(
+                "topic {topic}: {why} (exactly-once does not start with a topic it cannot write)"
             )))
         }
         _ => Ok(()),
     };
-    for (_, a) in &plan.pipelines {
+    for (mut a, template) in tables {
         println!("\n== table {} (topics {})\n", a.table, a.topics.join(", "));
-        let mut a = a.clone();
-        if let Some(template) = missing_with_template(&a)? {
+        if let Some(template) = template {
             println!(
                 "{} does not exist: run creates it as {template}; checked against {template}\n",
                 a.table
@@ -107,12 +124,9 @@ pub fn check(args: CheckArgs) -> Result<(), Exit> {
     worst
 }
 
-/// The template of `--create-table-like` when `a`'s table is missing on
-/// some replica (`run` would create it).
-fn missing_with_template(a: &crate::cli::RunArgs) -> Result<Option<String>, Exit> {
-    let Some(template) = &a.create_table_like else {
-        return Ok(None);
-    };
+/// Why `a`'s table cannot be written, when no replica that answered has
+/// it (as `run` judges it at start).
+fn missing(a: &crate::cli::RunArgs) -> Result<Option<String>, Exit> {
     let v = crate::settings::validate(a)?;
     let spec = crate::settings::sink_spec(a, &v);
     let io = tokio::runtime::Builder::new_current_thread()
@@ -121,7 +135,11 @@ fn missing_with_template(a: &crate::cli::RunArgs) -> Result<Option<String>, Exit
         .map_err(|e| Exit::failed(format!("starting the I/O runtime: {e}")))?;
     Ok(
         match io.block_on(spate_clickhouse::ensure_table(&spec, None)) {
-            Ok(spate_clickhouse::Presence::Missing { .. }) => Some(template.clone()),
+            Ok(spate_clickhouse::Presence::Missing { .. }) => Some(format!(
+                "table {} (of topic {}) does not exist, and no --create-table-like is given",
+                spec.table,
+                a.topics.join(", ")
+            )),
             _ => None,
         },
     )

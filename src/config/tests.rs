@@ -376,3 +376,21 @@ allow_tables = 'shop\..*'
         "{e:?}"
     );
 }
+
+#[test]
+fn table_map_on_the_command_line_replaces_the_files_tables() {
+    let f = file(
+        r#"
+brokers = "k:9092"
+[[pipeline]]
+topics = ["^cdc"]
+table = "db.{topic}"
+[pipeline.tables]
+"cdc.a" = "db.a"
+"#,
+    );
+    let out = expand(argv(&["--config", &f.0, "--table-map", "cdc.a=db.other"])).unwrap();
+    let a = out[0].argv.join(" ");
+    assert!(!a.contains("--table-map=cdc.a=db.a"), "{a}");
+    assert!(a.contains("cdc.a=db.other"), "{a}");
+}

@@ -50,9 +50,7 @@ pub fn run(given: Vec<(String, RunArgs)>) -> Result<(), Exit> {
     loop {
         // The routing pipelines expanded into one per table, from the
         // topics there are now (`crate::routing`).
-        let mut plan = plan_pipelines(&given, &process)?;
-        let mut validated = validate_pipelines(&plan.pipelines)?;
-        let created = settle_tables(&mut plan, &mut validated)?;
+        let (plan, validated, created) = plan_pipelines(&given, &process)?;
         let run = Run {
             given: &given,
             plan: &plan,
@@ -101,35 +99,59 @@ pub fn run(given: Vec<(String, RunArgs)>) -> Result<(), Exit> {
 }
 
 /// The pipelines to run now: the given ones with the routing ones
-/// expanded. While topic patterns match nothing, look again every
-/// `--topic-refresh` (a bounded run has nothing to read, and ends).
-fn plan_pipelines(given: &[(String, RunArgs)], process: &Process) -> Result<Plan, Exit> {
+/// expanded, validated, their tables settled (with the tables created).
+/// While no table can be written (the patterns match nothing, or only
+/// topics without a table), look again every `--topic-refresh`: a
+/// restart for a topic change must not end the process. A bounded run has
+/// nothing to read, and ends. A failed listing of the topics is tried
+/// again for about [`LISTING_PATIENCE`].
+fn plan_pipelines(
+    given: &[(String, RunArgs)],
+    process: &Process,
+) -> Result<(Plan, Vec<Validated>, Vec<String>), Exit> {
     let refresh = given[0].1.topic_refresh;
+    let mut listing_since: Option<Instant> = None;
     loop {
-        let plan = routing::expand(given, &|a| {
+        let expanded = routing::expand(given, &|a| {
             let v = crate::settings::validate(a).map_err(|e| e.message().to_owned())?;
             spate_kafka::list_topics(&v.kafka)
-        })?;
+        });
+        let mut plan = match expanded {
+            Ok(plan) => plan,
+            // The listing failed (usage errors are code 2).
+            Err(e) if e.code() == 1 => {
+                let since = *listing_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= LISTING_PATIENCE {
+                    return Err(e);
+                }
+                tracing::warn!(error = %e.message(), "listing the topics failed; trying again");
+                std::thread::sleep(refresh.min(Duration::from_secs(5)));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        listing_since = None;
+        let mut validated = validate_pipelines(&plan.pipelines)?;
+        let created = settle_tables(&mut plan, &mut validated)?;
         if !plan.pipelines.is_empty() {
-            return Ok(plan);
+            return Ok((plan, validated, created));
         }
-        if !plan.refused.is_empty() {
-            return Err(Exit::usage(format!(
-                "no table to write: {}",
-                refusals(plan.refused.iter())
-            )));
-        }
+        let why = if plan.refused.is_empty() {
+            "no topic matches the --topic patterns".to_owned()
+        } else {
+            format!("no table to write: {}", refusals(plan.refused.iter()))
+        };
         if plan.watch.is_empty() || process.until_end {
-            return Err(Exit::usage("no topic matches the --topic patterns"));
+            return Err(Exit::usage(why));
         }
-        tracing::warn!(
-            refresh_s = refresh.as_secs(),
-            "no topic matches the --topic patterns yet; looking again"
-        );
+        tracing::warn!(refresh_s = refresh.as_secs(), "{why}; looking again");
         // A signal before the pipelines run exits at once (signals.rs).
         std::thread::sleep(refresh);
     }
 }
+
+/// How long a failing topic listing is tried again before the start fails.
+const LISTING_PATIENCE: Duration = Duration::from_secs(30);
 
 fn refusals<'r>(refused: impl Iterator<Item = &'r routing::Refused>) -> String {
     refused
@@ -223,13 +245,25 @@ fn settle_tables(plan: &mut Plan, validated: &mut Vec<Validated>) -> Result<Vec<
             refusals(unread.into_iter())
         );
     }
-    if plan.pipelines.is_empty() {
-        return Err(Exit::usage(format!(
-            "no table to write: {}",
-            refusals(plan.refused.iter())
-        )));
-    }
+    one_reader_per_topic(plan)?;
     Ok(created)
+}
+
+/// One reader per topic, refused topics included: a topic one pipeline
+/// writes and another refuses would go to whichever chain came last.
+fn one_reader_per_topic(plan: &Plan) -> Result<(), Exit> {
+    let mut owner: std::collections::HashMap<String, &str> = std::collections::HashMap::new();
+    for (i, (name, a)) in plan.pipelines.iter().enumerate() {
+        let refused = plan.refused_with(i).into_iter().map(|r| r.topic);
+        for topic in a.topics.iter().cloned().chain(refused) {
+            if let Some(other) = owner.insert(topic.clone(), name) {
+                return Err(Exit::usage(format!(
+                    "topic {topic} is read by pipelines {other} and {name}; a topic feeds one pipeline"
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What one run of the pipelines is given.
@@ -502,5 +536,53 @@ fn conclude(report: ExitReport, elapsed: Duration) -> Result<(), Ended> {
         }
         ExitState::Failed(f) => Err(Exit::failed(f.to_string()).into()),
         _ => Err(Exit::failed("pipeline ended in an unknown state").into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn args(extra: &[&str]) -> RunArgs {
+        let mut argv = vec!["spate", "run", "--brokers", "b:9092", "--group", "g"];
+        argv.extend_from_slice(&["--clickhouse-url", "http://c:8123"]);
+        argv.extend_from_slice(extra);
+        match crate::cli::Cli::parse_from(argv).command {
+            crate::cli::Command::Run(a) => a,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn a_topic_refused_by_one_pipeline_and_written_by_another_is_refused() {
+        let given = vec![
+            (
+                "a".to_owned(),
+                args(&["--topic", "ev_b", "--table", "db.b"]),
+            ),
+            (
+                "b".to_owned(),
+                args(&[
+                    "--topic",
+                    "^ev_",
+                    "--table",
+                    "db.{topic}",
+                    "--allow-tables",
+                    r"db\.ev_a",
+                ]),
+            ),
+        ];
+        let topics = || Ok(vec!["ev_a".to_owned(), "ev_b".to_owned()]);
+        let plan = routing::expand(&given, &|_| topics()).unwrap();
+        let e = one_reader_per_topic(&plan).unwrap_err();
+        assert!(
+            e.message()
+                .contains("topic ev_b is read by pipelines a and b/db.ev_a"),
+            "{}",
+            e.message()
+        );
+        let alone = routing::expand(&given[1..], &|_| topics()).unwrap();
+        assert!(one_reader_per_topic(&alone).is_ok());
     }
 }

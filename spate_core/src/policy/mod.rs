@@ -31,8 +31,8 @@ mod rejections;
 
 pub use dead_letter::{cut, Abandoned, AllOf, DeadLetter, DeadLetterSink, StoreError};
 pub use limit::{LimitTripped, Limiter, RejectLimit};
-pub use rejections::{decode_reason, Action, Rejection, Rejections, Stage};
 pub use rejections::METRIC_NAMES as POLICY_METRIC_NAMES;
+pub use rejections::{decode_reason, Action, Rejection, Rejections, Stage};
 
 use std::fmt;
 use std::str::FromStr;

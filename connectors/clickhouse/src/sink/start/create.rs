@@ -33,8 +33,10 @@ pub enum Presence {
 }
 
 /// Ask every replica of `spec` for `spec.table`; where it is missing and
-/// `like` is given, create it there as `like`. A replica that did not
-/// answer is left for the sink's own start (it waits for it or fails).
+/// `like` is given, create it there as `like` (a refused creation is a
+/// configuration error). Without `like`, the table is missing only if no
+/// replica that answered has it. A replica that did not answer is left
+/// for the sink's own start (it waits for it or fails).
 pub async fn ensure_table(spec: &SinkSpec, like: Option<&TableRef>) -> Result<Presence, SinkError> {
     let (discovery, _) = discover_clients(spec).await?;
     let missing: Vec<String> = (discovery.replicas.iter())
@@ -45,6 +47,11 @@ pub async fn ensure_table(spec: &SinkSpec, like: Option<&TableRef>) -> Result<Pr
         return Ok(Presence::Present);
     };
     let Some(like) = like else {
+        // Missing only where no replica has it: a table some replicas
+        // lack is the sink's start error, as without routing.
+        if (discovery.replicas.iter()).any(|r| r.answer.is_ok()) {
+            return Ok(Presence::Present);
+        }
         return Ok(Presence::Missing { url: first.clone() });
     };
     let transport = Transport::new(&spec.tls).map_err(|e| SinkError::Config(e.to_string()))?;
@@ -63,8 +70,14 @@ pub async fn ensure_table(spec: &SinkSpec, like: Option<&TableRef>) -> Result<Pr
         )
         .await
         .map_err(failed)?;
-        // A missing template is the server's UNKNOWN_TABLE, naming it.
-        client.execute(&sql, &[]).await.map_err(failed)?;
+        // Refused (the template missing, no right to create): the
+        // configuration's fault, named, not a table to wait for.
+        client.execute(&sql, &[]).await.map_err(|e| {
+            SinkError::Config(format!(
+                "--create-table-like {like}: creating {} on {url} failed: {e}",
+                spec.table
+            ))
+        })?;
         tracing::info!(table = %spec.table, template = %like, %url, "created the routed table from its template");
     }
     Ok(Presence::Created { replicas: missing })
