@@ -98,7 +98,12 @@ impl<T> Watched<T> {
 #[derive(Debug, Default)]
 pub(crate) struct SourceLog {
     pub commits: Vec<(PartitionId, Watermark, bool)>,
+    /// Lanes paused at the source and neither resumed nor retired.
     pub paused: HashSet<LaneId>,
+    /// Lanes retired while paused: this fake's lanes ignore a pause, so
+    /// a lane paused before its end still reads to it, and the driver
+    /// does not resume an ended lane (its pause is forgotten with it).
+    pub retired_paused: HashSet<LaneId>,
     pub pause_calls: usize,
     pub revoked_commits: Vec<(PartitionId, Watermark)>,
     /// `poll_events` calls (the controller's loop turns).
@@ -347,6 +352,13 @@ impl Source for FakeSource {
             }
         }
         if !retire.is_empty() {
+            let mut log = self.log.lock();
+            for l in &retire {
+                if log.paused.remove(l) {
+                    log.retired_paused.insert(*l);
+                }
+            }
+            drop(log);
             self.retired.extend(retire.iter().copied());
             events.push(SourceEvent::LanesRetired(retire));
         }

@@ -289,9 +289,11 @@ fn backpressure_pauses_lanes_and_resumes_them_without_loss() {
     assert_eq!(report.state, ExitState::Completed, "{report:?}");
     let log = source_log.lock();
     assert!(log.pause_calls > 0);
+    // Resumed, or retired at its end while paused (the fake's lanes read
+    // on while paused; the driver resumes no ended lane).
     assert!(
         log.paused.is_empty(),
-        "every paused lane was resumed: {:?}",
+        "every paused lane was resumed or retired: {:?}",
         log.paused
     );
     let by = offsets(&sink_log.lock().rows);
