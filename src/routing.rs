@@ -344,11 +344,13 @@ impl Plan {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use clap::Parser;
 
-    fn args(extra: &[&str]) -> RunArgs {
+    /// `spate run` flags with a broker, group and server, plus `extra`
+    /// (the other routing tests use it too).
+    pub(crate) fn args(extra: &[&str]) -> RunArgs {
         let mut argv = vec![
             "spate",
             "run",

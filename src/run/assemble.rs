@@ -542,17 +542,7 @@ fn conclude(report: ExitReport, elapsed: Duration) -> Result<(), Ended> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    fn args(extra: &[&str]) -> RunArgs {
-        let mut argv = vec!["spate", "run", "--brokers", "b:9092", "--group", "g"];
-        argv.extend_from_slice(&["--clickhouse-url", "http://c:8123"]);
-        argv.extend_from_slice(extra);
-        match crate::cli::Cli::parse_from(argv).command {
-            crate::cli::Command::Run(a) => a,
-            _ => unreachable!(),
-        }
-    }
+    use crate::routing::tests::args;
 
     #[test]
     fn a_topic_refused_by_one_pipeline_and_written_by_another_is_refused() {
