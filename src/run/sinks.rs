@@ -13,7 +13,7 @@ use crate::cli::{Delivery, RunArgs};
 use crate::exit::Exit;
 use crate::settings::{sink_spec, Process, Validated};
 use spate_clickhouse::{
-    ChClient, ChClientOptions, ChDeadLetters, RetryPolicy, TableRef, Transport,
+    ChClient, ChClientOptions, ChDeadLetters, ErrorClass, RetryPolicy, TableRef, Transport,
 };
 use spate_clickhouse::{Encoders, PreparedSink, SinkPool, SinkSpec, IN_FLIGHT_COPIES};
 use spate_core::health::TransientStalls;
@@ -340,25 +340,42 @@ fn dead_letter_table(
     // The sink's TLS settings and password: a rotation reaches this
     // client too.
     let transport = Transport::new(&v.tls).map_err(|e| bad(e.to_string()))?;
-    io.block_on(async {
-        let client = ChClient::connect_via(
-            &transport,
-            &url,
-            a.user.as_deref(),
-            v.password.as_ref(),
-            opts,
-        )
-        .await
-        .map_err(|e| bad(e.to_string()))?;
-        ChDeadLetters::prepare(
-            client,
-            table_ref,
-            RetryPolicy::default(),
-            io.handle().clone(),
-        )
-        .await
-        .map_err(|e| bad(e.to_string()))
-    })
+    let retry = RetryPolicy::default();
+    // An outage at start (the server down, or frozen right after the
+    // table's CREATE landed) is waited out as the sink's own start is:
+    // the CREATE is `IF NOT EXISTS`, so sending it again is harmless. Only
+    // what retrying cannot mend (refused, TLS, credentials) is exit 2.
+    let deadline = Instant::now() + STARTUP_RETRY;
+    let mut attempt = 0u32;
+    loop {
+        attempt += 1;
+        let prepared = io.block_on(async {
+            let client = ChClient::connect_via(
+                &transport,
+                &url,
+                a.user.as_deref(),
+                v.password.as_ref(),
+                opts,
+            )
+            .await?;
+            ChDeadLetters::prepare(client, table_ref.clone(), retry, io.handle().clone()).await
+        });
+        match prepared {
+            Ok(letters) => return Ok(letters),
+            Err(e) if e.class() != ErrorClass::Retriable => return Err(bad(e.to_string())),
+            Err(e) if Instant::now() < deadline => {
+                let delay = retry.delay(attempt, rand::random::<f64>());
+                tracing::warn!(%table, error = %e, attempt, backoff_ms = delay.as_millis() as u64, "dead-letter table's server not reachable at start; retrying");
+                std::thread::sleep(delay);
+            }
+            Err(e) => {
+                return Err(Exit::failed(format!(
+                    "--dead-letter-table {table}: {e} (gave up after {}s)",
+                    STARTUP_RETRY.as_secs()
+                )))
+            }
+        }
+    }
 }
 
 /// Rows of an exactly-once block when `--batch-rows` is not given: its

@@ -7,9 +7,10 @@
 //! the 26.9 server (`--dead-letter-clickhouse-url`), so that server can be
 //! frozen alone. While it is frozen the letters cannot be stored: the
 //! pipeline must wait (nothing past an unstored letter committed, the run
-//! not finished), and once it is back the run completes with every good
-//! row once in the table, every bad message once in the dead-letter table
-//! with its position, stage and column, and committed = end offsets.
+//! not ended), and once it is back every partition is committed to its
+//! end, with every good row once in the table and every bad message once
+//! in the dead-letter table with its position, stage and column. The
+//! messages are produced once the server is frozen, after spate's start.
 
 use crate::support::*;
 use std::collections::BTreeSet;
@@ -84,15 +85,19 @@ impl Frozen {
     }
 }
 
-/// The dead-letter table is created at start: freeze its server (the
-/// 26.9 one, by its PID file) right after.
-fn freeze_once_created(letters_ch: &Ch, letters: &str, pid_file: &str) {
+/// Freeze the dead-letter table's server (the 26.9 one, by its PID file)
+/// once spate's start is done: its admin server on `port` answers only
+/// after the dead-letter table has been created. Freezing on the table's
+/// mere existence raced the CREATE's answer: frozen between the two, the
+/// start itself waited. Messages produced after this call are all read
+/// with the server frozen.
+fn freeze_once_started(port: u16, pid_file: &str) {
     wait_for(
-        "the dead-letter table created",
-        Duration::from_secs(30),
+        "spate's start done (/healthz answers)",
+        Duration::from_secs(60),
         Duration::from_millis(20),
-        || match letters_ch.try_u64(&format!("EXISTS TABLE {letters}")) {
-            Ok(1) => Ok(()),
+        || match http_get(port, "/healthz") {
+            Some(r) if r.starts_with("HTTP/1.1") => Ok(()),
             other => Err(format!("{other:?}")),
         },
     );
@@ -136,12 +141,6 @@ fn dead_letter_table_server_frozen_mid_run() {
         letters,
         ..
     } = &f;
-    let produced = produce(&svc.brokers, topic, PARTITIONS, N, |i| Msg {
-        partition: ((i / 3) % PARTITIONS as usize) as i32,
-        key: Some(format!("k{i}")),
-        payload: payload(i),
-        timestamp_ms: None,
-    });
     let bad: Vec<usize> = (0..N).filter(|i| [7, 32].contains(&(i % 50))).collect();
     let good = N - bad.len();
 
@@ -154,7 +153,6 @@ fn dead_letter_table_server_frozen_mid_run() {
             &admin,
             "--stall-timeout",
             "1s",
-            "--until-end",
             "--on-error",
             "dead-letter",
             "--dead-letter-table",
@@ -170,8 +168,14 @@ fn dead_letter_table_server_frozen_mid_run() {
     );
     let mut resume = Undo::new(|| kill_pid_file(modern_pid, libc::SIGCONT));
     let spate = spawn("policy-dlt", &args);
-    freeze_once_created(letters_ch, letters, modern_pid);
+    freeze_once_started(port, modern_pid);
     let frozen_at = Instant::now();
+    let produced = produce(&svc.brokers, topic, PARTITIONS, N, |i| Msg {
+        partition: ((i / 3) % PARTITIONS as usize) as i32,
+        key: Some(format!("k{i}")),
+        payload: payload(i),
+        timestamp_ms: None,
+    });
     std::thread::sleep(Duration::from_secs(5));
     let c = committed(&svc.brokers, group, topic, PARTITIONS);
     let ends: Vec<Option<i64>> = produced.counts.iter().map(|&n| Some(n)).collect();
@@ -205,7 +209,18 @@ fn dead_letter_table_server_frozen_mid_run() {
     std::thread::sleep(Duration::from_secs(10).saturating_sub(frozen_at.elapsed()));
     kill_pid_file(modern_pid, libc::SIGCONT);
     resume.disarm();
-    let fin = spate.wait(Duration::from_secs(120));
+    // Back: the letters are stored and everything is committed.
+    wait_for(
+        "every partition committed to its end once the letters' server is back",
+        Duration::from_secs(120),
+        Duration::from_millis(200),
+        || match committed(&svc.brokers, group, topic, PARTITIONS) {
+            c if c == ends => Ok(()),
+            c => Err(format!("{c:?}")),
+        },
+    );
+    spate.sigterm();
+    let fin = spate.wait(Duration::from_secs(60));
     fin.assert_code(0);
 
     let rows = ch.u64_rows(&format!(
@@ -274,16 +289,6 @@ fn sigterm_with_the_dead_letter_table_frozen_exits_within_the_deadline() {
     // Only rows the server rejects (the insert stage's letters, stored
     // from the sink's blocking tasks).
     let bad_at = |i: usize| i % 50 == 32;
-    let produced = produce(&svc.brokers, topic, PARTITIONS, N, |i| Msg {
-        partition: ((i / 3) % PARTITIONS as usize) as i32,
-        key: None,
-        payload: if bad_at(i) {
-            r#"{"a": 13, "small": 1}"#.to_owned()
-        } else {
-            format!(r#"{{"a": {}, "small": 1}}"#, i + 100)
-        },
-        timestamp_ms: None,
-    });
     let bad: Vec<usize> = (0..N).filter(|&i| bad_at(i)).collect();
     let port = free_port();
     let admin = format!("127.0.0.1:{port}");
@@ -317,7 +322,17 @@ fn sigterm_with_the_dead_letter_table_frozen_exits_within_the_deadline() {
         .map(String::from),
     );
     let spate = spawn("policy-dlt-sigterm", &first);
-    freeze_once_created(letters_ch, letters, modern_pid);
+    freeze_once_started(port, modern_pid);
+    let produced = produce(&svc.brokers, topic, PARTITIONS, N, |i| Msg {
+        partition: ((i / 3) % PARTITIONS as usize) as i32,
+        key: None,
+        payload: if bad_at(i) {
+            r#"{"a": 13, "small": 1}"#.to_owned()
+        } else {
+            format!(r#"{{"a": {}, "small": 1}}"#, i + 100)
+        },
+        timestamp_ms: None,
+    });
     // A letter is waiting: /readyz names its table.
     readyz_names_the_letters(port, letters, Duration::from_secs(30));
     spate.sigterm();
@@ -391,7 +406,6 @@ fn a_revocation_with_the_dead_letter_table_frozen_ends_at_its_deadline() {
         svc,
         modern_pid,
         ch,
-        letters_ch,
         topic,
         group,
         table,
@@ -403,16 +417,6 @@ fn a_revocation_with_the_dead_letter_table_frozen_ends_at_its_deadline() {
     // blocks on one once the letters' server is frozen.
     let n = 2000;
     let bad_at = |i: usize| (i / 2) % 40 == 10;
-    let produced = produce(&svc.brokers, topic, PARTITIONS, n, |i| Msg {
-        partition: (i % 2) as i32,
-        key: None,
-        payload: format!(
-            r#"{{"a": {}, "small": {}}}"#,
-            i + 100,
-            if bad_at(i) { 300 } else { 1 }
-        ),
-        timestamp_ms: None,
-    });
     let bad = (0..n).filter(|&i| bad_at(i)).count();
     let port = free_port();
     let mut args = run_args(svc, topic, group, table);
@@ -443,7 +447,17 @@ fn a_revocation_with_the_dead_letter_table_frozen_ends_at_its_deadline() {
         .map(String::from),
     );
     let a = spawn("policy-dlt-revoke-a", &a_args);
-    freeze_once_created(letters_ch, letters, modern_pid);
+    freeze_once_started(port, modern_pid);
+    let produced = produce(&svc.brokers, topic, PARTITIONS, n, |i| Msg {
+        partition: (i % 2) as i32,
+        key: None,
+        payload: format!(
+            r#"{{"a": {}, "small": {}}}"#,
+            i + 100,
+            if bad_at(i) { 300 } else { 1 }
+        ),
+        timestamp_ms: None,
+    });
     // A letter is waiting inside a poll: /readyz names its table.
     readyz_names_the_letters(port, letters, Duration::from_secs(30));
     let b_letters = format!("{db}.letters");
@@ -491,6 +505,97 @@ fn a_revocation_with_the_dead_letter_table_frozen_ends_at_its_deadline() {
     // A stored none (frozen); B stored them all, on the 18.16 server.
     let stored = ch.u64(&format!(
         "SELECT uniqExact(partition, offset) FROM {b_letters} FINAL"
+    ));
+    assert_eq!(stored, bad as u64, "every letter stored");
+    f.drop_databases();
+}
+
+/// The dead-letter table's server stops answering before spate starts.
+/// Before, the start's CREATE timed out and spate exited 2, a
+/// configuration error (which `RestartPreventExitStatus=2` and a
+/// Kubernetes operator read as "do not restart"), although nothing was
+/// wrong with the configuration. Now the start waits for that server as
+/// it waits for the sink's (bounded, logged each attempt); once it is
+/// back the run completes: every good row in, every letter stored, ends
+/// committed.
+#[test]
+fn a_dead_letter_table_server_frozen_at_start_is_waited_for() {
+    let _lock = ch_exclusive_lock();
+    let Some(f) = Frozen::setup("policy_dlt_start") else {
+        return;
+    };
+    let _timer = Timer::start("e2e_policy_dead_letter_start");
+    let Frozen {
+        svc,
+        modern_pid,
+        ch,
+        letters_ch,
+        topic,
+        group,
+        table,
+        letters,
+        ..
+    } = &f;
+    let n = 400;
+    let bad_at = |i: usize| i % 50 == 7;
+    let produced = produce(&svc.brokers, topic, PARTITIONS, n, |i| Msg {
+        partition: (i % 2) as i32,
+        key: None,
+        payload: format!(
+            r#"{{"a": {}, "small": {}}}"#,
+            i + 100,
+            if bad_at(i) { 300 } else { 1 }
+        ),
+        timestamp_ms: None,
+    });
+    let bad = (0..n).filter(|&i| bad_at(i)).count();
+    let mut args = run_args(svc, topic, group, table);
+    args.extend(
+        [
+            "--until-end",
+            "--on-error",
+            "dead-letter",
+            "--dead-letter-table",
+            letters,
+            "--dead-letter-clickhouse-url",
+            &svc.clickhouse_modern_url,
+            "--insert-timeout",
+            "1s",
+        ]
+        .map(String::from),
+    );
+    kill_pid_file(modern_pid, libc::SIGSTOP);
+    let mut resume = Undo::new(|| kill_pid_file(modern_pid, libc::SIGCONT));
+    let mut spate = spawn("policy-dlt-start", &args);
+    wait_for(
+        "spate retrying the frozen dead-letter table's server at start",
+        Duration::from_secs(20),
+        Duration::from_millis(200),
+        || {
+            let log = spate.stderr_so_far();
+            if log.contains("dead-letter table's server not reachable at start; retrying") {
+                Ok(())
+            } else {
+                Err(log.lines().last().unwrap_or("").to_owned())
+            }
+        },
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        !spate.has_exited(),
+        "spate gave up on the dead-letter table's server at start; tail:\n{}",
+        spate.stderr_so_far()
+    );
+    kill_pid_file(modern_pid, libc::SIGCONT);
+    resume.disarm();
+    let fin = spate.wait(Duration::from_secs(90));
+    fin.assert_code(0);
+    let ends: Vec<Option<i64>> = produced.counts.iter().map(|&c| Some(c)).collect();
+    assert_eq!(committed(&svc.brokers, group, topic, PARTITIONS), ends);
+    let good = ch.u64(&format!("SELECT uniqExact(a) FROM {table}"));
+    assert_eq!(good, (n - bad) as u64, "every good row in");
+    let stored = letters_ch.u64(&format!(
+        "SELECT uniqExact(partition, offset) FROM {letters} FINAL"
     ));
     assert_eq!(stored, bad as u64, "every letter stored");
     f.drop_databases();
