@@ -249,6 +249,8 @@ pub(crate) fn sink_spec(a: &RunArgs, v: &Validated) -> SinkSpec {
         topics: a.topics.len(),
         // Needs the partition count from Kafka metadata: not filled yet.
         takeover: None,
+        // Named by the caller that knows the pipeline.
+        pipeline: "main".into(),
     }
 }
 

@@ -39,6 +39,9 @@ pub struct Metrics {
     pub insert_errors: IntCounterVec,
     /// `spate_insert_duration_seconds{table,shard}`.
     pub insert_duration: HistogramVec,
+    /// `spate_delivery_latency_seconds{pipeline,table}`: per row, from its
+    /// message's Kafka timestamp to ClickHouse's acknowledgement of it.
+    pub delivery_latency: HistogramVec,
     /// `spate_committed_offset{topic,partition}` (next offset to read).
     pub committed_offset: IntGaugeVec,
     /// `spate_consumer_lag{topic,partition}`.
@@ -109,6 +112,7 @@ pub const METRIC_NAMES: &[&str] = &[
     "spate_insert_retries_total",
     "spate_insert_errors_total",
     "spate_insert_duration_seconds",
+    "spate_delivery_latency_seconds",
     "spate_committed_offset",
     "spate_consumer_lag",
     "spate_lanes_active",
@@ -195,6 +199,7 @@ impl Metrics {
             insert_retries: cv("spate_insert_retries_total", "Insert attempts retried after a retriable failure.", ts),
             insert_errors: cv("spate_insert_errors_total", "Failed insert attempts by kind.", &["table", "shard", "kind"]),
             insert_duration: hv("spate_insert_duration_seconds", "Insert latency per batch, retries excluded.", ts, vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
+            delivery_latency: hv("spate_delivery_latency_seconds", "Per row, from its message's Kafka timestamp to ClickHouse's acknowledgement of its insert.", &["pipeline", "table"], vec![0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 300.0]),
             committed_offset: gv("spate_committed_offset", "Last committed offset (next offset to read).", tp),
             consumer_lag: gv("spate_consumer_lag", "High watermark minus committed offset.", tp),
             lanes_active: g("spate_lanes_active", "Lanes currently owned by drivers."),
@@ -295,6 +300,9 @@ mod tests {
         m.insert_retries.with_label_values(&["db.t", "0"]).inc();
         m.insert_duration
             .with_label_values(&["db.t", "0"])
+            .observe(0.1);
+        m.delivery_latency
+            .with_label_values(&["main", "db.t"])
             .observe(0.1);
         m.bytes_consumed.with_label_values(&["t", "0"]).inc();
         m.bytes_inserted.with_label_values(&["db.t", "0"]).inc();

@@ -75,6 +75,11 @@ pub(super) fn prepare_all(
             spec.takeover = takeover(a, v);
         }
         spec.topics = topics_feeding(pipelines, validated, v);
+        // A routed table's pipeline is named `<pipeline>/<table>`; the
+        // table is a label of its own.
+        spec.pipeline = (name.strip_suffix(&format!("/{}", a.table)))
+            .unwrap_or(name)
+            .to_owned();
         prepared.push(prepare(io, &spec, metrics).map_err(|e| e.in_pipeline(name, several))?);
     }
     Ok(prepared)

@@ -41,6 +41,7 @@ mod e2e_formats_avro;
 mod e2e_formats_gen;
 mod e2e_formats_protobuf;
 mod e2e_formats_registry_tls;
+mod e2e_freshness;
 mod e2e_https;
 mod e2e_kafka_security;
 mod e2e_memory_partitions;

@@ -387,6 +387,7 @@ impl<E: RowEncode> Chain for EncodeChain<E> {
     }
 
     fn push(&mut self, slot: usize, msg: &Message<'_>) -> Result<(), ChainError> {
+        self.writer.stamp_next(msg.timestamp_ms);
         // Not while a replay is half cut: its block is re-cut at recorded
         // offsets and may not be sealed short, so its rows keep the schema
         // they started with (as the first time), and the switch waits.

@@ -65,6 +65,7 @@ pub struct Replay {
 pub(super) struct BlockPart {
     pub(super) data: Vec<u8>,
     pub(super) rows: u64,
+    pub(super) stamps: super::Stamps,
 }
 
 /// The open block of one lane, and the replayed blocks still ahead of it.
@@ -119,6 +120,11 @@ impl LaneBlock {
     /// encoded into.
     pub(super) fn buffer(&mut self, shard: usize) -> &mut Vec<u8> {
         &mut self.parts[shard].data
+    }
+
+    /// `rows` rows of a message stamped `ts_ms` went to `shard`'s part.
+    pub(super) fn stamp(&mut self, shard: usize, ts_ms: i64, rows: u32) {
+        self.parts[shard].stamps.push(ts_ms, rows);
     }
 }
 
@@ -276,9 +282,9 @@ impl LaneBlock {
         self.rows > 0 && self.planned.is_some_and(|(_, last)| self.last < last)
     }
 
-    /// Take the open block's non-empty parts `(shard, data, rows)` in
-    /// shard order and reset it (the plan stays).
-    pub(super) fn take(&mut self) -> Vec<(usize, Vec<u8>, u64)> {
+    /// Take the open block's non-empty parts `(shard, data, rows,
+    /// stamps)` in shard order and reset it (the plan stays).
+    pub(super) fn take(&mut self) -> Vec<(usize, Vec<u8>, u64, super::Stamps)> {
         if self.planned.is_some() {
             self.plan.pop_front();
         }
@@ -293,6 +299,7 @@ impl LaneBlock {
                     shard,
                     std::mem::take(&mut p.data),
                     std::mem::take(&mut p.rows),
+                    std::mem::take(&mut p.stamps),
                 )
             })
             .collect()

@@ -28,11 +28,13 @@
 mod blocks;
 mod queue;
 mod sizing;
+mod stamps;
 mod writer;
 
 pub use blocks::{block_shard, BlockPlans, Replay};
 pub use queue::{shard_bit, QueueDepths, QueueTicket, ShardQueues, ShardReceiver, Spare};
 pub use sizing::{auto_rows, RateSizer, RowSizing, AUTO_MAX_ROWS, AUTO_MIN_ROWS};
+pub use stamps::Stamps;
 pub use writer::{BatchLimits, ShardWriter};
 
 #[cfg(test)]
@@ -73,6 +75,9 @@ pub struct Chunk {
     /// The sink schema version the rows were encoded for (see
     /// [`RowEncode::schema_switch`]); every row of a chunk has the same.
     pub schema: u64,
+    /// The rows' Kafka timestamps, for the delivery latency observed when
+    /// the chunk is acknowledged (empty when the messages carry none).
+    pub stamps: Stamps,
 }
 
 /// Per-row metadata of a [`Chunk`], filled by the [`ShardWriter`].

@@ -377,6 +377,7 @@ pub fn shard_bit(shard: usize) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sink::Stamps;
 
     fn chunk(shard: usize, bytes: usize) -> Chunk {
         Chunk {
@@ -388,6 +389,7 @@ mod tests {
             ticket: None,
             index: Box::default(),
             schema: 0,
+            stamps: Stamps::default(),
         }
     }
 

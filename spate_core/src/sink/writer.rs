@@ -95,6 +95,8 @@ struct OpenChunk {
     index: Vec<RowOrigin>,
     /// Per row, the original message (only while originals are kept).
     originals: Vec<super::Original>,
+    /// The rows' Kafka timestamps.
+    stamps: super::Stamps,
 }
 
 /// Batches encoded rows per shard and pushes sealed chunks.
@@ -117,6 +119,9 @@ pub struct ShardWriter {
     skip_shard: usize,
     /// Schema version the chunks are tagged with ([`Chunk::schema`]).
     schema: u64,
+    /// The Kafka timestamp of the message the next append is of
+    /// ([`stamp_next`](Self::stamp_next)).
+    stamp: Option<i64>,
     /// Exactly-once on an unkeyed table: each whole block goes to the
     /// shard [`block_shard`] picks from this slot table.
     block_slots: Option<Arc<[u16]>>,
@@ -140,6 +145,7 @@ impl ShardWriter {
             skip_deadline: None,
             skip_shard: 0,
             schema: 0,
+            stamp: None,
             block_slots: None,
         }
     }
@@ -152,6 +158,13 @@ impl ShardWriter {
     pub fn exactly_once(mut self, plans: Arc<dyn BlockPlans>) -> Self {
         self.plans = Some(plans);
         self
+    }
+
+    /// The message the next append is of carries Kafka timestamp `ts_ms`
+    /// (`None`: no timestamp): its rows are stamped with it
+    /// ([`Chunk::stamps`]), for the delivery latency.
+    pub fn stamp_next(&mut self, ts_ms: Option<i64>) {
+        self.stamp = ts_ms;
     }
 
     /// Tag the chunks opened from now on with schema `version`; the caller
@@ -324,6 +337,9 @@ impl ShardWriter {
             }
         }
         chunk.rows += 1;
+        if let Some(ts) = self.stamp {
+            chunk.stamps.push(ts, 1);
+        }
         if chunk.deadline.is_none() {
             let jitter = self
                 .limits
@@ -450,6 +466,7 @@ impl ShardWriter {
             spans: Box::default(),
             index: Box::default(),
             schema: self.schema,
+            stamps: super::Stamps::default(),
         };
         self.queues
             .push(out)
@@ -539,6 +556,7 @@ impl ShardWriter {
             clock,
             rng,
             block_slots,
+            stamp,
             ..
         } = self;
         let lane = lanes[slot].as_mut().expect("registered lane");
@@ -559,6 +577,9 @@ impl ShardWriter {
                 return Ok(Err(e));
             }
         };
+        if let Some(ts) = *stamp {
+            block.stamp(shard, ts, rows);
+        }
         block.appended(offset, shard, len, u64::from(rows), || {
             let jitter = limits.interval.mul_f64(limits.jitter * unit(rng));
             clock.now() + limits.interval + jitter
@@ -636,13 +657,14 @@ impl ShardWriter {
                     spans: Box::default(),
                     index: Box::default(),
                     schema: self.schema,
+                    stamps: super::Stamps::default(),
                 })
                 .map_err(|_| ChainError::QueueClosed { shard })?;
         }
         let seq = lane.seq;
         lane.seq += 1;
         let count = parts.len() as u32;
-        for (shard, data, rows) in parts {
+        for (shard, data, rows, stamps) in parts {
             let spans: Vec<ChunkSpan> = (lane.partition.clone())
                 .map(|partition| ChunkSpan {
                     partition,
@@ -670,6 +692,7 @@ impl ShardWriter {
                 ticket: None,
                 index: Box::default(),
                 schema: self.schema,
+                stamps,
             };
             self.queues
                 .push(chunk)
@@ -753,6 +776,7 @@ impl ShardWriter {
                 originals: chunk.originals,
             }),
             schema: self.schema,
+            stamps: chunk.stamps,
         };
         self.queues
             .push(out)

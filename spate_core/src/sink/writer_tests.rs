@@ -4,6 +4,7 @@ use super::*;
 use crate::checkpoint::Checkpointer;
 use crate::clock::{Clock, ManualClock};
 use crate::record::{PartitionId, Watermark};
+use crate::sink::Stamps;
 
 fn limits(rows: u64) -> BatchLimits {
     BatchLimits {
@@ -632,4 +633,53 @@ fn the_next_chunk_is_written_into_an_inserted_chunks_buffers() {
         (2, 200 << 10),
         "only its own rows"
     );
+}
+
+/// Each chunk carries the Kafka timestamps of its own rows (for the
+/// delivery latency at its acknowledgement), on every shard and in
+/// exactly-once blocks; a message without a timestamp adds none.
+#[test]
+fn chunks_carry_their_rows_timestamps() {
+    let (q, mut rx) = ShardQueues::new(2, 1 << 20, 1 << 19);
+    let mut w = ShardWriter::new(q, limits(3), 1);
+    let slot = w.add_lane(LaneId(1), None);
+    for (off, shard, ts) in [
+        (0, 0, Some(1_000)),
+        (1, 1, Some(1_000)),
+        (2, 0, Some(1_000)),
+        (3, 0, None),
+        (4, 0, Some(2_000)),
+    ] {
+        w.stamp_next(ts);
+        w.append(slot, shard, Offset(off), row).unwrap().unwrap();
+    }
+    w.flush().unwrap();
+    let full = rx[0].try_recv().expect("shard 0 sealed at 3 rows");
+    let mut expected = Stamps::default();
+    expected.push(1_000, 2);
+    assert_eq!(full.stamps, expected, "the unstamped row adds nothing");
+    let tail = rx[0].try_recv().expect("shard 0's tail");
+    let mut expected = Stamps::default();
+    expected.push(2_000, 1);
+    assert_eq!(tail.stamps, expected);
+    let other = rx[1].try_recv().expect("shard 1");
+    assert_eq!(other.stamps.rows(), 1);
+
+    let (q, mut rx) = ShardQueues::new(1, 1 << 20, 1 << 19);
+    let mut w = ShardWriter::new(q, limits(100), 1).exactly_once(Arc::new(Recorded(9, vec![])));
+    let mut cp = Checkpointer::new();
+    let gate = cp.add_lane(LaneId(1), PartitionId::new("t", 0), 1000);
+    let slot = w.add_partition_lane(LaneId(1), PartitionId::new("t", 0), Some(gate));
+    w.stamp_next(Some(5_000));
+    w.append_keeping(slot, 0, Offset(0), None, |out| {
+        out.extend_from_slice(&[7, 7]);
+        Ok::<u32, ()>(2)
+    })
+    .unwrap()
+    .unwrap();
+    w.flush().unwrap();
+    let block = rx[0].try_recv().expect("the block");
+    let mut expected = Stamps::default();
+    expected.push(5_000, 2);
+    assert_eq!(block.stamps, expected, "a message of two rows stamps both");
 }

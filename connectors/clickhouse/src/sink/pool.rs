@@ -137,7 +137,13 @@ impl SinkPool {
             shard_key = %spec.shard_key.join(","),
             "clickhouse sink ready"
         );
-        let shared = PoolShared::new(spec.table.to_string(), query, native, metrics);
+        let shared = PoolShared::new(
+            &spec.pipeline,
+            spec.table.to_string(),
+            query,
+            native,
+            metrics,
+        );
         let _ = shared.live.set(live.clone());
         let shared = Arc::new(shared);
         report_replicas(&discovery, &shards, &shared);

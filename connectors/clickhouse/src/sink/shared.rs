@@ -27,6 +27,9 @@ pub(crate) struct PoolShared {
     pub(crate) live: std::sync::OnceLock<Arc<LiveSchema>>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) ch_metrics: ChMetrics,
+    /// `spate_delivery_latency_seconds{pipeline,table}` of this sink,
+    /// resolved once.
+    pub(crate) latency: prometheus::Histogram,
     pub(crate) failed: AtomicBool,
     pub(crate) inserted_chunks: AtomicU64,
     pub(crate) inserted_rows: AtomicU64,
@@ -36,12 +39,14 @@ pub(crate) struct PoolShared {
 
 impl PoolShared {
     pub(crate) fn new(
+        pipeline: &str,
         table: String,
         query: InsertQuery,
         native: Option<NativeLayout>,
         metrics: Arc<Metrics>,
     ) -> Self {
         PoolShared {
+            latency: (metrics.delivery_latency).with_label_values(&[pipeline, &table]),
             table,
             query,
             native,

@@ -96,6 +96,7 @@ fn setup(silent: u32) -> Setup {
             ..RowIndex::default()
         }),
         schema: 1,
+        stamps: spate_core::sink::Stamps::default(),
     };
     Setup {
         live,

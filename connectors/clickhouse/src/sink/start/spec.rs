@@ -88,6 +88,9 @@ pub struct SinkSpec {
     pub format: crate::formats::FormatSpec,
     /// The messages' envelope: rows, or changes to apply (`--envelope`).
     pub envelope: crate::envelope::EnvelopeSpec,
+    /// The pipeline's name, for the `pipeline` label of its metrics
+    /// (`spate_delivery_latency_seconds`).
+    pub pipeline: String,
 }
 
 #[cfg(test)]

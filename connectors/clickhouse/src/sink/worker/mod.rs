@@ -158,6 +158,9 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
             bytes: chunk.data.len(),
         }
         .emit();
+        // Every row of the chunk, those the server rejected (handled by
+        // the error policy) included.
+        chunk.stamps.observe(&self.shared.latency, unix_ms());
         self.shared.inserted_chunks.fetch_add(1, Ordering::AcqRel);
         self.shared.inserted_rows.fetch_add(rows, Ordering::AcqRel);
         let Chunk {
@@ -207,6 +210,13 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
             Attempt::Fenced => Outcome::Fenced,
         }
     }
+}
+
+/// Now, in milliseconds since the Unix epoch (Kafka timestamps' clock).
+fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 #[cfg(test)]

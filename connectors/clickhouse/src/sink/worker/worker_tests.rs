@@ -225,7 +225,7 @@ impl Harness {
             settings,
         };
         let metrics = Arc::new(Metrics::new());
-        let shared = Arc::new(PoolShared::new("db.t".into(), query, None, metrics));
+        let shared = Arc::new(PoolShared::new("main", "db.t".into(), query, None, metrics));
         let (queues, mut receivers) = ShardQueues::new(1, 1 << 30, 1 << 29);
         let (ack_tx, acks) = ack_channel();
         let (abandon, abandon_rx) = watch::channel(false);
@@ -278,6 +278,7 @@ impl Harness {
             ticket: None,
             index: Default::default(),
             schema: 0,
+            stamps: spate_core::sink::Stamps::default(),
         };
         let pushed = self.queues.as_ref().map(|q| q.push(chunk));
         assert!(matches!(pushed, Some(Ok(()))), "queue closed");
@@ -323,6 +324,7 @@ impl Harness {
             ticket: None,
             index,
             schema: 0,
+            stamps: spate_core::sink::Stamps::default(),
         };
         let pushed = self.queues.as_ref().map(|q| q.push(chunk));
         assert!(matches!(pushed, Some(Ok(()))), "queue closed");

@@ -1,0 +1,171 @@
+//! End to end: `spate_delivery_latency_seconds`, the freshness histogram
+//! (issue 33): per row, from its message's Kafka timestamp to ClickHouse's
+//! acknowledgement of its insert.
+//!
+//! A producer writes a steady 1,000 messages/s for 8 s while spate runs
+//! with default batching. The table stamps each row as the server inserts
+//! it (`ins DateTime64(3) MATERIALIZED now64(3)`) beside the message's
+//! Kafka timestamp (`_timestamp`), so the latency measured from the table
+//! is `ins - _timestamp`. The histogram must count every row once, and its
+//! p50 and p99 (interpolated within buckets, as Prometheus'
+//! `histogram_quantile` does) must agree with the table's: the histogram
+//! stops the clock at the acknowledgement, a little after the server's
+//! `now64()`, so it may read a little higher, never lower by more than the
+//! buckets' resolution.
+//!
+//! 26.9 only: 18.16 has no `DateTime64`, and the histogram's path does
+//! not depend on the server's version.
+
+use crate::support::*;
+use rdkafka::config::ClientConfig;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer as _};
+use std::time::{Duration, Instant};
+
+const RATE_PER_TICK: usize = 100;
+const TICKS: usize = 80;
+const TICK: Duration = Duration::from_millis(100);
+
+/// `histogram_quantile(q)` over the cumulative `(le, count)` buckets of one
+/// series, in `le` order, `+Inf` last: linear within the bucket that holds
+/// the q-th observation.
+fn histogram_quantile(q: f64, buckets: &[(f64, f64)]) -> f64 {
+    let total = buckets.last().map_or(0.0, |b| b.1);
+    let rank = q * total;
+    let mut lower = (0.0, 0.0);
+    for &(le, count) in buckets {
+        if count >= rank {
+            if le.is_infinite() {
+                return lower.0;
+            }
+            let within = (rank - lower.1) / (count - lower.1).max(f64::MIN_POSITIVE);
+            return lower.0 + (le - lower.0) * within;
+        }
+        lower = (le, count);
+    }
+    lower.0
+}
+
+/// The `(le, cumulative count)` buckets of `name` with `labels`.
+fn buckets(metrics: &str, name: &str, labels: &str) -> Vec<(f64, f64)> {
+    let prefix = format!("{name}_bucket{{{labels},le=\"");
+    let mut out: Vec<(f64, f64)> = metrics
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(&prefix)?;
+            let (le, count) = rest.split_once("\"} ")?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, count.trim().parse().ok()?))
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.total_cmp(&b.0));
+    out
+}
+
+#[test]
+fn the_latency_histogram_agrees_with_the_table() {
+    let Some(svc) = services_on(Server::V26) else {
+        return;
+    };
+    let _timer = Timer::start("e2e_freshness");
+    let _lock = ch_shared_lock();
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let db = ch.fresh_db("e2e_fresh");
+    let table = format!("{db}.t");
+    ch.exec(&format!(
+        "CREATE TABLE {table} (n UInt64, _timestamp DateTime64(3), \
+         ins DateTime64(3) MATERIALIZED now64(3)) ENGINE = MergeTree() ORDER BY n"
+    ));
+    let topic = unique("t_fresh");
+    create_topic(&svc.brokers, &topic, 2);
+    let port = free_port();
+    let mut args = run_args(&svc, &topic, &unique("g_fresh"), &table);
+    args.extend(["--admin-addr".to_owned(), format!("127.0.0.1:{port}")]);
+    let spate = spawn("fresh", &args);
+    wait_for(
+        "spate's admin server",
+        Duration::from_secs(60),
+        Duration::from_millis(50),
+        || http_get(port, "/healthz").ok_or_else(|| "no answer".to_owned()),
+    );
+    // A steady rate, each message stamped by the producer as it is sent
+    // (CreateTime), each tick's messages flushed before the next.
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &svc.brokers)
+        .set("linger.ms", "5")
+        .set("message.timeout.ms", "30000")
+        .create()
+        .expect("producer");
+    let start = Instant::now();
+    for tick in 0..TICKS {
+        for i in 0..RATE_PER_TICK {
+            let n = tick * RATE_PER_TICK + i;
+            let payload = format!(r#"{{"n":{n}}}"#);
+            let record = BaseRecord::<(), _>::to(&topic)
+                .partition((n % 2) as i32)
+                .payload(&payload);
+            producer.send(record).expect("queued");
+        }
+        producer
+            .flush(Duration::from_secs(30))
+            .expect("a tick's messages delivered");
+        std::thread::sleep((TICK * (tick as u32 + 1)).saturating_sub(start.elapsed()));
+    }
+    let n = (TICKS * RATE_PER_TICK) as u64;
+    ch.wait_rows(&table, n, Duration::from_secs(60));
+
+    let labels = format!("pipeline=\"main\",table=\"{table}\"");
+    let name = "spate_delivery_latency_seconds";
+    // The last chunk's acknowledgement follows its rows' visibility.
+    let (metrics, b) = wait_for(
+        "the histogram to count every row",
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || {
+            let m = http_get(port, "/metrics").ok_or_else(|| "no /metrics".to_owned())?;
+            let b = buckets(&m, name, &labels);
+            match b.last() {
+                Some(&(_, count)) if count as u64 == n => Ok((m, b)),
+                other => Err(format!("+Inf bucket {other:?}")),
+            }
+        },
+    );
+    let count = metric_sum(
+        &metrics,
+        &format!("{name}_count"),
+        &["pipeline=\"main\"", &format!("table=\"{table}\"")],
+    );
+    assert_eq!(count as u64, n, "every row observed once");
+    let from_table = |q: f64| {
+        ch.text(
+            &format!(
+                "SELECT quantileExact({q})(toFloat64(ins) - toFloat64(_timestamp)) FROM {table}"
+            ),
+            "TSV",
+        )
+        .trim()
+        .parse::<f64>()
+        .expect("a quantile")
+    };
+    for q in [0.5, 0.99] {
+        let h = histogram_quantile(q, &b);
+        let t = from_table(q);
+        eprintln!(
+            "[e2e_freshness] p{}: histogram {h:.3} s, table {t:.3} s",
+            q * 100.0
+        );
+        // The buckets around a second are 0.2-0.25 s wide; the
+        // acknowledgement comes after the server's now64().
+        assert!(
+            h >= t - 0.25 && h <= t + 0.35,
+            "p{}: the histogram says {h:.3} s, the table {t:.3} s",
+            q * 100.0
+        );
+    }
+    spate.sigterm();
+    spate.wait(Duration::from_secs(60)).assert_code(0);
+    ch.exec(&format!("DROP DATABASE {db}"));
+}
