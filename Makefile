@@ -55,11 +55,13 @@ bench: prereqs services $(BENCH_VENV)/.ready ## micro + end-to-end benchmarks, c
 	$(CARGO) build --release
 	$(CARGO) build --release -p spate_kafka --example consume_ceiling
 	# HTTPS inserts as a ratio to plain HTTP, CDC beside plain JSON, and
-	# routing's 1/10/200-table curve (one line each), then the main bench,
+	# routing's 1/10/200-table curve, freshness at 20k events/s and at
+	# saturation (one line each), then the main bench,
 	# whose fixed-form summary line stays last.
 	source $(ENV_FILE) && python3 bench/https_ratio.py
 	source $(ENV_FILE) && python3 bench/cdc_ratio.py
 	source $(ENV_FILE) && python3 bench/routing_curve.py
+	source $(ENV_FILE) && python3 bench/freshness.py
 	source $(ENV_FILE) && $(BENCH_VENV)/bin/python bench/bench.py
 
 bench-levers: prereqs ## issue 20's encoder levers: spate's JSON scan against simd-json and sonic-rs, the Native transposition's share (criterion, no services)

@@ -476,6 +476,12 @@ pub struct GenArgs {
     /// round-robin over the topic's partitions.
     #[arg(long, env = "SPATE_GEN_PARTITIONS", default_value_t = 4)]
     pub partitions: i32,
+    /// Produce at this steady rate (events per second) instead of as fast
+    /// as possible: a live source, to measure freshness
+    /// (`spate_delivery_latency_seconds`) against. Each event is stamped
+    /// when it is sent, and lingers at most 5 ms in the producer.
+    #[arg(long, env = "SPATE_GEN_RATE", value_name = "EVENTS_PER_S")]
+    pub rate: Option<u32>,
     /// Event schema: `small` (10 fields, ~200 bytes: ts, user_id, event,
     /// country, value, duration_ms, ok, tags, session, page) or `wide` (50
     /// columns, ~1 KB: ts, user_id, c02..c49 of mixed types).

@@ -45,8 +45,16 @@ pub fn run(args: GenArgs) -> Result<(), Exit> {
         .set("batch.num.messages", "10000")
         .set("queue.buffering.max.messages", "1000000")
         .set("queue.buffering.max.kbytes", "1048576");
+    if args.rate.is_some() {
+        // A live source: events leave within a few milliseconds of being
+        // made (batched that long, as a producer's default linger does).
+        config.set("linger.ms", "5");
+    }
     for (k, v) in &args.properties {
         config.set(k, v);
+    }
+    if args.rate == Some(0) {
+        return Err(Exit::usage("--rate must be at least 1 event per second"));
     }
     let io = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -98,6 +106,19 @@ pub fn run(args: GenArgs) -> Result<(), Exit> {
         }
         if i % 1000 == 0 {
             producer.poll(Duration::ZERO);
+        }
+        if let Some(rate) = args.rate {
+            // Paced by the clock, not by sleeps added up: event i leaves at
+            // i / rate seconds (a late start or a slow send is caught up).
+            let due = started + Duration::from_secs_f64((i + 1) as f64 / f64::from(rate));
+            loop {
+                let ahead = due.saturating_duration_since(Instant::now());
+                if ahead.is_zero() {
+                    break;
+                }
+                // Serves delivery reports meanwhile; may return early.
+                producer.poll(ahead);
+            }
         }
     }
     producer
@@ -240,5 +261,13 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&s).unwrap();
         assert_eq!(v.as_object().map(|o| o.len()), Some(50), "{s}");
         assert!(gen_args(&["--schema", "medium"]).is_err());
+    }
+
+    #[test]
+    fn rate_paces_and_refuses_zero() {
+        assert_eq!(gen_args(&[]).unwrap().rate, None, "as fast as it can");
+        assert_eq!(gen_args(&["--rate", "20000"]).unwrap().rate, Some(20_000));
+        let zero = super::run(gen_args(&["--rate", "0"]).unwrap()).unwrap_err();
+        assert_eq!(zero.code(), 2, "{zero:?}");
     }
 }
