@@ -226,16 +226,27 @@ impl Transport {
     }
 }
 
+/// The system's root certificates, read and parsed once per process:
+/// every pipeline (hundreds when routing to a table per topic) builds its
+/// client settings from them, and reading the store costs milliseconds
+/// each time. Unreadable entries are skipped, as every TLS client does; a
+/// missing store only matters for `https://` URLs, where the handshake
+/// then fails with "unknown issuer". The CA file of `--ca` is not cached:
+/// a reload reads it again.
+fn system_roots() -> &'static RootCertStore {
+    static ROOTS: std::sync::OnceLock<RootCertStore> = std::sync::OnceLock::new();
+    ROOTS.get_or_init(|| {
+        let mut roots = RootCertStore::empty();
+        roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+        roots
+    })
+}
+
 /// rustls' client settings: system roots plus the CA file, and the client
 /// identity when both halves are given; errors name the files by `flags`.
 /// Shared by every TLS endpoint (ClickHouse here, the schema registry).
 pub(crate) fn client_config(files: &TlsFiles, flags: TlsFlags) -> Result<ClientConfig, TlsError> {
-    let mut roots = RootCertStore::empty();
-    // Unreadable entries of the system store are skipped, as every TLS
-    // client does; a missing store only matters for `https://` URLs, where
-    // the handshake then fails with "unknown issuer".
-    let native = rustls_native_certs::load_native_certs();
-    roots.add_parsable_certificates(native.certs);
+    let mut roots = system_roots().clone();
     if let Some(ca) = &files.ca {
         let certs = read_certs(flags.ca, ca)?;
         for cert in certs {
