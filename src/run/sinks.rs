@@ -58,7 +58,10 @@ pub(super) struct Sinks {
     pub credentials: Vec<SaslCredentials>,
 }
 
-/// Prepare each pipeline's sink (start-up requests, with retry).
+/// Prepare each pipeline's sink (start-up requests, with retry),
+/// [`PREPARES_AT_ONCE`] at a time: hundreds of routed tables start in
+/// about the time of a few round trips each, not one after the other.
+/// Errors name the first failing pipeline in the pipelines' order.
 pub(super) fn prepare_all(
     io: &tokio::runtime::Runtime,
     pipelines: &[(String, RunArgs)],
@@ -66,7 +69,7 @@ pub(super) fn prepare_all(
     metrics: &Arc<Metrics>,
 ) -> Result<Vec<PreparedSink>, Exit> {
     let several = pipelines.len() > 1;
-    let mut prepared = Vec::with_capacity(pipelines.len());
+    let mut specs = Vec::with_capacity(pipelines.len());
     for ((name, a), v) in pipelines.iter().zip(validated) {
         probe_registry(&v.format).map_err(|e| e.in_pipeline(name, several))?;
         one_partition_for_truncates(a, v).map_err(|e| e.in_pipeline(name, several))?;
@@ -80,10 +83,39 @@ pub(super) fn prepare_all(
         spec.pipeline = (name.strip_suffix(&format!("/{}", a.table)))
             .unwrap_or(name)
             .to_owned();
-        prepared.push(prepare(io, &spec, metrics).map_err(|e| e.in_pipeline(name, several))?);
+        specs.push(spec);
     }
-    Ok(prepared)
+    let mut results: Vec<Option<Result<PreparedSink, Exit>>> =
+        (0..specs.len()).map(|_| None).collect();
+    io.block_on(async {
+        let limit = Arc::new(tokio::sync::Semaphore::new(PREPARES_AT_ONCE));
+        let mut set = tokio::task::JoinSet::new();
+        for (i, spec) in specs.into_iter().enumerate() {
+            let (limit, metrics) = (limit.clone(), metrics.clone());
+            set.spawn(async move {
+                let _permit = limit.acquire_owned().await;
+                (i, prepare(&spec, &metrics).await)
+            });
+        }
+        while let Some(joined) = set.join_next().await {
+            match joined {
+                Ok((i, result)) => results[i] = Some(result),
+                Err(e) => return Err(Exit::failed(format!("preparing a sink failed: {e}"))),
+            }
+        }
+        Ok(())
+    })?;
+    (results.into_iter().zip(pipelines))
+        .map(|(result, (name, _))| {
+            result
+                .expect("every prepare joined")
+                .map_err(|e| e.in_pipeline(name, several))
+        })
+        .collect()
 }
+
+/// How many sinks [`prepare_all`] starts at once.
+const PREPARES_AT_ONCE: usize = 16;
 
 /// How many distinct topics feed `v`'s table, over every pipeline of the
 /// process that writes the same table on the same servers: on a server
@@ -167,22 +199,18 @@ fn probe_registry(format: &spate_clickhouse::FormatSpec) -> Result<(), Exit> {
 
 /// Prepare one sink, retrying what is not a configuration error for
 /// [`STARTUP_RETRY`] with the sink's backoff.
-fn prepare(
-    io: &tokio::runtime::Runtime,
-    spec: &SinkSpec,
-    metrics: &Arc<Metrics>,
-) -> Result<PreparedSink, Exit> {
+async fn prepare(spec: &SinkSpec, metrics: &Arc<Metrics>) -> Result<PreparedSink, Exit> {
     let deadline = Instant::now() + STARTUP_RETRY;
     let mut attempt = 0u32;
     loop {
         attempt += 1;
-        match io.block_on(SinkPool::prepare(spec, metrics.clone())) {
+        match SinkPool::prepare(spec, metrics.clone()).await {
             Ok(prepared) => return Ok(prepared),
             Err(e) if e.is_config() => return Err(Exit::usage(e.to_string())),
             Err(e) if Instant::now() < deadline => {
                 let delay = spec.retry.delay(attempt, rand::random::<f64>());
-                tracing::warn!(error = %e, attempt, backoff_ms = delay.as_millis() as u64, "ClickHouse not reachable at start; retrying");
-                std::thread::sleep(delay);
+                tracing::warn!(table = %spec.table, error = %e, attempt, backoff_ms = delay.as_millis() as u64, "ClickHouse not reachable at start; retrying");
+                tokio::time::sleep(delay).await;
             }
             Err(e) => {
                 return Err(Exit::failed(format!(
