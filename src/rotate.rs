@@ -130,9 +130,9 @@ fn fingerprint(path: &PathBuf) -> Option<u64> {
     Some(h.finish())
 }
 
-/// `spate_secret_reloads_total` so far, by `(file, outcome)`: a start
-/// again in the process makes a new registry, and this carries the counts
-/// into it so that the counter never goes back.
+/// `spate_secret_reloads_total` so far, by `(file, outcome)`, carried into
+/// the counter at each start so that it never goes back (the process now
+/// keeps one registry across starts again, so this is a backstop).
 #[derive(Clone, Default)]
 pub(crate) struct ReloadTotals(Arc<Mutex<BTreeMap<(String, String), u64>>>);
 

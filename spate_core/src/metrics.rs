@@ -25,6 +25,10 @@ pub struct Metrics {
     /// Connector series registered through [`Metrics::extension`]; shared
     /// by clones, like the registry itself.
     extensions: Extensions,
+    /// When these metrics were made: the start of the process, which keeps
+    /// one set across the pipelines' starts again
+    /// (`spate_uptime_seconds`).
+    pub created: std::time::Instant,
     /// `spate_messages_consumed_total{topic,partition}`.
     pub messages_consumed: IntCounterVec,
     /// `spate_bytes_consumed_total{topic,partition}` (payload bytes).
@@ -199,7 +203,7 @@ impl Metrics {
             insert_retries: cv("spate_insert_retries_total", "Insert attempts retried after a retriable failure.", ts),
             insert_errors: cv("spate_insert_errors_total", "Failed insert attempts by kind.", &["table", "shard", "kind"]),
             insert_duration: hv("spate_insert_duration_seconds", "Insert latency per batch, retries excluded.", ts, vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
-            delivery_latency: hv("spate_delivery_latency_seconds", "Per row, from its message's Kafka timestamp to ClickHouse's acknowledgement of its insert.", &["pipeline", "table"], vec![0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 300.0]),
+            delivery_latency: hv("spate_delivery_latency_seconds", "Per row, from its message's Kafka timestamp to ClickHouse's acknowledgement of its insert.", &["pipeline", "table"], vec![0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 5.0, 10.0, 30.0, 60.0, 300.0]),
             committed_offset: gv("spate_committed_offset", "Last committed offset (next offset to read).", tp),
             consumer_lag: gv("spate_consumer_lag", "High watermark minus committed offset.", tp),
             lanes_active: g("spate_lanes_active", "Lanes currently owned by drivers."),
@@ -219,6 +223,7 @@ impl Metrics {
             build_info,
             registry: r,
             extensions: Extensions::default(),
+            created: std::time::Instant::now(),
         }
     }
 

@@ -47,6 +47,10 @@ pub fn run(given: Vec<(String, RunArgs)>) -> Result<(), Exit> {
     let shutdown = signals::watch();
     let reloads = crate::rotate::ReloadTotals::default();
     let mut replays = Vec::<Instant>::new();
+    // One set of metrics for the process: a start again of the pipelines
+    // (a topic matched or gone, a rotated secret, a table change) must not
+    // send the counters back to 0.
+    let metrics = Arc::new(Metrics::new());
     loop {
         // The routing pipelines expanded into one per table, from the
         // topics there are now (`crate::routing`).
@@ -61,6 +65,7 @@ pub fn run(given: Vec<(String, RunArgs)>) -> Result<(), Exit> {
             shutdown: &shutdown,
             baseline: &baseline,
             reloads: &reloads,
+            metrics: &metrics,
         };
         let exit = match run_once(&run) {
             Ok(()) => return Ok(()),
@@ -285,6 +290,8 @@ struct Run<'a> {
     /// `spate_secret_reloads_total` so far, carried into this run's
     /// registry.
     reloads: &'a crate::rotate::ReloadTotals,
+    /// The process's metrics, kept across starts.
+    metrics: &'a Arc<Metrics>,
 }
 
 /// How a run that did not complete ended.
@@ -335,7 +342,7 @@ fn run_once(run: &Run<'_>) -> Result<(), Ended> {
         .enable_all()
         .build()
         .map_err(|e| Exit::failed(format!("starting the I/O runtime: {e}")))?;
-    let metrics = Arc::new(Metrics::new());
+    let metrics = run.metrics.clone();
     for table in run.created {
         metrics.tables_created.with_label_values(&[table]).inc();
     }

@@ -32,10 +32,10 @@ fn a_topic_pattern_writes_each_topic_to_its_own_table(svc: Services) {
         payload: format!(r#"{{"n":{i}}}"#),
         timestamp_ms: None,
     };
-    for t in ["a", "b", "deny"] {
+    for t in ["a", "b", "d", "deny"] {
         create_topic(&svc.brokers, &topic(t), 2);
     }
-    for t in ["a", "b"] {
+    for t in ["a", "b", "d"] {
         produce(&svc.brokers, &topic(t), 2, PER_TOPIC, numbered);
     }
 
@@ -50,7 +50,7 @@ fn a_topic_pattern_writes_each_topic_to_its_own_table(svc: Services) {
     args.extend(
         [
             "--allow-tables",
-            &format!(r"{db}\.{prefix}_(a|b|c)"),
+            &format!(r"{db}\.{prefix}_(a|b|c|d)"),
             "--create-table-like",
             &format!("{db}.tmpl"),
             "--on-error",
@@ -65,7 +65,7 @@ fn a_topic_pattern_writes_each_topic_to_its_own_table(svc: Services) {
         .map(String::from),
     );
     let spate = spawn("route", &args);
-    for t in ["a", "b"] {
+    for t in ["a", "b", "d"] {
         ch.wait_rows(
             &format!("{db}.{}", topic(t)),
             PER_TOPIC as u64,
@@ -86,8 +86,39 @@ fn a_topic_pattern_writes_each_topic_to_its_own_table(svc: Services) {
     eprintln!("[e2e_routing] the new topic's rows were in {took:?} after it was created");
     assert!(took < Duration::from_secs(30), "picked up in {took:?}");
 
-    // Counted by this start of the pipelines (the new topic started them
-    // again, and counters start from 0 with each).
+    // A topic deleted while spate runs: its lanes end, the others go on
+    // (more rows of b arrive after the start again it causes).
+    delete_topic(&svc.brokers, &topic("d"));
+    std::thread::sleep(Duration::from_secs(5));
+    produce_paced(
+        &svc.brokers,
+        &topic("b"),
+        PER_TOPIC,
+        Duration::from_millis(200),
+        numbered,
+    )
+    .join();
+    ch.wait_rows(
+        &format!("{db}.{}", topic("b")),
+        2 * PER_TOPIC as u64,
+        Duration::from_secs(60),
+    );
+    let mut spate = spate;
+    assert!(
+        !spate.has_exited(),
+        "spate stopped after a topic was deleted:\n{}",
+        spate.stderr_so_far()
+    );
+    let restarts = (spate.stderr_so_far())
+        .matches("stopping the pipelines to start them again")
+        .count();
+    assert!(
+        restarts >= 2,
+        "{restarts} starts again (a topic created, one deleted)"
+    );
+
+    // Counted once, whatever starts again the topic changes caused (the
+    // process keeps its counters across them).
     produce(&svc.brokers, &topic("deny"), 2, DENIED, numbered);
     let rejected = format!("topic=\"{}\"", topic("deny"));
     let metrics = wait_for(
@@ -116,7 +147,7 @@ fn a_topic_pattern_writes_each_topic_to_its_own_table(svc: Services) {
     spate.sigterm();
     spate.wait(Duration::from_secs(60)).assert_code(0);
 
-    for t in ["a", "b", "c"] {
+    for (t, n) in [("a", PER_TOPIC), ("b", 2 * PER_TOPIC), ("c", PER_TOPIC)] {
         let rows = ch.u64_rows(&format!(
             "SELECT count(), uniqExact(_partition, _offset), countIf(_topic != '{}') FROM {db}.{}",
             topic(t),
@@ -124,7 +155,7 @@ fn a_topic_pattern_writes_each_topic_to_its_own_table(svc: Services) {
         ));
         assert_eq!(
             rows[0],
-            vec![PER_TOPIC as u64, PER_TOPIC as u64, 0],
+            vec![n as u64, n as u64, 0],
             "{t}: each message once, in its topic's table only"
         );
     }

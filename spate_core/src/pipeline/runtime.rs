@@ -674,10 +674,14 @@ fn spawn_queue_gauges(options: &RuntimeOptions, queues: &[ShardQueues]) {
     let metrics = options.metrics.clone();
     // Depth views only: this task must not keep the queues open.
     let views: Vec<_> = queues.iter().map(ShardQueues::depth_view).collect();
+    // The metrics outlive a start of the pipelines (a process keeps one
+    // set): the shards numbered by the last start go.
+    metrics.queue_bytes.reset();
     options.io.spawn(async move {
-        let started = Instant::now();
         loop {
-            metrics.uptime.set(started.elapsed().as_secs() as i64);
+            metrics
+                .uptime
+                .set(metrics.created.elapsed().as_secs() as i64);
             for view in &views {
                 // Shards are numbered from 1 in labels, like `shard_num`
                 // in ClickHouse's system.clusters.

@@ -59,6 +59,21 @@ pub fn create_topic(brokers: &str, topic: &str, partitions: i32) {
     create_topic_at(&KafkaEndpoint::plain(brokers), topic, partitions);
 }
 
+/// Delete `topic` (on the plain broker).
+pub fn delete_topic(brokers: &str, topic: &str) {
+    let admin: AdminClient<DefaultClientContext> = KafkaEndpoint::plain(brokers)
+        .config()
+        .create()
+        .expect("admin client");
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(20)));
+    let res = block_on(admin.delete_topics(&[topic], &opts)).expect("DeleteTopics request");
+    for r in res {
+        if let Err((name, code)) = r {
+            panic!("DeleteTopics {name}: {code:?}");
+        }
+    }
+}
+
 /// [`create_topic`] on a broker that may need TLS or SASL.
 pub fn create_topic_at(endpoint: &KafkaEndpoint, topic: &str, partitions: i32) {
     let admin: AdminClient<DefaultClientContext> =
