@@ -479,7 +479,8 @@ pub struct GenArgs {
     /// Produce at this steady rate (events per second) instead of as fast
     /// as possible: a live source, to measure freshness
     /// (`spate_delivery_latency_seconds`) against. Each event is stamped
-    /// when it is sent, and lingers at most 5 ms in the producer.
+    /// when it is sent, and lingers at most 5 ms in the producer (unless
+    /// `-X linger.ms` says otherwise).
     #[arg(long, env = "SPATE_GEN_RATE", value_name = "EVENTS_PER_S")]
     pub rate: Option<u32>,
     /// Event schema: `small` (10 fields, ~200 bytes: ts, user_id, event,

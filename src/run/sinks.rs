@@ -22,6 +22,7 @@ use spate_core::pipeline::SinkRuntime;
 use spate_core::policy::{AllOf, DeadLetterSink, Rejections};
 use spate_core::sink::{AckSender, BatchLimits, RowSizing, ShardQueues, AUTO_MAX_ROWS};
 use spate_kafka::{KafkaDeadLetters, SaslCredentials};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -61,7 +62,7 @@ pub(super) struct Sinks {
 /// Prepare each pipeline's sink (start-up requests, with retry),
 /// [`PREPARES_AT_ONCE`] at a time: hundreds of routed tables start in
 /// about the time of a few round trips each, not one after the other.
-/// Errors name the first failing pipeline in the pipelines' order.
+/// The first failure ends the start, naming its pipeline.
 pub(super) fn prepare_all(
     io: &tokio::runtime::Runtime,
     pipelines: &[(String, RunArgs)],
@@ -85,33 +86,43 @@ pub(super) fn prepare_all(
             .to_owned();
         specs.push(spec);
     }
-    let mut results: Vec<Option<Result<PreparedSink, Exit>>> =
-        (0..specs.len()).map(|_| None).collect();
+    // Exactly-once sinks share their database's state table, which a
+    // start may create or migrate: one at a time.
+    let at_once = if specs.iter().any(|s| s.exactly_once) {
+        1
+    } else {
+        PREPARES_AT_ONCE
+    };
+    // One deadline for the lot, not one per sink from when it gets its
+    // turn: with ClickHouse down, the start gives up after STARTUP_RETRY
+    // however many tables there are.
+    let deadline = Instant::now() + STARTUP_RETRY;
+    let mut results: Vec<Option<PreparedSink>> = (0..specs.len()).map(|_| None).collect();
     io.block_on(async {
-        let limit = Arc::new(tokio::sync::Semaphore::new(PREPARES_AT_ONCE));
+        let limit = Arc::new(tokio::sync::Semaphore::new(at_once));
         let mut set = tokio::task::JoinSet::new();
         for (i, spec) in specs.into_iter().enumerate() {
             let (limit, metrics) = (limit.clone(), metrics.clone());
             set.spawn(async move {
                 let _permit = limit.acquire_owned().await;
-                (i, prepare(&spec, &metrics).await)
+                (i, prepare(&spec, &metrics, deadline).await)
             });
         }
+        // The first failure ends the start: the other sinks are not waited
+        // for (dropping the set aborts them).
         while let Some(joined) = set.join_next().await {
             match joined {
-                Ok((i, result)) => results[i] = Some(result),
+                Ok((i, Ok(prepared))) => results[i] = Some(prepared),
+                Ok((i, Err(e))) => return Err(e.in_pipeline(&pipelines[i].0, several)),
                 Err(e) => return Err(Exit::failed(format!("preparing a sink failed: {e}"))),
             }
         }
         Ok(())
     })?;
-    (results.into_iter().zip(pipelines))
-        .map(|(result, (name, _))| {
-            result
-                .expect("every prepare joined")
-                .map_err(|e| e.in_pipeline(name, several))
-        })
-        .collect()
+    Ok(results
+        .into_iter()
+        .map(|r| r.expect("every prepare joined"))
+        .collect())
 }
 
 /// How many sinks [`prepare_all`] starts at once.
@@ -197,10 +208,13 @@ fn probe_registry(format: &spate_clickhouse::FormatSpec) -> Result<(), Exit> {
     }
 }
 
-/// Prepare one sink, retrying what is not a configuration error for
-/// [`STARTUP_RETRY`] with the sink's backoff.
-async fn prepare(spec: &SinkSpec, metrics: &Arc<Metrics>) -> Result<PreparedSink, Exit> {
-    let deadline = Instant::now() + STARTUP_RETRY;
+/// Prepare one sink, retrying what is not a configuration error until
+/// `deadline` with the sink's backoff.
+async fn prepare(
+    spec: &SinkSpec,
+    metrics: &Arc<Metrics>,
+    deadline: Instant,
+) -> Result<PreparedSink, Exit> {
     let mut attempt = 0u32;
     loop {
         attempt += 1;
@@ -257,12 +271,15 @@ pub(super) fn spawn_all(
     let mut pools = Vec::with_capacity(prepared.len());
     let mut credentials = Vec::new();
     let mut routes = Vec::with_capacity(prepared.len());
+    // Dead-letter tables made once each, for every pipeline naming them
+    // (routed pipelines share their configured pipeline's).
+    let mut letter_tables = LetterTables::new();
     for (((p, refused), (_, a)), v) in prepared.into_iter().zip(pipelines).zip(validated) {
         let n = p.shards();
         // The sink's workers and the dead-letter destinations report what
         // keeps failing here; /readyz names it after --stall-timeout.
         let stalls = TransientStalls::new(spate_core::clock::system());
-        let letters = dead_letters(a, v, io, &stalls, &mut credentials)?;
+        let letters = dead_letters(a, v, io, &stalls, &mut credentials, &mut letter_tables)?;
         let rejections = Rejections::with_dead_letters(
             a.error_policy(),
             metrics,
@@ -320,12 +337,17 @@ pub(super) fn spawn_all(
 /// the table (created when missing), or both.
 /// The producer has the consumer's properties as validated: the `-X`
 /// flags and the password of `--kafka-password-file`.
+/// Dead-letter tables prepared at this start, by table, server URL and
+/// user.
+type LetterTables = HashMap<(String, String, Option<String>), ChDeadLetters>;
+
 fn dead_letters(
     a: &RunArgs,
     v: &Validated,
     io: &tokio::runtime::Runtime,
     stalls: &Arc<TransientStalls>,
     credentials: &mut Vec<SaslCredentials>,
+    tables: &mut LetterTables,
 ) -> Result<Option<Arc<dyn DeadLetterSink>>, Exit> {
     let mut all: Vec<Arc<dyn DeadLetterSink>> = Vec::new();
     if let Some(topic) = &a.dead_letter_topic {
@@ -336,7 +358,7 @@ fn dead_letters(
     }
     if let Some(table) = &a.dead_letter_table {
         all.push(Arc::new(
-            dead_letter_table(a, v, table, io)?.with_stalls(stalls.clone()),
+            dead_letter_table(a, v, table, io, tables)?.with_stalls(stalls.clone()),
         ));
     }
     Ok(match all.len() {
@@ -347,12 +369,15 @@ fn dead_letters(
 }
 
 /// The dead-letter table on the pipeline's first server, logged in as
-/// the sink is (the password from `--password` or `--password-file`).
+/// the sink is (the password from `--password` or `--password-file`);
+/// made (`CREATE TABLE IF NOT EXISTS`) once per start for every pipeline
+/// naming it.
 fn dead_letter_table(
     a: &RunArgs,
     v: &Validated,
     table: &str,
     io: &tokio::runtime::Runtime,
+    tables: &mut LetterTables,
 ) -> Result<ChDeadLetters, Exit> {
     let bad = |e: String| Exit::usage(format!("--dead-letter-table {table}: {e}"));
     let table_ref = TableRef::parse(table).map_err(|e| bad(e.to_string()))?;
@@ -366,6 +391,10 @@ fn dead_letter_table(
                 .and_then(|s| s.split(',').next().map(str::to_owned))
         })
         .ok_or_else(|| bad("no ClickHouse server named".into()))?;
+    let key = (table.to_owned(), url.clone(), a.user.clone());
+    if let Some(made) = tables.get(&key) {
+        return Ok(made.sibling());
+    }
     let opts = ChClientOptions {
         insert_timeout: a.insert_timeout,
         ..ChClientOptions::default()
@@ -377,10 +406,12 @@ fn dead_letter_table(
     // An outage at start (the server down, or frozen right after the
     // table's CREATE landed) is waited out as the sink's own start is:
     // the CREATE is `IF NOT EXISTS`, so sending it again is harmless. Only
-    // what retrying cannot mend (refused, TLS, credentials) is exit 2.
-    let deadline = Instant::now() + STARTUP_RETRY;
+    // what retrying cannot mend (refused, TLS, credentials) is exit 2. A
+    // request that hangs takes the whole --insert-timeout: the window is
+    // that much longer, so a hung CREATE is tried again at least once.
+    let deadline = Instant::now() + STARTUP_RETRY + a.insert_timeout;
     let mut attempt = 0u32;
-    loop {
+    let letters = loop {
         attempt += 1;
         let prepared = io.block_on(async {
             let client = ChClient::connect_via(
@@ -394,8 +425,10 @@ fn dead_letter_table(
             ChDeadLetters::prepare(client, table_ref.clone(), retry, io.handle().clone()).await
         });
         match prepared {
-            Ok(letters) => return Ok(letters),
-            Err(e) if e.class() != ErrorClass::Retriable => return Err(bad(e.to_string())),
+            Ok(letters) => break letters,
+            Err(e) if e.is_config() || e.class() != ErrorClass::Retriable => {
+                return Err(bad(e.to_string()))
+            }
             Err(e) if Instant::now() < deadline => {
                 let delay = retry.delay(attempt, rand::random::<f64>());
                 tracing::warn!(%table, error = %e, attempt, backoff_ms = delay.as_millis() as u64, "dead-letter table's server not reachable at start; retrying");
@@ -404,11 +437,13 @@ fn dead_letter_table(
             Err(e) => {
                 return Err(Exit::failed(format!(
                     "--dead-letter-table {table}: {e} (gave up after {}s)",
-                    STARTUP_RETRY.as_secs()
+                    (STARTUP_RETRY + a.insert_timeout).as_secs()
                 )))
             }
         }
-    }
+    };
+    tables.insert(key, letters.sibling());
+    Ok(letters)
 }
 
 /// Rows of an exactly-once block when `--batch-rows` is not given: its

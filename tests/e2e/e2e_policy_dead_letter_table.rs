@@ -6,8 +6,8 @@
 //! The pipeline writes to ClickHouse 18.16; the dead-letter table lives on
 //! the 26.9 server (`--dead-letter-clickhouse-url`), so that server can be
 //! frozen alone. While it is frozen the letters cannot be stored: the
-//! pipeline must wait (nothing past an unstored letter committed, the run
-//! not ended), and once it is back every partition is committed to its
+//! pipeline must wait (nothing past an unstored letter committed, spate
+//! still running), and once it is back every partition is committed to its
 //! end, with every good row once in the table and every bad message once
 //! in the dead-letter table with its position, stage and column. The
 //! messages are produced once the server is frozen, after spate's start.
@@ -391,8 +391,8 @@ fn sigterm_with_the_dead_letter_table_frozen_exits_within_the_deadline() {
 /// for the blocked poll without bound (the controller froze: no commits,
 /// no rebalance, SIGTERM unanswered); now it ends at the revoke deadline
 /// and A stops with an error naming the partition. B's own letters go to
-/// a table on the 18.16 server (a member checks its dead-letter table at
-/// start, and the frozen one would refuse it); once A is gone, B takes
+/// a table on the 18.16 server (a member makes its dead-letter table at
+/// start, and would wait for the frozen one); once A is gone, B takes
 /// its partitions over, loads every good row and stores every letter
 /// there, and commits to the ends.
 #[test]

@@ -127,6 +127,25 @@ impl ClientError {
             _ => ErrorClass::Fatal,
         }
     }
+
+    /// Whether the user's configuration (not an outage) is at fault: what
+    /// retrying at start cannot mend, so the start fails at once (exit 2).
+    #[must_use]
+    pub fn is_config(&self) -> bool {
+        matches!(
+            self,
+            ClientError::UnknownTable { .. }
+                | ClientError::ColumnType { .. }
+                | ClientError::Tls { .. }
+                // UNKNOWN_USER, WRONG_PASSWORD, REQUIRED_PASSWORD,
+                // AUTHENTICATION_FAILED: the credentials need fixing (the
+                // server may send them as retriable 500s).
+                | ClientError::Request {
+                    code: Some(192 | 193 | 194 | 516),
+                    ..
+                }
+        )
+    }
 }
 
 /// A failed insert, classified.
@@ -563,6 +582,37 @@ mod tests {
             insert_sql("db", "t", &cols, "RowBinary"),
             "INSERT INTO `db`.`t` (`a`, `we\\`ird`) FORMAT RowBinary"
         );
+    }
+
+    /// Credentials refused are the configuration's fault whatever class
+    /// the server's status gave them; an outage is not.
+    #[test]
+    fn refused_credentials_are_config_errors() {
+        let request = |code, class| ClientError::Request {
+            what: "test",
+            class,
+            code,
+            message: String::new(),
+        };
+        for code in [192, 193, 194, 516] {
+            assert!(
+                request(Some(code), ErrorClass::Retriable).is_config(),
+                "{code}"
+            );
+        }
+        assert!(
+            !request(None, ErrorClass::Retriable).is_config(),
+            "a timeout"
+        );
+        assert!(
+            !request(Some(202), ErrorClass::Retriable).is_config(),
+            "too many queries"
+        );
+        assert!(ClientError::Tls {
+            what: "test",
+            message: String::new()
+        }
+        .is_config());
     }
 
     #[test]

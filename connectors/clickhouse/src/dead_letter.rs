@@ -107,6 +107,23 @@ impl ChDeadLetters {
         })
     }
 
+    /// The same table through the same client, for another pipeline:
+    /// nothing is asked of the server (the table was made by `self`'s
+    /// [`prepare`](Self::prepare)); its stalls and abandonment are its own.
+    #[must_use]
+    pub fn sibling(&self) -> Self {
+        Self {
+            client: self.client.clone(),
+            table: self.table.clone(),
+            io: self.io.clone(),
+            retry: self.retry,
+            insert_settings: self.insert_settings.clone(),
+            dedup: self.dedup,
+            stalls: None,
+            abandoned: Abandoned::default(),
+        }
+    }
+
     /// Report a letter that keeps failing to `stalls`, so `/readyz` turns
     /// 503 naming this table once it has not cleared for `--stall-timeout`
     /// (the pipeline waits for it meanwhile).

@@ -38,18 +38,7 @@ impl SinkError {
     pub fn is_config(&self) -> bool {
         match self {
             SinkError::Config(_) | SinkError::Schema { .. } => true,
-            SinkError::Connect { source, .. } => matches!(
-                source,
-                ClientError::UnknownTable { .. }
-                    | ClientError::ColumnType { .. }
-                    | ClientError::Tls { .. }
-                    // UNKNOWN_USER, WRONG_PASSWORD, REQUIRED_PASSWORD,
-                    // AUTHENTICATION_FAILED: the credentials need fixing.
-                    | ClientError::Request {
-                        code: Some(192 | 193 | 194 | 516),
-                        ..
-                    }
-            ),
+            SinkError::Connect { source, .. } => source.is_config(),
         }
     }
 }
