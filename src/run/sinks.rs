@@ -273,7 +273,7 @@ pub(super) fn spawn_all(
     let mut routes = Vec::with_capacity(prepared.len());
     // Dead-letter tables made once each, for every pipeline naming them
     // (routed pipelines share their configured pipeline's).
-    let mut letter_tables = LetterTables::new();
+    let mut letter_tables = LetterTables::default();
     for (((p, refused), (_, a)), v) in prepared.into_iter().zip(pipelines).zip(validated) {
         let n = p.shards();
         // The sink's workers and the dead-letter destinations report what
@@ -337,9 +337,18 @@ pub(super) fn spawn_all(
 /// the table (created when missing), or both.
 /// The producer has the consumer's properties as validated: the `-X`
 /// flags and the password of `--kafka-password-file`.
-/// Dead-letter tables prepared at this start, by table, server URL and
-/// user.
-type LetterTables = HashMap<(String, String, Option<String>), ChDeadLetters>;
+/// The dead-letter destinations made at this start, each once for every
+/// pipeline naming it (routed pipelines share their configured
+/// pipeline's): tables by table, server URL and user; topics by brokers,
+/// topic and librdkafka properties (one producer each).
+#[derive(Default)]
+struct LetterTables {
+    tables: HashMap<(String, String, Option<String>), ChDeadLetters>,
+    topics: HashMap<LetterTopic, KafkaDeadLetters>,
+}
+
+/// Brokers, topic and the librdkafka properties of a dead-letter topic.
+type LetterTopic = (String, String, Vec<(String, String)>);
 
 fn dead_letters(
     a: &RunArgs,
@@ -351,9 +360,17 @@ fn dead_letters(
 ) -> Result<Option<Arc<dyn DeadLetterSink>>, Exit> {
     let mut all: Vec<Arc<dyn DeadLetterSink>> = Vec::new();
     if let Some(topic) = &a.dead_letter_topic {
-        let producer = KafkaDeadLetters::new(&a.brokers, topic, &v.kafka.properties)
-            .map_err(|e| Exit::usage(format!("--dead-letter-topic {topic}: {e}")))?;
-        credentials.push(producer.credentials());
+        let key = (a.brokers.clone(), topic.clone(), v.kafka.properties.clone());
+        let producer = match tables.topics.get(&key) {
+            Some(made) => made.sibling(),
+            None => {
+                let producer = KafkaDeadLetters::new(&a.brokers, topic, &v.kafka.properties)
+                    .map_err(|e| Exit::usage(format!("--dead-letter-topic {topic}: {e}")))?;
+                credentials.push(producer.credentials());
+                tables.topics.insert(key, producer.sibling());
+                producer
+            }
+        };
         all.push(Arc::new(producer.with_stalls(stalls.clone())));
     }
     if let Some(table) = &a.dead_letter_table {
@@ -392,7 +409,7 @@ fn dead_letter_table(
         })
         .ok_or_else(|| bad("no ClickHouse server named".into()))?;
     let key = (table.to_owned(), url.clone(), a.user.clone());
-    if let Some(made) = tables.get(&key) {
+    if let Some(made) = tables.tables.get(&key) {
         return Ok(made.sibling());
     }
     let opts = ChClientOptions {
@@ -442,7 +459,7 @@ fn dead_letter_table(
             }
         }
     };
-    tables.insert(key, letters.sibling());
+    tables.tables.insert(key, letters.sibling());
     Ok(letters)
 }
 

@@ -439,3 +439,94 @@ fn routed_tables_take_each_message_once_exactly_once(svc: Services) {
         );
     }
 }
+
+/// Routed pipelines share their configured pipeline's dead-letter
+/// destinations: one producer for the dead-letter topic (and one
+/// `CREATE` of the dead-letter table), not one per routed table. Before,
+/// 200 routed tables with `--dead-letter-topic` ran 200 producers (811
+/// threads); here 4 tables must run 2 librdkafka clients (the consumer
+/// and the one producer), where they ran 5. Every bad message still
+/// becomes one letter in the topic and one row of the table.
+#[test]
+fn routed_pipelines_share_their_dead_letter_destinations() {
+    let Some(svc) = services_on(Server::V26) else {
+        return;
+    };
+    let _timer = Timer::start("e2e_routing_letters");
+    let _lock = ch_shared_lock();
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let db = ch.fresh_db("e2e_route_dl");
+    let prefix = unique("rdl");
+    let names = ["a", "b", "c", "d"];
+    for t in names {
+        ch.exec(&format!(
+            "CREATE TABLE {db}.{prefix}_{t} (n UInt8) ENGINE = MergeTree() ORDER BY n"
+        ));
+        create_topic(&svc.brokers, &format!("{prefix}_{t}"), 1);
+        // One bad message (300 does not fit a UInt8) among good ones.
+        produce(&svc.brokers, &format!("{prefix}_{t}"), 1, 10, |i| Msg {
+            partition: 0,
+            key: None,
+            payload: format!(r#"{{"n":{}}}"#, if i == 4 { 300 } else { i }),
+            timestamp_ms: None,
+        });
+    }
+    let letters_topic = format!("{prefix}_letters");
+    create_topic(&svc.brokers, &letters_topic, 1);
+    let letters_table = format!("{db}.letters");
+    let mut args = run_args(
+        &svc,
+        &format!("^{prefix}_[a-d]$"),
+        &unique("g_route_dl"),
+        &format!("{db}.{{topic}}"),
+    );
+    args.extend(
+        [
+            "--on-error",
+            "dead-letter",
+            "--dead-letter-topic",
+            &letters_topic,
+            "--dead-letter-table",
+            &letters_table,
+        ]
+        .map(String::from),
+    );
+    let spate = spawn("route-letters", &args);
+    for t in names {
+        ch.wait_rows(&format!("{db}.{prefix}_{t}"), 9, Duration::from_secs(60));
+    }
+    // librdkafka names each client's main thread `rdk:main`; the fewest
+    // over a few samples (a listing of the topics makes a short-lived
+    // one every --topic-refresh).
+    let clients = (0..5)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(200));
+            let tasks = std::fs::read_dir(format!("/proc/{}/task", spate.pid())).expect("tasks");
+            tasks
+                .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                .filter(|comm| comm.trim() == "rdk:main")
+                .count()
+        })
+        .min()
+        .unwrap_or(0);
+    assert_eq!(
+        clients, 2,
+        "librdkafka clients: the consumer and one producer"
+    );
+    let letters = read_partition(&svc.brokers, &letters_topic, 0, names.len());
+    assert_eq!(letters.len(), names.len(), "one letter per bad message");
+    wait_for(
+        "a row per bad message in the dead-letter table",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || match ch.try_u64(&format!(
+            "SELECT uniqExact(topic, partition, offset) FROM {letters_table} FINAL"
+        )) {
+            Ok(n) if n == names.len() as u64 => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    spate.sigterm();
+    spate.wait(Duration::from_secs(60)).assert_code(0);
+    ch.exec(&format!("DROP DATABASE {db}"));
+}

@@ -91,6 +91,19 @@ impl KafkaDeadLetters {
         crate::SaslCredentials::of(&client, "dead-letter producer")
     }
 
+    /// The same topic through the same producer, for another pipeline
+    /// (routed pipelines share their configured pipeline's destination):
+    /// its stalls and abandonment are its own.
+    #[must_use]
+    pub fn sibling(&self) -> Self {
+        Self {
+            producer: self.producer.clone(),
+            topic: self.topic.clone(),
+            stalls: None,
+            abandoned: Abandoned::default(),
+        }
+    }
+
     /// Report a letter that keeps failing to `stalls`, so `/readyz` turns
     /// 503 naming this destination once it has not cleared for
     /// `--stall-timeout` (the pipeline waits for it meanwhile).
