@@ -79,6 +79,21 @@ impl Frozen {
         })
     }
 
+    /// The run is complete: committed to the ends, `good` distinct good
+    /// rows in the table, `bad` letters stored once each.
+    fn assert_all_in(&self, produced: &Produced, good: usize, bad: usize) {
+        let ends: Vec<Option<i64>> = produced.counts.iter().map(|&n| Some(n)).collect();
+        let committed = committed(&self.svc.brokers, &self.group, &self.topic, PARTITIONS);
+        assert_eq!(committed, ends, "committed to the ends");
+        let rows = (self.ch).u64(&format!("SELECT uniqExact(a) FROM {}", self.table));
+        assert_eq!(rows, good as u64, "every good row in");
+        let stored = self.letters_ch.u64(&format!(
+            "SELECT uniqExact(partition, offset) FROM {} FINAL",
+            self.letters
+        ));
+        assert_eq!(stored, bad as u64, "every letter stored");
+    }
+
     fn drop_databases(&self) {
         self.ch.exec(&format!("DROP DATABASE {}", self.db));
         (self.letters_ch).exec(&format!("DROP DATABASE {}", self.letters_db));
@@ -279,7 +294,6 @@ fn sigterm_with_the_dead_letter_table_frozen_exits_within_the_deadline() {
         svc,
         modern_pid,
         ch,
-        letters_ch,
         topic,
         group,
         table,
@@ -374,14 +388,7 @@ fn sigterm_with_the_dead_letter_table_frozen_exits_within_the_deadline() {
     rest.push("--until-end".into());
     let fin = run("policy-dlt-sigterm-rerun", &rest, Duration::from_secs(120));
     fin.assert_code(0);
-    let ends: Vec<Option<i64>> = produced.counts.iter().map(|&n| Some(n)).collect();
-    assert_eq!(committed(&svc.brokers, group, topic, PARTITIONS), ends);
-    let good = ch.u64(&format!("SELECT uniqExact(a) FROM {table}"));
-    assert_eq!(good, (N - bad.len()) as u64, "every good row in");
-    let stored = letters_ch.u64(&format!(
-        "SELECT uniqExact(partition, offset) FROM {letters} FINAL"
-    ));
-    assert_eq!(stored, bad.len() as u64, "every letter stored");
+    f.assert_all_in(&produced, N - bad.len(), bad.len());
     f.drop_databases();
 }
 
@@ -528,8 +535,6 @@ fn a_dead_letter_table_server_frozen_at_start_is_waited_for() {
     let Frozen {
         svc,
         modern_pid,
-        ch,
-        letters_ch,
         topic,
         group,
         table,
@@ -590,13 +595,6 @@ fn a_dead_letter_table_server_frozen_at_start_is_waited_for() {
     resume.disarm();
     let fin = spate.wait(Duration::from_secs(90));
     fin.assert_code(0);
-    let ends: Vec<Option<i64>> = produced.counts.iter().map(|&c| Some(c)).collect();
-    assert_eq!(committed(&svc.brokers, group, topic, PARTITIONS), ends);
-    let good = ch.u64(&format!("SELECT uniqExact(a) FROM {table}"));
-    assert_eq!(good, (n - bad) as u64, "every good row in");
-    let stored = letters_ch.u64(&format!(
-        "SELECT uniqExact(partition, offset) FROM {letters} FINAL"
-    ));
-    assert_eq!(stored, bad as u64, "every letter stored");
+    f.assert_all_in(&produced, n - bad, bad);
     f.drop_databases();
 }
