@@ -46,13 +46,17 @@ pub struct Spare {
     pub data: Vec<u8>,
     /// The row index's entries ([`RowIndex::rows`](super::RowIndex::rows)).
     pub rows: Vec<RowOrigin>,
+    /// The rows' timestamps ([`Chunk::stamps`](super::Chunk::stamps)).
+    pub stamps: super::Stamps,
 }
 
 impl Spare {
     /// The memory it holds.
     #[must_use]
     pub fn bytes(&self) -> usize {
-        self.data.capacity() + self.rows.capacity() * std::mem::size_of::<RowOrigin>()
+        self.data.capacity()
+            + self.rows.capacity() * std::mem::size_of::<RowOrigin>()
+            + self.stamps.bytes()
     }
 }
 
@@ -144,6 +148,7 @@ impl QueueDepths {
         }
         spare.data.clear();
         spare.rows.clear();
+        spare.stamps.clear();
         d.kept.fetch_add(size, Ordering::AcqRel);
         spares.push(spare);
     }
@@ -416,7 +421,7 @@ mod tests {
     fn spare(bytes: usize) -> Spare {
         Spare {
             data: vec![7; bytes],
-            rows: Vec::new(),
+            ..Spare::default()
         }
     }
 

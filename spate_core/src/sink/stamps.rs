@@ -18,6 +18,25 @@ pub struct Stamps {
 }
 
 impl Stamps {
+    /// Room for `runs` runs.
+    #[must_use]
+    pub fn with_capacity(runs: usize) -> Self {
+        Self {
+            runs: Vec::with_capacity(runs),
+        }
+    }
+
+    /// Empty, keeping its room.
+    pub fn clear(&mut self) {
+        self.runs.clear();
+    }
+
+    /// The memory it holds.
+    #[must_use]
+    pub fn bytes(&self) -> usize {
+        self.runs.capacity() * std::mem::size_of::<(i64, u32)>()
+    }
+
     /// `rows` more rows of a message stamped `ts_ms`.
     pub fn push(&mut self, ts_ms: i64, rows: u32) {
         match self.runs.last_mut() {

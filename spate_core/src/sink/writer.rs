@@ -730,6 +730,7 @@ impl ShardWriter {
             // An inserted chunk's buffers: resident already.
             self.open[shard].data = spare.data;
             self.open[shard].index = spare.rows;
+            self.open[shard].stamps = spare.stamps;
         } else {
             // Keep the next buffer about the size of the last one, so the
             // steady state does not re-grow it row by row.
@@ -737,6 +738,7 @@ impl ShardWriter {
             // The row index the same way: its capacity, not its length, or
             // a chunk one row longer than the last regrows it.
             self.open[shard].index = Vec::with_capacity(chunk.index.capacity());
+            self.open[shard].stamps = super::Stamps::with_capacity(chunk.stamps.runs());
         }
         let mut acks = Vec::with_capacity(chunk.pieces.len());
         let mut partitions = Vec::with_capacity(chunk.pieces.len());

@@ -612,6 +612,7 @@ fn the_next_chunk_is_written_into_an_inserted_chunks_buffers() {
         super::super::Spare {
             data,
             rows: index.rows,
+            ..Default::default()
         },
     );
     w.append(slot, 0, Offset(2), big).unwrap().unwrap();

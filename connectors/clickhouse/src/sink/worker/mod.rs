@@ -169,13 +169,14 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
             acks,
             ticket,
             index,
+            stamps,
             ..
         } = chunk;
         let _ = self.acks.send(AckEvent::Acked(acks));
         // Out of the depth first, then back to the shard's next seal.
         drop(ticket);
         let rows = index.rows;
-        self.depths.recycle(shard, Spare { data, rows });
+        self.depths.recycle(shard, Spare { data, rows, stamps });
     }
 
     fn abandon_chunk(&self, chunk: Chunk) {
