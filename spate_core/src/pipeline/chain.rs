@@ -95,12 +95,16 @@ pub struct SinkOptions {
 /// whole batches take turns through the slot table: the shard changes when
 /// its chunk is sealed.
 pub struct EncodeChain<E: RowEncode> {
-    encoder: E,
+    /// The tables written: one, or several when a [`Router`] picks each
+    /// message's.
+    targets: Vec<Target<E>>,
+    router: Option<Box<dyn Router>>,
+    /// The policy of messages the router finds no table for.
+    unroutable: Option<Arc<Rejections>>,
+    /// Per lane slot: held, its messages neither written nor covered
+    /// until the pipelines start again ([`Routed::Wait`]).
+    held: Vec<bool>,
     writer: ShardWriter,
-    slots: Arc<[u16]>,
-    next_slot: usize,
-    shard: usize,
-    keyed: bool,
     row: Vec<u8>,
     metrics: Arc<Metrics>,
     rejections: Option<Arc<Rejections>>,
@@ -110,6 +114,56 @@ pub struct EncodeChain<E: RowEncode> {
     keep_originals: bool,
     /// The encoder reads tombstones itself ([`RowEncode::takes_tombstones`]).
     takes_tombstones: bool,
+}
+
+/// One table of a chain: its encoder and the shards it routes over.
+struct Target<E> {
+    encoder: E,
+    slots: Arc<[u16]>,
+    next_slot: usize,
+    shard: usize,
+    keyed: bool,
+}
+
+impl<E: RowEncode> Target<E> {
+    fn new(encoder: E, slots: Arc<[u16]>, ctx: &ChainCtx) -> Self {
+        assert!(!slots.is_empty(), "a slot table needs at least one slot");
+        assert!(
+            slots.iter().all(|&s| usize::from(s) < ctx.queues.shards()),
+            "slot table names a shard without a queue"
+        );
+        let next_slot = ctx.thread % slots.len();
+        Self {
+            keyed: encoder.routes_by_key(),
+            shard: usize::from(slots[next_slot]),
+            next_slot,
+            slots,
+            encoder,
+        }
+    }
+}
+
+/// Picks each message's table when a chain writes several: routing by a
+/// message's header or field (the binary's `routing`). Runs on the
+/// driver thread, once per message.
+pub trait Router: Send {
+    /// The table of `msg`, among the chain's.
+    fn route(&mut self, msg: &Message<'_>) -> Routed;
+}
+
+/// Where a [`Router`] sends a message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Routed {
+    /// To the chain's table of this index.
+    Table(usize),
+    /// Nowhere: a bad message, for the chain's policy of unroutable
+    /// messages, with this reason.
+    Refused(String),
+    /// To a table that is being made, which the pipelines take on when
+    /// they start again: its lane is held, nothing of it written or
+    /// covered from this message on, so the watermark stops before it and
+    /// the next start reads it again.
+    Wait(String),
 }
 
 impl<E: RowEncode> EncodeChain<E> {
@@ -123,26 +177,45 @@ impl<E: RowEncode> EncodeChain<E> {
     /// A chain routing through `slots` (every entry a shard index of
     /// `ctx.queues`; at least one entry).
     pub fn with_slots(encoder: E, ctx: &ChainCtx, slots: Arc<[u16]>) -> Self {
-        assert!(!slots.is_empty(), "a slot table needs at least one slot");
-        assert!(
-            slots.iter().all(|&s| usize::from(s) < ctx.queues.shards()),
-            "slot table names a shard without a queue"
-        );
-        let next_slot = ctx.thread % slots.len();
+        Self::of_targets(vec![Target::new(encoder, slots, ctx)], ctx)
+    }
+
+    /// A chain writing several tables, each its encoder and slots (as
+    /// [`with_slots`](Self::with_slots)), `router` picking each message's:
+    /// one writer over them all, so a partition whose messages go to
+    /// several tables is acknowledged (and committed) only as far as every
+    /// table took its rows. Messages it finds no table for go to
+    /// `unroutable`. At least one table.
+    pub fn routed(
+        tables: Vec<(E, Arc<[u16]>)>,
+        ctx: &ChainCtx,
+        router: Box<dyn Router>,
+        unroutable: Arc<Rejections>,
+    ) -> Self {
+        let targets = (tables.into_iter())
+            .map(|(encoder, slots)| Target::new(encoder, slots, ctx))
+            .collect();
+        let mut chain = Self::of_targets(targets, ctx);
+        chain.router = Some(router);
+        chain.unroutable = Some(unroutable);
+        chain
+    }
+
+    fn of_targets(targets: Vec<Target<E>>, ctx: &ChainCtx) -> Self {
+        assert!(!targets.is_empty(), "a chain writes at least one table");
         Self {
-            keyed: encoder.routes_by_key(),
-            takes_tombstones: encoder.takes_tombstones(),
-            encoder,
+            takes_tombstones: targets[0].encoder.takes_tombstones(),
             writer: ShardWriter::new(
                 ctx.queues.clone(),
                 ctx.options.limits,
                 ctx.thread as u64 + 0x9E37_79B9,
             )
             .with_clock(ctx.clock.clone())
-            .with_skip_shard(usize::from(slots[0])),
-            shard: usize::from(slots[next_slot]),
-            next_slot,
-            slots,
+            .with_skip_shard(usize::from(targets[0].slots[0])),
+            targets,
+            router: None,
+            unroutable: None,
+            held: Vec::new(),
             row: Vec::with_capacity(512),
             metrics: ctx.metrics.clone(),
             rejections: None,
@@ -158,11 +231,18 @@ impl<E: RowEncode> EncodeChain<E> {
     /// whole block goes to the shard its partition and first offset pick
     /// ([`ShardWriter::route_blocks`]), not round robin, so a replay goes
     /// where the first attempt went. Call before any lane is added.
+    ///
+    /// # Panics
+    /// On a chain of several tables (exactly-once routes by topic only).
     #[must_use]
     pub fn exactly_once(mut self, plans: Arc<dyn crate::sink::BlockPlans>) -> Self {
+        assert!(
+            self.router.is_none(),
+            "exactly-once writes one table per chain"
+        );
         let mut writer = self.writer.exactly_once(plans);
-        if !self.keyed {
-            writer = writer.route_blocks(self.slots.clone());
+        if !self.targets[0].keyed {
+            writer = writer.route_blocks(self.targets[0].slots.clone());
         }
         self.writer = writer;
         self
@@ -206,7 +286,39 @@ impl<E: RowEncode> EncodeChain<E> {
         msg: &Message<'_>,
         failure: crate::sink::EncodeFailure,
     ) -> Result<(), ChainError> {
-        let Some(policy) = self.rejections.clone() else {
+        let policy = self.rejections.clone();
+        self.rejected_by(policy, slot, msg, failure)
+    }
+
+    /// `msg` has no table ([`Routed::Refused`]): a bad message for the
+    /// policy of unroutable messages.
+    fn refused(&mut self, slot: usize, msg: &Message<'_>, why: String) -> Result<(), ChainError> {
+        let policy = self.unroutable.clone();
+        let failure = EncodeFailure {
+            column: None,
+            value: None,
+            reason: why,
+        };
+        self.rejected_by(policy, slot, msg, failure)
+    }
+
+    /// `msg`'s table is being made ([`Routed::Wait`]): hold its lane.
+    fn hold(&mut self, slot: usize, msg: &Message<'_>, table: &str) {
+        if self.held.len() <= slot {
+            self.held.resize(slot + 1, false);
+        }
+        self.held[slot] = true;
+        tracing::info!(position = %MessagePosition::of(msg), table, "the message's table is being created: its partition waits here until the pipelines start again with it");
+    }
+
+    fn rejected_by(
+        &mut self,
+        policy: Option<Arc<Rejections>>,
+        slot: usize,
+        msg: &Message<'_>,
+        failure: crate::sink::EncodeFailure,
+    ) -> Result<(), ChainError> {
+        let Some(policy) = policy else {
             return Err(self.decode_error(msg, failure));
         };
         let reason = decode_reason(&failure.reason);
@@ -296,6 +408,7 @@ impl<E: RowEncode> EncodeChain<E> {
     fn barrier(
         &mut self,
         slot: usize,
+        t: usize,
         msg: &Message<'_>,
         reason: &'static str,
     ) -> Result<(), ChainError> {
@@ -329,22 +442,23 @@ impl<E: RowEncode> EncodeChain<E> {
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
-        self.encoder.barrier(msg).map_err(failed)?;
+        self.targets[t].encoder.barrier(msg).map_err(failed)?;
         self.nothing(slot, msg, reason)
     }
 
-    fn push_keyed(&mut self, slot: usize, msg: &Message<'_>) -> Result<(), ChainError> {
+    fn push_keyed(&mut self, slot: usize, t: usize, msg: &Message<'_>) -> Result<(), ChainError> {
         self.row.clear();
-        let rows = match self.encoder.encode(msg, &mut self.row) {
+        let rows = match self.targets[t].encoder.encode(msg, &mut self.row) {
             Ok(Encoded::Row) => 1,
             Ok(Encoded::Rows(n)) if self.writer.writes_blocks() => n,
             Ok(Encoded::Rows(_)) => return Err(self.stop(msg, SEVERAL_ROWS)),
             Ok(Encoded::Nothing { reason }) => return self.nothing(slot, msg, reason),
             Ok(Encoded::Stop { reason }) => return Err(self.stop(msg, reason)),
-            Ok(Encoded::Barrier { reason }) => return self.barrier(slot, msg, reason),
+            Ok(Encoded::Barrier { reason }) => return self.barrier(slot, t, msg, reason),
             Err(failure) => return self.rejected(slot, msg, failure),
         };
-        let Some(hash) = self.encoder.route_hash(&self.row) else {
+        let target = &self.targets[t];
+        let Some(hash) = target.encoder.route_hash(&self.row) else {
             let failure = crate::sink::EncodeFailure {
                 column: None,
                 value: None,
@@ -352,7 +466,7 @@ impl<E: RowEncode> EncodeChain<E> {
             };
             return Err(self.decode_error(msg, failure));
         };
-        let shard = usize::from(self.slots[(hash % self.slots.len() as u64) as usize]);
+        let shard = usize::from(target.slots[(hash % target.slots.len() as u64) as usize]);
         let row = &self.row;
         let original = self.original(msg);
         let appended =
@@ -378,8 +492,13 @@ impl<E: RowEncode> Chain for EncodeChain<E> {
         partition: &PartitionId,
         gate: Option<PendingGate>,
     ) -> usize {
-        self.writer
-            .add_partition_lane(lane, partition.clone(), gate)
+        let slot = self
+            .writer
+            .add_partition_lane(lane, partition.clone(), gate);
+        if let Some(held) = self.held.get_mut(slot) {
+            *held = false;
+        }
+        slot
     }
 
     fn set_epoch(&mut self, slot: usize, epoch: u64) {
@@ -387,24 +506,45 @@ impl<E: RowEncode> Chain for EncodeChain<E> {
     }
 
     fn push(&mut self, slot: usize, msg: &Message<'_>) -> Result<(), ChainError> {
+        if self.held.get(slot) == Some(&true) {
+            return Ok(());
+        }
         self.writer.stamp_next(msg.timestamp_ms);
+        let t = if self.router.is_some() {
+            // A tombstone the policy skips needs no table.
+            if self.tombstone_skipped(slot, msg)? {
+                return Ok(());
+            }
+            match self.router.as_mut().map(|r| r.route(msg)) {
+                Some(Routed::Table(t)) => t,
+                Some(Routed::Refused(why)) => return self.refused(slot, msg, why),
+                Some(Routed::Wait(table)) => {
+                    self.hold(slot, msg, &table);
+                    return Ok(());
+                }
+                None => 0,
+            }
+        } else {
+            0
+        };
         // Not while a replay is half cut: its block is re-cut at recorded
         // offsets and may not be sealed short, so its rows keep the schema
         // they started with (as the first time), and the switch waits.
-        if self.encoder.schema_pending() && !self.writer.replay_open() {
-            if let Some(version) = self.encoder.schema_switch() {
+        if self.targets[t].encoder.schema_pending() && !self.writer.replay_open() {
+            if let Some(version) = self.targets[t].encoder.schema_switch() {
                 self.writer.flush()?;
-                self.writer.set_schema(version);
+                self.writer.set_schema_of(&self.targets[t].slots, version);
             }
         }
-        if self.tombstone_skipped(slot, msg)? {
+        if self.router.is_none() && self.tombstone_skipped(slot, msg)? {
             return Ok(());
         }
-        if self.keyed {
-            return self.push_keyed(slot, msg);
+        if self.targets[t].keyed {
+            return self.push_keyed(slot, t, msg);
         }
-        let encoder = &mut self.encoder;
-        let shard = self.shard;
+        let target = &mut self.targets[t];
+        let encoder = &mut target.encoder;
+        let shard = target.shard;
         let before = self.writer.open_rows();
         let original = self.keep_originals.then(|| crate::sink::Original::of(msg));
         let several = self.writer.writes_blocks();
@@ -429,14 +569,15 @@ impl<E: RowEncode> Chain for EncodeChain<E> {
             Ok(()) => {}
             Err(NoRow::Nothing(reason)) => return self.nothing(slot, msg, reason),
             Err(NoRow::Stop(reason)) => return Err(self.stop(msg, reason)),
-            Err(NoRow::Barrier(reason)) => return self.barrier(slot, msg, reason),
+            Err(NoRow::Barrier(reason)) => return self.barrier(slot, t, msg, reason),
             Err(NoRow::Failed(failure)) => return self.rejected(slot, msg, failure),
         }
         self.accepted += 1;
-        if self.writer.open_rows() <= before && self.slots.len() > 1 {
-            // The chunk was sealed: the next slot's shard takes the next batch.
-            self.next_slot = (self.next_slot + 1) % self.slots.len();
-            self.shard = usize::from(self.slots[self.next_slot]);
+        let target = &mut self.targets[t];
+        if self.writer.open_rows() <= before && target.slots.len() > 1 {
+            // A chunk was sealed: the next slot's shard takes the next batch.
+            target.next_slot = (target.next_slot + 1) % target.slots.len();
+            target.shard = usize::from(target.slots[target.next_slot]);
         }
         Ok(())
     }
@@ -451,6 +592,9 @@ impl<E: RowEncode> Chain for EncodeChain<E> {
 
     fn remove_lane(&mut self, slot: usize) {
         self.writer.remove_lane(slot);
+        if let Some(held) = self.held.get_mut(slot) {
+            *held = false;
+        }
     }
 
     fn take_shards_fed(&mut self, slot: usize) -> u64 {

@@ -681,3 +681,133 @@ fn a_barrier_gives_up_when_its_lane_is_stopping() {
     );
     assert_eq!(cp.watermark(LaneId(1)), None, "nothing acknowledged");
 }
+
+/// Routes by the payload's first byte: even to table 0, odd to table 1;
+/// 0xFF has no table, 0xFE waits for one being made.
+struct ByParity;
+
+impl Router for ByParity {
+    fn route(&mut self, msg: &Message<'_>) -> Routed {
+        match msg.payload.and_then(|p| p.first()) {
+            Some(0xFF) => Routed::Refused("table db.x is not allowed by --allow-tables".into()),
+            Some(0xFE) => Routed::Wait("db.new".into()),
+            Some(b) => Routed::Table(usize::from(b % 2)),
+            None => Routed::Refused("no table name".into()),
+        }
+    }
+}
+
+fn acks(rx: &mut ShardReceiver) -> (Vec<u8>, Vec<crate::checkpoint::AckRange>) {
+    let (mut rows, mut acks) = (Vec::new(), Vec::new());
+    while let Some(c) = rx.try_recv() {
+        rows.extend_from_slice(&c.data);
+        acks.extend(c.acks.iter().cloned());
+    }
+    (rows, acks)
+}
+
+#[test]
+fn a_routed_chain_splits_a_partition_across_its_tables_in_one_segment() {
+    // Table 0 on shard 0; table 1 on shards 1 and 2 (unkeyed: batches
+    // take turns).
+    let (ctx, mut rx) = ctx(3, 4);
+    let unroutable = rejections(&ctx, crate::policy::OnError::Skip);
+    let tables = vec![
+        (ByteEncoder { keyed: false }, Arc::from(vec![0u16])),
+        (ByteEncoder { keyed: false }, Arc::from(vec![1u16, 2])),
+    ];
+    let mut chain = EncodeChain::routed(tables, &ctx, Box::new(ByParity), unroutable)
+        .with_rejections(rejections(&ctx, crate::policy::OnError::Fail));
+    let mut cp = crate::checkpoint::Checkpointer::new();
+    let gate = cp.add_lane(LaneId(1), PartitionId::new("t", 0), 1000);
+    let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), Some(gate));
+    for (offset, b) in [2u8, 3, 4, 0xFF, 5, 6].into_iter().enumerate() {
+        push(&mut chain, slot, offset as i64, &[b]).unwrap();
+    }
+    assert_eq!(
+        chain.take_shards_fed(slot),
+        crate::sink::shard_bit(0) | crate::sink::shard_bit(1),
+        "the lane fed both tables' shards (pausing it when either is full)"
+    );
+    chain.flush().unwrap();
+    let (rows0, acks0) = acks(&mut rx[0]);
+    let (rows1, acks1) = acks(&mut rx[1]);
+    assert_eq!(rows0, vec![2, 4, 6], "table 0's rows");
+    assert_eq!(rows1, vec![3, 5], "table 1's rows");
+    assert!(acks(&mut rx[2]).1.is_empty());
+    // One segment in two parts, one per table: acknowledged (and its
+    // offsets committed) only once both tables took their rows. The
+    // refused message at offset 3 is inside it, covered.
+    let rows_acks: Vec<_> = acks0.iter().chain(&acks1).filter(|a| a.rows > 0).collect();
+    assert_eq!(rows_acks.len(), 2, "{rows_acks:?}");
+    assert!(
+        rows_acks
+            .iter()
+            .all(|a| a.seq == rows_acks[0].seq && a.parts == 2),
+        "{rows_acks:?}"
+    );
+    for a in &acks1 {
+        cp.ack(a);
+    }
+    assert_eq!(
+        cp.watermark(LaneId(1)),
+        None,
+        "table 1 took its rows, table 0 not yet: nothing to commit"
+    );
+    for a in &acks0 {
+        cp.ack(a);
+    }
+    assert_eq!(
+        cp.watermark(LaneId(1)),
+        Some(crate::record::Watermark(6)),
+        "both tables took their rows: past every offset, the refused one too"
+    );
+    let text = ctx.metrics.encode_text();
+    let needle = "spate_messages_rejected_total{reason=\"table_not_allowed\",stage=\"decode\",topic=\"t\"} 1";
+    assert!(text.contains(needle), "{needle} in\n{text}");
+}
+
+#[test]
+fn a_message_waiting_for_its_table_holds_its_lane_uncovered() {
+    let (ctx, mut rx) = ctx(2, 1000);
+    let unroutable = rejections(&ctx, crate::policy::OnError::Skip);
+    let tables = vec![
+        (ByteEncoder { keyed: false }, Arc::from(vec![0u16])),
+        (ByteEncoder { keyed: false }, Arc::from(vec![1u16])),
+    ];
+    let mut chain = EncodeChain::routed(tables, &ctx, Box::new(ByParity), unroutable);
+    let mut cp = crate::checkpoint::Checkpointer::new();
+    let gate = cp.add_lane(LaneId(1), PartitionId::new("t", 0), 1000);
+    let held = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), Some(gate));
+    let other = chain.add_lane(LaneId(2), &PartitionId::new("t", 1), None);
+    push(&mut chain, held, 0, &[2]).unwrap();
+    push(&mut chain, held, 1, &[0xFE]).unwrap();
+    // Nothing of the held lane from here on, whatever its table.
+    push(&mut chain, held, 2, &[4]).unwrap();
+    push(&mut chain, held, 3, &[0xFF]).unwrap();
+    push(&mut chain, other, 0, &[3]).unwrap();
+    chain.flush().unwrap();
+    let (rows0, acks0) = acks(&mut rx[0]);
+    let (rows1, acks1) = acks(&mut rx[1]);
+    assert_eq!((rows0, rows1), (vec![2], vec![3]));
+    for a in acks0.iter().chain(&acks1) {
+        cp.ack(a);
+    }
+    assert_eq!(
+        cp.watermark(LaneId(1)),
+        Some(crate::record::Watermark(1)),
+        "the watermark stops before the waiting message"
+    );
+    assert!(
+        !ctx.metrics
+            .encode_text()
+            .contains("spate_messages_rejected_total{"),
+        "nothing rejected"
+    );
+    // A new owner of the slot is not held.
+    chain.remove_lane(held);
+    let again = chain.add_lane(LaneId(3), &PartitionId::new("t", 0), None);
+    push(&mut chain, again, 1, &[4]).unwrap();
+    chain.flush().unwrap();
+    assert_eq!(acks(&mut rx[0]).0, vec![4]);
+}

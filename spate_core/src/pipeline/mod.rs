@@ -37,7 +37,7 @@ mod resume;
 mod runtime;
 
 pub use builder::{BuildError, ChainFactory, Pipeline, SinkRuntime};
-pub use chain::{Chain, ChainCtx, EncodeChain, SinkOptions, TopicChains};
+pub use chain::{Chain, ChainCtx, EncodeChain, Routed, Router, SinkOptions, TopicChains};
 pub use exit::{ExitReport, ExitState, FatalErrorReport};
 pub use runtime::{
     metrics_settings, PipelineError, PipelineRuntime, RuntimeOptions, ShutdownHandle, StartError,

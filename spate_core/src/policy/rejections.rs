@@ -267,6 +267,7 @@ pub fn decode_reason(reason: &str) -> &'static str {
         ("not allowed by --allow-tables", "table_not_allowed"),
         ("no --create-table-like", "table_missing"),
         ("which is not [db.]table", "table_unresolved"),
+        ("no table name", "table_unresolved"),
         ("tombstone", "tombstone"),
         ("invalid json", "invalid_json"),
         ("not valid utf-8", "invalid_json"),
@@ -428,6 +429,10 @@ mod tests {
             ),
             (
                 "topic a.b gives table name `db.a.b`, which is not [DB.]TABLE (map it with --table-map)",
+                "table_unresolved",
+            ),
+            (
+                "no table name: the message has no header tenant",
                 "table_unresolved",
             ),
         ];

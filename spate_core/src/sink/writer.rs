@@ -117,8 +117,10 @@ pub struct ShardWriter {
     skip_deadline: Option<Instant>,
     /// The shard whose queue carries them.
     skip_shard: usize,
-    /// Schema version the chunks are tagged with ([`Chunk::schema`]).
-    schema: u64,
+    /// Per shard: the schema version its chunks are tagged with
+    /// ([`Chunk::schema`]); shards of several tables (a chain routing each
+    /// message to its table) each follow their table's.
+    schema: Vec<u64>,
     /// The Kafka timestamp of the message the next append is of
     /// ([`stamp_next`](Self::stamp_next)).
     stamp: Option<i64>,
@@ -144,7 +146,7 @@ impl ShardWriter {
             plans: None,
             skip_deadline: None,
             skip_shard: 0,
-            schema: 0,
+            schema: vec![0; shards],
             stamp: None,
             block_slots: None,
         }
@@ -170,7 +172,16 @@ impl ShardWriter {
     /// Tag the chunks opened from now on with schema `version`; the caller
     /// [`flush`](Self::flush)es first, so no chunk mixes two versions.
     pub fn set_schema(&mut self, version: u64) {
-        self.schema = version;
+        self.schema.fill(version);
+    }
+
+    /// Tag the chunks of `shards` opened from now on with schema
+    /// `version` (one table's shards, when the writer has several
+    /// tables'); the caller [`flush`](Self::flush)es first.
+    pub fn set_schema_of(&mut self, shards: &[u16], version: u64) {
+        for &s in shards {
+            self.schema[usize::from(s)] = version;
+        }
     }
 
     /// Exactly-once on a table without a shard key: the shard a row is
@@ -465,7 +476,7 @@ impl ShardWriter {
             ticket: None,
             spans: Box::default(),
             index: Box::default(),
-            schema: self.schema,
+            schema: self.schema[shard],
             stamps: super::Stamps::default(),
         };
         self.queues
@@ -656,7 +667,7 @@ impl ShardWriter {
                     ticket: None,
                     spans: Box::default(),
                     index: Box::default(),
-                    schema: self.schema,
+                    schema: self.schema[shard],
                     stamps: super::Stamps::default(),
                 })
                 .map_err(|_| ChainError::QueueClosed { shard })?;
@@ -691,7 +702,7 @@ impl ShardWriter {
                 spans: spans.into(),
                 ticket: None,
                 index: Box::default(),
-                schema: self.schema,
+                schema: self.schema[shard],
                 stamps,
             };
             self.queues
@@ -777,7 +788,7 @@ impl ShardWriter {
                 partitions,
                 originals: chunk.originals,
             }),
-            schema: self.schema,
+            schema: self.schema[shard],
             stamps: chunk.stamps,
         };
         self.queues
