@@ -220,7 +220,10 @@ pub struct RunArgs {
     /// Target table, [DB.]TABLE (database `default` when omitted); with
     /// several shards, the local table on each. Its columns are read from
     /// ClickHouse at start. `{topic}` in it stands for each message's
-    /// topic: one table per topic (docs/routing.md).
+    /// topic, `{header:NAME}` for its header NAME's value and
+    /// `{field:/POINTER}` for a JSON field's (these two need
+    /// --allow-tables): one table per topic, tenant or type
+    /// (docs/routing.md).
     #[arg(long, env = "SPATE_TABLE")]
     pub table: String,
     /// The table of one topic, where --table's template does not give it;

@@ -119,11 +119,9 @@ pub(crate) fn process(args: &RunArgs, v: &Validated) -> Process {
 /// Validate every pipeline of one process (`spate run`): each one's
 /// flags, and that no topic feeds two pipelines.
 pub(crate) fn validate_pipelines(pipelines: &[(String, RunArgs)]) -> Result<Vec<Validated>, Exit> {
-    let several = pipelines.len() > 1;
-    let mut validated = Vec::with_capacity(pipelines.len());
+    let validated = validate_each(pipelines)?;
     let mut owner: HashMap<&str, &str> = HashMap::new();
     for (name, a) in pipelines {
-        validated.push(validate(a).map_err(|e| e.in_pipeline(name, several))?);
         for t in &a.topics {
             if let Some(other) = owner.insert(t, name) {
                 return Err(Exit::usage(format!(
@@ -133,6 +131,16 @@ pub(crate) fn validate_pipelines(pipelines: &[(String, RunArgs)]) -> Result<Vec<
         }
     }
     Ok(validated)
+}
+
+/// Validate each pipeline's flags: the routed tables of a run, whose
+/// topics `run::assemble` checks (the tables of a pipeline whose messages
+/// name theirs share its topics).
+pub(crate) fn validate_each(pipelines: &[(String, RunArgs)]) -> Result<Vec<Validated>, Exit> {
+    let several = pipelines.len() > 1;
+    (pipelines.iter())
+        .map(|(name, a)| validate(a).map_err(|e| e.in_pipeline(name, several)))
+        .collect()
 }
 
 /// Validate one pipeline's flags (`spate run` and `spate check`).

@@ -267,9 +267,14 @@ impl Kafka {
         samples: usize,
         until: Instant,
         schema: &mut Schema,
+        mut routing: Option<SampleRouting<'_>>,
         verdict: &mut Verdict,
     ) -> TopicTally {
         let committed = self.committed(topic, verdict);
+        // Routing by the message: where the sampled messages go, when not
+        // to the table checked.
+        let mut elsewhere = 0u64;
+        let mut refused: std::collections::BTreeMap<String, u64> = Default::default();
         let mut tally = TopicTally::new(&topic.name, schema.encoder.insert_columns().len());
         let mut spread = Spread::new(samples, topic.partitions.len());
         let mut tpl = TopicPartitionList::new();
@@ -288,6 +293,25 @@ impl Kafka {
             }
             let mut results = Vec::new();
             let fetch_error = self.read(topic, &mut spread, until, |msg| {
+                if let Some(r) = routing.as_mut() {
+                    use spate_core::pipeline::{Routed, Router as _};
+                    match r.router.route(msg) {
+                        Routed::Table(t) if t == r.table => {}
+                        Routed::Table(_) => {
+                            elsewhere += 1;
+                            return;
+                        }
+                        Routed::Refused(why) => {
+                            *refused.entry(why).or_default() += 1;
+                            return;
+                        }
+                        Routed::Wait(table) => {
+                            let why = format!("table {table} does not exist: run creates it from --create-table-like, then writes them");
+                            *refused.entry(why).or_default() += 1;
+                            return;
+                        }
+                    }
+                }
                 let outcome = schema.try_message(msg, &mut results);
                 tally.add(msg, outcome.map(|()| results.as_slice()));
                 if let Some((op, row)) = schema.last_change.take() {
@@ -295,6 +319,25 @@ impl Kafka {
                 }
             });
             let _ = self.consumer.unassign();
+            if let Some(r) = &routing {
+                println!(
+                    "topic {}: {} sampled message(s) name this table, {elsewhere} another one it routes to",
+                    topic.name, tally.seen()
+                );
+                for (why, n) in &refused {
+                    if why.contains("run creates it") {
+                        println!("  {n}: {why}");
+                    } else {
+                        println!("  {n} name no table it can write: {why} (a bad message under --on-error)");
+                        if let Some(fail) = r.fail {
+                            verdict.failed(format!(
+                                "topic {}: {n} sampled message(s): {why} (under --on-error fail, run stops at the first; {fail})",
+                                topic.name
+                            ));
+                        }
+                    }
+                }
+            }
             let short = spread.short();
             if short > 0 {
                 verdict.failed(format!(
@@ -335,6 +378,7 @@ impl Kafka {
                     let Some(i) = index(m.partition()).filter(|&i| wants[i]) else {
                         continue;
                     };
+                    let headers = m.headers().map(SampledHeaders);
                     each(&Message {
                         topic: &topic.name,
                         partition: m.partition(),
@@ -342,7 +386,9 @@ impl Kafka {
                         timestamp_ms: m.timestamp().to_millis(),
                         key: m.key(),
                         payload: m.payload(),
-                        headers: None,
+                        headers: headers
+                            .as_ref()
+                            .map(|h| h as &dyn spate_core::record::Headers),
                     });
                     spread.read[i] += 1;
                 }
@@ -375,5 +421,39 @@ impl Kafka {
                 Err(e) => tracing::debug!(topic = %topic.name, error = %e, "pause/resume"),
             }
         }
+    }
+}
+
+/// A pipeline whose messages name their table: the sample is resolved
+/// message by message, and only those naming the table checked are
+/// checked against it.
+pub(super) struct SampleRouting<'r> {
+    pub router: &'r mut crate::routing::message::MessageRouter,
+    /// The index of the table checked, among the router's.
+    pub table: usize,
+    /// Under `--on-error fail`: a message that names no table it can
+    /// write fails the check, with this advice.
+    pub fail: Option<&'static str>,
+}
+
+/// A sampled message's headers, as `run`'s chains read them (a table
+/// named by `{header:NAME}`, `_headers` columns).
+struct SampledHeaders<'m>(&'m rdkafka::message::BorrowedHeaders);
+
+impl std::fmt::Debug for SampledHeaders<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use spate_core::record::Headers as _;
+        write!(f, "SampledHeaders({})", self.count())
+    }
+}
+
+impl spate_core::record::Headers for SampledHeaders<'_> {
+    fn count(&self) -> usize {
+        rdkafka::message::Headers::count(self.0)
+    }
+
+    fn get(&self, index: usize) -> Option<(&[u8], Option<&[u8]>)> {
+        let h = rdkafka::message::Headers::try_get(self.0, index)?;
+        Some((h.key.as_bytes(), h.value))
     }
 }

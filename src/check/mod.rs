@@ -59,23 +59,36 @@ const SAMPLE_BUDGET: Duration = Duration::from_secs(20);
 /// routing pipeline (docs/routing.md) table by table, as `run` expands it.
 pub fn check(args: CheckArgs) -> Result<(), Exit> {
     if !crate::routing::routes(&args.run) {
-        return check_one(&args.run, args.samples);
+        return check_one(&args.run, args.samples, None);
     }
-    let plan = crate::routing::expand(&[("check".to_owned(), args.run.clone())], &|a| {
-        let v = crate::settings::validate(a).map_err(|e| e.message().to_owned())?;
-        spate_kafka::list_topics(&v.kafka)
-    })?;
+    let cluster = crate::routing::Cluster {
+        topics: &crate::routing::list_topics,
+        tables: &crate::routing::list_tables,
+        wanted: &std::collections::BTreeSet::new(),
+    };
+    let plan = crate::routing::expand_on(&[("check".to_owned(), args.run.clone())], &cluster)?;
     // Tables missing everywhere: run creates them from the template, or
     // refuses their topics.
     let mut refused: Vec<(String, String)> = (plan.refused.iter())
         .map(|r| (r.topic.clone(), r.why.clone()))
         .collect();
+    let given = [("check".to_owned(), args.run.clone())];
+    // A table a message names that is not there: run would make it.
+    let wanted = crate::routing::message::Wanted {
+        tables: Default::default(),
+        restart: Default::default(),
+    };
+    let routers = plan.routers(&given, Some(&wanted))?;
     let mut tables = Vec::new();
-    for (_, a) in &plan.pipelines {
+    for (i, (_, a)) in plan.pipelines.iter().enumerate() {
+        let router = routers[i].clone().map(|spec| {
+            let index = spec.tables[&a.table];
+            (spec, index)
+        });
         match missing(a)? {
-            None => tables.push((a.clone(), None)),
+            None => tables.push((a.clone(), None, router)),
             Some(_) if a.create_table_like.is_some() => {
-                tables.push((a.clone(), a.create_table_like.clone()))
+                tables.push((a.clone(), a.create_table_like.clone(), router))
             }
             Some(why) => refused.extend(a.topics.iter().map(|t| (t.clone(), why.clone()))),
         }
@@ -106,7 +119,7 @@ pub fn check(args: CheckArgs) -> Result<(), Exit> {
         }
         _ => Ok(()),
     };
-    for (mut a, template) in tables {
+    for (mut a, template, router) in tables {
         println!("\n== table {} (topics {})\n", a.table, a.topics.join(", "));
         if let Some(template) = template {
             println!(
@@ -115,7 +128,7 @@ pub fn check(args: CheckArgs) -> Result<(), Exit> {
             );
             a.table = template;
         }
-        if let Err(e) = check_one(&a, args.samples) {
+        if let Err(e) = check_one(&a, args.samples, router) {
             if worst.as_ref().err().is_none_or(|w| e.code() > w.code()) {
                 worst = Err(e);
             }
@@ -145,8 +158,17 @@ fn missing(a: &crate::cli::RunArgs) -> Result<Option<String>, Exit> {
     )
 }
 
+/// The router of a pipeline whose messages name their table, and the
+/// index of the table checked: only the sampled messages it routes there
+/// are checked against the table.
+type Routing = (std::sync::Arc<crate::routing::message::RouterSpec>, usize);
+
 /// Check one table's pipeline.
-fn check_one(run: &crate::cli::RunArgs, samples: usize) -> Result<(), Exit> {
+fn check_one(
+    run: &crate::cli::RunArgs,
+    samples: usize,
+    routing: Option<Routing>,
+) -> Result<(), Exit> {
     let flags = Flags::parse(run)?;
     let io = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -166,7 +188,20 @@ fn check_one(run: &crate::cli::RunArgs, samples: usize) -> Result<(), Exit> {
             // Each topic gets an equal share of what is left.
             let left = deadline.saturating_duration_since(Instant::now());
             let until = Instant::now() + left / (kafka.topics.len() - i) as u32;
-            let tally = kafka.sample(topic, samples, until, schema, &mut verdict);
+            let mut router = routing.as_ref().map(|(spec, index)| {
+                (
+                    crate::routing::message::MessageRouter::new(spec.clone()),
+                    *index,
+                )
+            });
+            let fail = (run.on_error == spate_core::policy::OnError::Fail)
+                .then_some("give --on-error skip or dead-letter to go past them");
+            let routed = router.as_mut().map(|(router, table)| kafka::SampleRouting {
+                router,
+                table: *table,
+                fail,
+            });
+            let tally = kafka.sample(topic, samples, until, schema, routed, &mut verdict);
             print!("{}", tally.render(schema));
             tallies.push(tally);
         }

@@ -129,6 +129,11 @@ pub(super) struct TopicTally {
 }
 
 impl TopicTally {
+    /// Messages sampled into this tally.
+    pub(super) fn seen(&self) -> usize {
+        self.sampled
+    }
+
     pub fn new(topic: &str, columns: usize) -> Self {
         Self {
             topic: topic.to_owned(),

@@ -23,8 +23,9 @@ use spate_core::pipeline::{
 };
 use spate_core::sink::ack_channel;
 use spate_kafka::{KafkaSource, KafkaSourceConfig};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
@@ -51,11 +52,18 @@ pub fn run(given: Vec<(String, RunArgs)>) -> Result<(), Exit> {
     // (a topic matched or gone, a rotated secret, a table change) must not
     // send the counters back to 0.
     let metrics = Arc::new(Metrics::new());
+    // Tables messages asked for (`routing::message::Wanted`), made at the
+    // next start.
+    let asked = Arc::new(Mutex::new(BTreeSet::new()));
     loop {
         // The routing pipelines expanded into one per table, from the
         // topics there are now (`crate::routing`).
-        let (plan, validated, created) = plan_pipelines(&given, &process)?;
+        let (plan, validated, created) = plan_pipelines(&given, &process, &asked)?;
+        // Made, or there already: asked for again if a message still needs
+        // one.
+        asked.lock().unwrap_or_else(|p| p.into_inner()).clear();
         let run = Run {
+            asked: &asked,
             given: &given,
             plan: &plan,
             pipelines: &plan.pipelines,
@@ -113,14 +121,18 @@ pub fn run(given: Vec<(String, RunArgs)>) -> Result<(), Exit> {
 fn plan_pipelines(
     given: &[(String, RunArgs)],
     process: &Process,
+    wanted: &Mutex<BTreeSet<String>>,
 ) -> Result<(Plan, Vec<Validated>, Vec<String>), Exit> {
     let refresh = given[0].1.topic_refresh;
     let mut listing_since: Option<Instant> = None;
     loop {
-        let expanded = routing::expand(given, &|a| {
-            let v = crate::settings::validate(a).map_err(|e| e.message().to_owned())?;
-            spate_kafka::list_topics(&v.kafka)
-        });
+        let asked = wanted.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let cluster = routing::Cluster {
+            topics: &routing::list_topics,
+            tables: &routing::list_tables,
+            wanted: &asked,
+        };
+        let expanded = routing::expand_on(given, &cluster);
         let mut plan = match expanded {
             Ok(plan) => plan,
             // The listing failed (usage errors are code 2).
@@ -129,14 +141,14 @@ fn plan_pipelines(
                 if since.elapsed() >= LISTING_PATIENCE {
                     return Err(e);
                 }
-                tracing::warn!(error = %e.message(), "listing the topics failed; trying again");
+                tracing::warn!(error = %e.message(), "listing the topics or tables failed; trying again");
                 std::thread::sleep(refresh.min(Duration::from_secs(5)));
                 continue;
             }
             Err(e) => return Err(e),
         };
         listing_since = None;
-        let mut validated = validate_pipelines(&plan.pipelines)?;
+        let mut validated = crate::settings::validate_each(&plan.pipelines)?;
         let created = settle_tables(&mut plan, &mut validated)?;
         if !plan.pipelines.is_empty() {
             return Ok((plan, validated, created));
@@ -257,11 +269,19 @@ fn settle_tables(plan: &mut Plan, validated: &mut Vec<Validated>) -> Result<Vec<
 /// One reader per topic, refused topics included: a topic one pipeline
 /// writes and another refuses would go to whichever chain came last.
 fn one_reader_per_topic(plan: &Plan) -> Result<(), Exit> {
-    let mut owner: std::collections::HashMap<String, &str> = std::collections::HashMap::new();
+    let mut owner: std::collections::HashMap<String, (&str, Option<usize>)> =
+        std::collections::HashMap::new();
     for (i, (name, a)) in plan.pipelines.iter().enumerate() {
         let refused = plan.refused_with(i).into_iter().map(|r| r.topic);
+        // The tables of a pipeline whose messages name theirs share its
+        // topics (one chain reads them).
+        let group = plan.by_message[i];
         for topic in a.topics.iter().cloned().chain(refused) {
-            if let Some(other) = owner.insert(topic.clone(), name) {
+            let previous = owner.insert(topic.clone(), (name, group));
+            if let Some((other, other_group)) = previous {
+                if group.is_some() && other_group == group {
+                    continue;
+                }
                 return Err(Exit::usage(format!(
                     "topic {topic} is read by pipelines {other} and {name}; a topic feeds one pipeline"
                 )));
@@ -273,6 +293,8 @@ fn one_reader_per_topic(plan: &Plan) -> Result<(), Exit> {
 
 /// What one run of the pipelines is given.
 struct Run<'a> {
+    /// The tables messages asked for, made at the next start.
+    asked: &'a Arc<Mutex<BTreeSet<String>>>,
     /// The pipelines as configured.
     given: &'a [(String, RunArgs)],
     /// Their routing, resolved for this run.
@@ -360,12 +382,23 @@ fn run_once(run: &Run<'_>) -> Result<(), Ended> {
     let sink_options = SinkOptions {
         limits: sinks.routes[0].limits,
     };
-    let chains = chains::factory(sinks.routes);
+    // A bounded run (`--until-end`) ends on its own: no start again.
+    let restart = (!process.until_end).then(|| Arc::new(Notify::new()));
+    let wanted = restart.as_ref().map(|r| routing::message::Wanted {
+        tables: run.asked.clone(),
+        restart: r.clone(),
+    });
+    let mut routes = sinks.routes;
+    for (route, router) in routes
+        .iter_mut()
+        .zip(run.plan.routers(run.given, wanted.as_ref())?)
+    {
+        route.router = router;
+    }
+    let chains = chains::factory(routes);
     let source = KafkaSource::new(&kafka).map_err(|e| Exit::usage(e.to_string()))?;
     let mut kafka_clients = sinks.credentials;
     kafka_clients.push(source.credentials());
-    // A bounded run (`--until-end`) ends on its own: no start again.
-    let restart = (!process.until_end).then(|| Arc::new(Notify::new()));
     let watches = crate::rotate::watches(
         pipelines,
         validated,
@@ -432,8 +465,9 @@ fn run_once(run: &Run<'_>) -> Result<(), Ended> {
 }
 
 /// Match the topic patterns against the cluster's topics every
-/// `--topic-refresh`; when another set matches, start the pipelines again
-/// (drained and committed) over it. A listing that fails is logged and
+/// `--topic-refresh`, and list the tables of the pipelines whose messages
+/// name theirs; when another set matches, or a table they may write
+/// appears, start the pipelines again (drained and committed) over it. A listing that fails is logged and
 /// tried again at the next refresh: the pipelines keep running meanwhile.
 fn watch_topics(
     io: &tokio::runtime::Handle,
@@ -446,11 +480,45 @@ fn watch_topics(
     }
     let given = run.given.to_vec();
     let watch = run.plan.watch.clone();
+    let owners = watch.table_owners();
+    let watches_topics = watch.matches_topics();
     let kafka = kafka.clone();
     let refresh = given[0].1.topic_refresh;
     io.spawn(async move {
         loop {
             tokio::time::sleep(refresh).await;
+            if !owners.is_empty() {
+                // The tables of the pipelines whose messages name theirs:
+                // a new one that may be written starts them again with it.
+                let (of, owners) = (given.clone(), owners.clone());
+                let listed = tokio::task::spawn_blocking(move || {
+                    (owners.iter())
+                        .map(|&i| crate::routing::list_tables(&of[i].1))
+                        .collect::<Result<Vec<_>, String>>()
+                })
+                .await;
+                match listed {
+                    Ok(Ok(tables)) => match watch.table_changes(&given, &tables) {
+                        Ok(None) => {}
+                        Ok(Some(what)) => {
+                            tracing::info!(changes = %what, "the routed tables changed");
+                            restart.notify_one();
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e.message(), "the routed tables cannot be matched");
+                            return;
+                        }
+                    },
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "listing the routed tables failed; trying again");
+                    }
+                    Err(_) => {}
+                }
+            }
+            if !watches_topics {
+                continue;
+            }
             let k = kafka.clone();
             let listed = tokio::task::spawn_blocking(move || spate_kafka::list_topics(&k)).await;
             let topics = match listed {
@@ -485,10 +553,13 @@ const IO_SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 /// (process-wide), over every pipeline's topics.
 fn source_config(validated: &[Validated], pipelines: &[(String, RunArgs)]) -> KafkaSourceConfig {
     let mut kafka = validated[0].kafka.clone();
-    kafka.topics = pipelines
+    // The tables of a pipeline whose messages name theirs read the same
+    // topics: each once.
+    let topics: BTreeSet<String> = pipelines
         .iter()
         .flat_map(|(_, a)| a.topics.clone())
         .collect();
+    kafka.topics = topics.into_iter().collect();
     kafka
 }
 

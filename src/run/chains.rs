@@ -8,11 +8,16 @@
 //! their own over the route's shards, whose every message is a bad
 //! message ([`Refuse`]).
 //!
+//! The tables of a pipeline whose messages name their table (a header or
+//! a field) share one chain, over all their shards, with the router that
+//! picks each message's table (`crate::routing::message`).
+//!
 //! The factory is built on the main thread and called on the driver
 //! threads; the chains it builds send sealed batches into the shard
 //! queues of the routes they were built from.
 
 use super::sinks::Route;
+use crate::routing::message::MessageRouter;
 use spate_core::pipeline::{
     BuildError, Chain, ChainCtx, ChainFactory, EncodeChain, SinkOptions, TopicChains,
 };
@@ -26,17 +31,42 @@ pub(super) fn factory(routes: Vec<Route>) -> ChainFactory {
     Box::new(move |ctx: ChainCtx| {
         let mut chains = Vec::with_capacity(routes.len());
         let mut topics: Vec<Vec<String>> = Vec::with_capacity(routes.len());
-        for route in &routes {
-            let encoder = route.encoders.build().map_err(|e| BuildError::Chain {
+        let build = |route: &Route| {
+            route.encoders.build().map_err(|e| BuildError::Chain {
                 thread: ctx.thread,
                 reason: e.to_string(),
-            })?;
+            })
+        };
+        let mut i = 0;
+        while i < routes.len() {
+            let route = &routes[i];
             let ctx = ChainCtx {
                 options: SinkOptions {
                     limits: route.limits,
                 },
                 ..ctx.clone()
             };
+            if let Some(spec) = &route.router {
+                // This route and the next ones of the same router: one
+                // chain over their tables.
+                let mut tables = Vec::new();
+                while let Some(r) = routes.get(i) {
+                    if !r.router.as_ref().is_some_and(|s| Arc::ptr_eq(s, spec)) {
+                        break;
+                    }
+                    tables.push((build(r)?, r.slots.clone()));
+                    i += 1;
+                }
+                let router = Box::new(MessageRouter::new(spec.clone()));
+                let chain =
+                    EncodeChain::routed(tables, &ctx, router, route.refused_rejections.clone())
+                        .with_rejections(route.rejections.clone());
+                chains.push(Box::new(chain) as Box<dyn Chain>);
+                topics.push(route.topics.clone());
+                continue;
+            }
+            i += 1;
+            let encoder = build(route)?;
             let mut chain = EncodeChain::with_slots(encoder, &ctx, route.slots.clone())
                 .with_rejections(route.rejections.clone());
             if let Some(plans) = &route.plans {

@@ -47,6 +47,10 @@ pub(super) struct Route {
     pub refused: Arc<std::collections::HashMap<String, String>>,
     /// The policy of those: the pipeline's, without its rejection limits.
     pub refused_rejections: Arc<Rejections>,
+    /// When its messages name their table (a header or a field): the
+    /// router shared by the tables of its configured pipeline, which one
+    /// chain writes together.
+    pub router: Option<Arc<crate::routing::message::RouterSpec>>,
 }
 
 /// Every pipeline's sink, spawned: the runtime's half, and one route per
@@ -315,6 +319,7 @@ pub(super) fn spawn_all(
             rejections,
             refused: Arc::new(refused),
             refused_rejections,
+            router: None,
         });
         pools.push(pool);
     }

@@ -456,3 +456,78 @@ fn check_reports_each_routed_table(svc: Services) {
     );
     ch.exec(&format!("DROP DATABASE {db}"));
 }
+
+/// A template naming the table by a header: each sampled message is
+/// resolved, and the report says, per table, how many name it, how many
+/// name a table `run` would create, and how many name one outside the
+/// allowlist; under `--on-error fail` those stop the check (exit 1). On
+/// one server: resolution is spate's own, the same on both.
+#[test]
+fn check_resolves_a_header_template_per_sampled_message() {
+    let Some(svc) = services_on(Server::V26) else {
+        return;
+    };
+    let _timer = Timer::start("cli_check_header");
+    let _lock = ch_shared_lock();
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let db = ch.fresh_db("cli_check_header");
+    let columns = "(n UInt64, s String, _partition UInt32, _offset UInt64) \
+                   ENGINE = MergeTree() ORDER BY n";
+    ch.exec(&format!("CREATE TABLE {db}.ev_a {columns}"));
+    ch.exec(&format!("CREATE TABLE {db}.tmpl {columns}"));
+    let topic = unique("chk_hdr");
+    create_topic(&svc.brokers, &topic, PARTITIONS);
+    produce_tenants(&svc.brokers, &topic, 0..20, |i| {
+        Some(match i % 4 {
+            0 | 1 => "a",
+            2 => "new",
+            _ => "deny",
+        })
+    });
+    let mut args = check_args(
+        &svc,
+        &topic,
+        &unique("g_check_hdr"),
+        &format!("{db}.ev_{{header:tenant}}"),
+        20,
+    );
+    args.extend(
+        [
+            "--allow-tables",
+            &format!(r"{db}\.ev_(a|new)"),
+            "--create-table-like",
+            &format!("{db}.tmpl"),
+        ]
+        .map(String::from),
+    );
+    let fin = run("check-header", &args, TIMEOUT);
+    let stdout = stdout_of(&fin);
+    eprintln!("[cli_check] report:\n{stdout}");
+    for want in [
+        "routing: 1 table(s), 0 topic(s) without one".to_owned(),
+        format!("== table {db}.ev_a (topics {topic})"),
+        format!("topic {topic}: 10 sampled message(s) name this table, 0 another one it routes to"),
+        format!("5: table {db}.ev_new does not exist: run creates it from --create-table-like"),
+        format!(
+            "5 name no table it can write: table {db}.ev_deny is not allowed by --allow-tables"
+        ),
+    ] {
+        assert!(stdout.contains(&want), "{want} in\n{stdout}");
+    }
+    fin.assert_code(1);
+    assert!(
+        fin.last_line().contains("under --on-error fail"),
+        "{}",
+        fin.last_line()
+    );
+    args.extend(["--on-error", "skip"].map(String::from));
+    run("check-header-skip", &args, TIMEOUT).assert_code(0);
+    assert_eq!(
+        ch.u64(&format!(
+            "SELECT count() FROM system.tables WHERE database = '{db}'"
+        )),
+        2,
+        "check creates no table"
+    );
+    ch.exec(&format!("DROP DATABASE {db}"));
+}

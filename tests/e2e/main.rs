@@ -54,6 +54,7 @@ mod e2e_policy_stall;
 mod e2e_replay_bound;
 mod e2e_rolling_restart;
 mod e2e_routing;
+mod e2e_routing_message;
 mod e2e_rows;
 mod e2e_schema_change;
 mod e2e_schema_race;

@@ -54,7 +54,8 @@ pub use formats::{
 pub use metrics::ChMetrics;
 pub use schema::{Column, DefaultKind, ServerFeatures, VersionError};
 pub use sink::{
-    change_plan_for, discover, ensure_table, Discovery, Presence, ReplicaAnswer, ReplicaSchema,
+    change_plan_for, discover, ensure_table, list_tables, Discovery, Presence, ReplicaAnswer,
+    ReplicaSchema,
 };
 pub use sink::{ChRowEncoder, EncoderFactory, Encoders, PreparedSink};
 pub use sink::{RetryPolicy, SinkError, SinkPool, SinkSpec, TableRef, Takeover, IN_FLIGHT_COPIES};

@@ -540,3 +540,51 @@ pub fn produce_paced_at(
     });
     Paced { handle, done }
 }
+
+/// Messages `range` to `topic`: message `i` on partition `i % 2`, payload
+/// `{"n":i,"tenant":T}` and header `tenant: T`, neither when `tenant(i)`
+/// is `None`.
+pub fn produce_tenants(
+    brokers: &str,
+    topic: &str,
+    range: std::ops::Range<usize>,
+    tenant: impl Fn(usize) -> Option<&'static str>,
+) {
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("linger.ms", "5")
+        .create()
+        .expect("producer");
+    for i in range {
+        let t = tenant(i);
+        let payload = match t {
+            Some(t) => format!(r#"{{"n":{i},"tenant":"{t}"}}"#),
+            None => format!(r#"{{"n":{i}}}"#),
+        };
+        let mut rec = rdkafka::producer::BaseRecord::<(), _>::to(topic)
+            .partition((i % 2) as i32)
+            .payload(&payload);
+        if let Some(t) = t {
+            rec = rec.headers(rdkafka::message::OwnedHeaders::new().insert(
+                rdkafka::message::Header {
+                    key: "tenant",
+                    value: Some(t),
+                },
+            ));
+        }
+        let mut rec = rec;
+        loop {
+            match producer.send(rec) {
+                Ok(()) => break,
+                Err((_, r)) => {
+                    rec = r;
+                    producer.poll(Duration::from_millis(10));
+                }
+            }
+        }
+        producer.poll(Duration::ZERO);
+    }
+    producer
+        .flush(Duration::from_secs(60))
+        .expect("flush the produced messages");
+}

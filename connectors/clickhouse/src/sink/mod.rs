@@ -50,7 +50,7 @@ pub use insert::retry::RetryPolicy;
 pub use pool::{PreparedSink, SinkPool};
 pub use schema_change::{Encoders, LiveRowEncoder, LiveSchema, SCHEMA_REFRESH};
 pub use start::change::change_plan_for;
-pub use start::create::{ensure_table, Presence};
+pub use start::create::{ensure_table, list_tables, Presence};
 pub use start::discover::{discover, Discovery, ReplicaAnswer, ReplicaSchema};
 pub use start::encoder::{ChRowEncoder, EncoderFactory};
 pub use start::error::SinkError;

@@ -83,6 +83,40 @@ pub async fn ensure_table(spec: &SinkSpec, like: Option<&TableRef>) -> Result<Pr
     Ok(Presence::Created { replicas: missing })
 }
 
+/// The tables of `spec`'s first server, as `db.table`: those a pipeline
+/// whose messages name their table may write (its allowlist picks).
+/// Each shard holds the same tables; a table some lack is the sink's
+/// start error, as without routing.
+pub async fn list_tables(spec: &SinkSpec) -> Result<Vec<String>, SinkError> {
+    let transport = Transport::new(&spec.tls).map_err(|e| SinkError::Config(e.to_string()))?;
+    let topology = super::discover::resolve(spec, &transport).await?;
+    let Some(url) = topology.shards.first().and_then(|s| s.replicas.first()) else {
+        return Ok(Vec::new());
+    };
+    let failed = |source| SinkError::Connect {
+        url: url.clone(),
+        source,
+    };
+    let client = ChClient::connect_via(
+        &transport,
+        url,
+        spec.user.as_deref(),
+        spec.password.as_ref(),
+        spec.client,
+    )
+    .await
+    .map_err(failed)?;
+    let text = client
+        .fetch_text(
+            "SELECT concat(database, '.', name) FROM system.tables \
+             WHERE database NOT IN ('system', 'INFORMATION_SCHEMA', 'information_schema')",
+            "TabSeparatedRaw",
+        )
+        .await
+        .map_err(failed)?;
+    Ok(text.lines().map(str::to_owned).collect())
+}
+
 /// `CREATE TABLE IF NOT EXISTS db.t AS db.template`: the template's
 /// columns and engine (a replica that created it meanwhile is no error).
 fn create_sql(table: &TableRef, like: &TableRef) -> String {

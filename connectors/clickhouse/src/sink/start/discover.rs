@@ -103,7 +103,7 @@ pub(crate) async fn discover_clients(
 
 /// The shards and replicas, as the user gave them or as the cluster node
 /// lists them.
-async fn resolve(spec: &SinkSpec, transport: &Transport) -> Result<Topology, SinkError> {
+pub(crate) async fn resolve(spec: &SinkSpec, transport: &Transport) -> Result<Topology, SinkError> {
     match &spec.topology {
         TopologySource::Single(url) => Ok(Topology::single(url)),
         TopologySource::Shards(t) => Ok(t.clone()),

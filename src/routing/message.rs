@@ -1,0 +1,495 @@
+//! Routing by the message: a `--table` template with `{header:NAME}` or
+//! `{field:/POINTER}` gives each message's table, which the drivers'
+//! chains resolve per message ([`MessageRouter`], a
+//! [`Router`](spate_core::pipeline::Router)).
+//!
+//! The tables such a pipeline can write are those its `--allow-tables`
+//! lets through that exist when the pipelines start (each a sink of its
+//! own, [`super::expand`]): one chain writes them all, through one writer,
+//! so a partition whose messages go to several tables commits only as far
+//! as every table took its rows. A message naming an allowed table that
+//! does not exist waits for it under `--create-table-like`
+//! ([`Routed::Wait`]: its partition holds, the pipelines start again with
+//! the table made), and is a bad message without it. The resolved name is
+//! matched against the allowlist as a whole, so a producer picks among
+//! the allowed tables only.
+
+use super::Template;
+use spate_core::pipeline::{Routed, Router};
+use spate_core::record::Message;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+/// What every driver's router of one routing pipeline shares.
+pub(crate) struct RouterSpec {
+    pub template: Template,
+    pub allow: regex::Regex,
+    /// `--table-map`: a topic's table, whatever its messages say.
+    pub map: HashMap<String, String>,
+    /// The tables written, as `db.table`, in the chain's order.
+    pub tables: HashMap<String, usize>,
+    /// Under `--create-table-like`, while the pipelines can start again:
+    /// where a missing table is asked for.
+    pub wanted: Option<Wanted>,
+}
+
+/// The tables messages asked for that are not there yet, and the signal
+/// that starts the pipelines again to make and write them.
+#[derive(Clone)]
+pub(crate) struct Wanted {
+    pub tables: Arc<Mutex<BTreeSet<String>>>,
+    pub restart: Arc<tokio::sync::Notify>,
+}
+
+impl RouterSpec {
+    /// Where a message whose table is `name` goes.
+    fn decide(&self, name: &str) -> Routed {
+        let table = match spate_clickhouse::TableRef::parse(name) {
+            Ok(t) => t.to_string(),
+            Err(_) => {
+                return Routed::Refused(format!(
+                    "the message gives table name `{name}`, which is not [DB.]TABLE"
+                ))
+            }
+        };
+        if !self.allow.is_match(&table) {
+            return Routed::Refused(format!("table {table} is not allowed by --allow-tables"));
+        }
+        if let Some(&t) = self.tables.get(&table) {
+            return Routed::Table(t);
+        }
+        match &self.wanted {
+            Some(wanted) => {
+                let new =
+                    (wanted.tables.lock().unwrap_or_else(|p| p.into_inner())).insert(table.clone());
+                if new {
+                    tracing::info!(%table, "a message asks for a table that is not there: starting the pipelines again to create it from --create-table-like");
+                }
+                wanted.restart.notify_one();
+                Routed::Wait(table)
+            }
+            None => Routed::Refused(format!(
+                "table {table} does not exist, and no --create-table-like is given"
+            )),
+        }
+    }
+}
+
+/// Most resolved names a router remembers (a producer sending ever new
+/// names must not grow it without bound).
+const REMEMBERED: usize = 4096;
+
+/// One driver's router of a routing pipeline.
+pub(crate) struct MessageRouter {
+    spec: Arc<RouterSpec>,
+    name: String,
+    /// Per resolved name, where it goes: the allowlist's regex and the
+    /// table lookup once per name, not per message.
+    known: HashMap<Box<str>, Routed>,
+}
+
+impl MessageRouter {
+    pub fn new(spec: Arc<RouterSpec>) -> Self {
+        Self {
+            spec,
+            name: String::with_capacity(64),
+            known: HashMap::new(),
+        }
+    }
+}
+
+impl Router for MessageRouter {
+    fn route(&mut self, msg: &Message<'_>) -> Routed {
+        self.name.clear();
+        match self.spec.map.get(msg.topic) {
+            Some(table) => self.name.push_str(table),
+            None => {
+                if let Err(why) = self.spec.template.resolve_message(msg, &mut self.name) {
+                    return Routed::Refused(why);
+                }
+            }
+        }
+        if let Some(routed) = self.known.get(self.name.as_str()) {
+            if let Routed::Wait(_) = routed {
+                // Asked again: the restart may have been taken already.
+                return self.spec.decide(&self.name);
+            }
+            return routed.clone();
+        }
+        let routed = self.spec.decide(&self.name);
+        if self.known.len() >= REMEMBERED {
+            self.known.clear();
+        }
+        self.known.insert(self.name.as_str().into(), routed.clone());
+        routed
+    }
+}
+
+/// The value of header `name` of `msg`, as text.
+pub(super) fn header<'m>(msg: &Message<'m>, name: &str) -> Result<&'m str, String> {
+    let headers = msg.headers;
+    let found = headers.and_then(|h| {
+        (0..h.count())
+            .filter_map(|i| h.get(i))
+            .find(|(n, _)| *n == name.as_bytes())
+    });
+    match found {
+        Some((_, Some(value))) => std::str::from_utf8(value)
+            .map_err(|_| format!("no table name: header {name} is not UTF-8 text")),
+        Some((_, None)) => Err(format!("no table name: header {name} is null")),
+        None => Err(format!("no table name: the message has no header {name}")),
+    }
+}
+
+/// The value at JSON `pointer` (its `/`-separated tokens, unescaped) in
+/// `payload`, as text: a string as it is, a number or a boolean as
+/// written. Reads the document once without building it.
+pub(super) fn field(payload: Option<&[u8]>, pointer: &Pointer) -> Result<String, String> {
+    let Some(payload) = payload else {
+        return Err(format!(
+            "no table name: a tombstone has no field {}",
+            pointer.text
+        ));
+    };
+    let mut de = serde_json::Deserializer::from_slice(payload);
+    let found = serde::de::DeserializeSeed::deserialize(
+        Seek {
+            path: &pointer.tokens,
+        },
+        &mut de,
+    )
+    .map_err(|e| {
+        if e.is_data() {
+            format!("no table name: field {}: {e}", pointer.text)
+        } else {
+            format!("no table name: the payload is not JSON ({e})")
+        }
+    })?;
+    found.ok_or_else(|| {
+        format!(
+            "no table name: the message has no field {} (or it is null)",
+            pointer.text
+        )
+    })
+}
+
+/// A JSON pointer (RFC 6901), parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Pointer {
+    pub text: String,
+    tokens: Vec<String>,
+}
+
+impl Pointer {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let Some(rest) = text.strip_prefix('/') else {
+            return Err(format!(
+                "{text} is not a JSON pointer (it starts with /, as in /type or /meta/tenant)"
+            ));
+        };
+        let tokens = rest
+            .split('/')
+            .map(|t| t.replace("~1", "/").replace("~0", "~"))
+            .collect();
+        Ok(Self {
+            text: text.to_owned(),
+            tokens,
+        })
+    }
+}
+
+/// Finds the value at `path`, skipping everything else.
+struct Seek<'p> {
+    path: &'p [String],
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Seek<'_> {
+    type Value = Option<String>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Seek<'_> {
+    type Value = Option<String>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(self.path.is_empty().then(|| v.to_owned()))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(self.path.is_empty().then(|| v.to_string()))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(self.path.is_empty().then(|| v.to_string()))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(self.path.is_empty().then(|| v.to_string()))
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(self.path.is_empty().then(|| v.to_string()))
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let Some((first, rest)) = self.path.split_first() else {
+            return Err(serde::de::Error::custom(
+                "is an object, not a string or a number",
+            ));
+        };
+        let mut found = None;
+        while let Some(hit) = map.next_key_seed(KeyIs(first))? {
+            if hit && found.is_none() {
+                found = map.next_value_seed(Seek { path: rest })?;
+            } else {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
+        }
+        Ok(found)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let Some((first, rest)) = self.path.split_first() else {
+            return Err(serde::de::Error::custom(
+                "is an array, not a string or a number",
+            ));
+        };
+        let index = first.parse::<usize>().ok();
+        let mut found = None;
+        let mut i = 0;
+        loop {
+            if Some(i) == index {
+                match seq.next_element_seed(Seek { path: rest })? {
+                    Some(v) => found = v,
+                    None => break,
+                }
+            } else if seq.next_element::<serde::de::IgnoredAny>()?.is_none() {
+                break;
+            }
+            i += 1;
+        }
+        Ok(found)
+    }
+}
+
+/// Whether a key is the one sought, without copying it.
+struct KeyIs<'k>(&'k str);
+
+impl<'de> serde::de::DeserializeSeed<'de> for KeyIs<'_> {
+    type Value = bool;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for KeyIs<'_> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a key")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<bool, E> {
+        Ok(v == self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spate_core::record::Headers;
+
+    #[derive(Debug)]
+    struct Hs(Vec<(&'static [u8], Option<&'static [u8]>)>);
+
+    impl Headers for Hs {
+        fn count(&self) -> usize {
+            self.0.len()
+        }
+        fn get(&self, i: usize) -> Option<(&[u8], Option<&[u8]>)> {
+            self.0.get(i).copied()
+        }
+    }
+
+    fn msg<'a>(payload: Option<&'a [u8]>, headers: Option<&'a dyn Headers>) -> Message<'a> {
+        Message {
+            topic: "ev",
+            partition: 0,
+            offset: 7,
+            timestamp_ms: None,
+            key: None,
+            payload,
+            headers,
+        }
+    }
+
+    fn ptr(p: &str) -> Pointer {
+        Pointer::parse(p).unwrap()
+    }
+
+    #[test]
+    fn a_field_is_read_at_its_pointer_whatever_comes_around_it() {
+        let doc = br#"{"a":[1,{"t":"x"}],"meta":{"tenant":"acme","n":2},"type":"order","k":3.5,"b":true,"e\"sc":"y","s/l":"z"}"#;
+        for (p, want) in [
+            ("/type", "order"),
+            ("/meta/tenant", "acme"),
+            ("/meta/n", "2"),
+            ("/k", "3.5"),
+            ("/b", "true"),
+            ("/a/1/t", "x"),
+            ("/e\"sc", "y"),
+            ("/s~1l", "z"),
+        ] {
+            assert_eq!(field(Some(doc), &ptr(p)).as_deref(), Ok(want), "{p}");
+        }
+        for (p, says) in [
+            ("/nope", "has no field /nope"),
+            ("/meta", "is an object"),
+            ("/a", "is an array"),
+            ("/a/5/t", "has no field"),
+            ("/type/x", "has no field"),
+        ] {
+            let e = field(Some(doc), &ptr(p)).unwrap_err();
+            assert!(
+                e.contains(says) && e.starts_with("no table name"),
+                "{p}: {e}"
+            );
+        }
+        let e = field(Some(b"{\"type\":"), &ptr("/type")).unwrap_err();
+        assert!(e.contains("not JSON"), "{e}");
+        let e = field(None, &ptr("/type")).unwrap_err();
+        assert!(e.contains("tombstone"), "{e}");
+        assert_eq!(
+            field(Some(br#"{"type":null}"#), &ptr("/type")).unwrap_err(),
+            "no table name: the message has no field /type (or it is null)"
+        );
+    }
+
+    #[test]
+    fn a_pointer_starts_with_a_slash() {
+        assert!(Pointer::parse("type").is_err());
+        assert_eq!(ptr("/a~01").tokens, vec!["a~1".to_owned()]);
+    }
+
+    #[test]
+    fn a_header_is_read_by_name() {
+        let hs = Hs(vec![
+            (b"other", Some(b"x")),
+            (b"tenant", Some(b"acme")),
+            (b"nul", None),
+            (b"bin", Some(b"\xff")),
+        ]);
+        let m = msg(Some(b"{}"), Some(&hs));
+        assert_eq!(header(&m, "tenant"), Ok("acme"));
+        for (name, says) in [
+            ("nope", "has no header nope"),
+            ("nul", "null"),
+            ("bin", "not UTF-8"),
+        ] {
+            let e = header(&m, name).unwrap_err();
+            assert!(e.contains(says), "{name}: {e}");
+        }
+        assert!(header(&msg(None, None), "tenant").is_err());
+    }
+
+    fn spec(tables: &[&str], wanted: Option<Wanted>) -> Arc<RouterSpec> {
+        Arc::new(RouterSpec {
+            template: Template::parse("db.ev_{header:tenant}").unwrap(),
+            allow: regex::Regex::new(r"^(?:db\.ev_(acme|globex|new))$").unwrap(),
+            map: HashMap::from([("audit".to_owned(), "db.ev_globex".to_owned())]),
+            tables: (tables.iter().enumerate())
+                .map(|(i, t)| ((*t).to_owned(), i))
+                .collect(),
+            wanted,
+        })
+    }
+
+    #[test]
+    fn each_message_goes_to_its_allowed_table_or_is_refused_with_why() {
+        let mut r = MessageRouter::new(spec(&["db.ev_acme", "db.ev_globex"], None));
+        let route = |r: &mut MessageRouter, tenant: &'static [u8], topic: &'static str| {
+            let hs = Hs(vec![(b"tenant", Some(tenant))]);
+            let m = Message {
+                topic,
+                ..msg(Some(b"{}"), Some(&hs))
+            };
+            r.route(&m)
+        };
+        assert_eq!(route(&mut r, b"acme", "ev"), Routed::Table(0));
+        assert_eq!(route(&mut r, b"globex", "ev"), Routed::Table(1));
+        assert_eq!(route(&mut r, b"acme", "ev"), Routed::Table(0), "remembered");
+        assert_eq!(
+            route(&mut r, b"acme", "audit"),
+            Routed::Table(1),
+            "the map wins"
+        );
+        for (tenant, says) in [
+            (
+                &b"other"[..],
+                "table db.ev_other is not allowed by --allow-tables",
+            ),
+            (b"x.y", "which is not [DB.]TABLE"),
+            (b"a b`", "is not allowed"),
+            (
+                b"new",
+                "table db.ev_new does not exist, and no --create-table-like is given",
+            ),
+        ] {
+            match route(&mut r, tenant, "ev") {
+                Routed::Refused(why) => assert!(why.contains(says), "{why}"),
+                other => panic!("{other:?}"),
+            }
+        }
+        for (tenant, label) in [
+            (&b"other"[..], "table_not_allowed"),
+            (b"new", "table_missing"),
+            (b"x.y", "table_unresolved"),
+        ] {
+            let Routed::Refused(why) = route(&mut r, tenant, "ev") else {
+                panic!()
+            };
+            assert_eq!(spate_core::policy::decode_reason(&why), label, "{why}");
+        }
+        let none = r.route(&msg(Some(b"{}"), None));
+        let Routed::Refused(why) = none else {
+            panic!("{none:?}")
+        };
+        assert_eq!(spate_core::policy::decode_reason(&why), "table_unresolved");
+    }
+
+    #[test]
+    fn a_missing_allowed_table_is_asked_for_under_create_table_like() {
+        let wanted = Wanted {
+            tables: Arc::default(),
+            restart: Arc::new(tokio::sync::Notify::new()),
+        };
+        let mut r = MessageRouter::new(spec(&["db.ev_acme"], Some(wanted.clone())));
+        let hs = Hs(vec![(b"tenant", Some(b"new"))]);
+        assert_eq!(
+            r.route(&msg(Some(b"{}"), Some(&hs))),
+            Routed::Wait("db.ev_new".into())
+        );
+        assert_eq!(
+            wanted.tables.lock().unwrap().iter().collect::<Vec<_>>(),
+            vec!["db.ev_new"]
+        );
+        let hs = Hs(vec![(b"tenant", Some(b"other"))]);
+        assert!(
+            matches!(r.route(&msg(Some(b"{}"), Some(&hs))), Routed::Refused(_)),
+            "outside the allowlist nothing is made"
+        );
+        assert_eq!(wanted.tables.lock().unwrap().len(), 1);
+    }
+}
