@@ -13,6 +13,10 @@ rows/s is rows over the run's wall time (start-up included: at 200 tables
 it checks and prepares 200 sinks); CPU per row is spate's own user +
 system time (wait4 of the child) over the rows; peak RSS is the child's.
 
+With 1 in BENCH_ROUTING_TABLES, each round also loads the 1-topic set by
+its `event` field into 6 tables (`--table 'db.ev_{field:/event}'`): every
+partition split across them, against the same topic into one table.
+
 Reads build/services.env's variables (eval "$(scripts/services.sh env)").
 Ends with one line:
   bench: routing tables=<n>,<n>,.. rows_per_s=<int>,.. cpu_us_per_row=<float>,..
@@ -87,6 +91,41 @@ def load(stamp, n, round_, one_table=False):
     return result
 
 
+EVENTS = ["view", "click", "purchase", "signup", "logout", "search"]
+
+
+def load_by_field(stamp, round_):
+    """The 1-topic set (8 partitions), each event into the table of its
+    `event` field (6 tables: every partition split across all of them),
+    through one chain per driver and one writer: what routing by a field
+    costs over the 1-table load of the same topic."""
+    ch(f"CREATE DATABASE IF NOT EXISTS {DB}")
+    tables = [f"ev_{e}" for e in EVENTS]
+    for t in tables:
+        ch(f"DROP TABLE IF EXISTS {DB}.{t}")
+        ch(f"CREATE TABLE {DB}.{t} ({COLUMNS}) ENGINE = MergeTree() ORDER BY (ts, user_id)")
+    group = f"bench_route_field_{round_}_{time.time_ns()}"
+    t0 = time.monotonic()
+    proc = subprocess.Popen([SPATE, "run", "--brokers", BROKERS, "--topic", topics_of(stamp, 1)[0],
+                             "--group", group, "--clickhouse-url", CH,
+                             "--table", f"{DB}.ev_{{field:/event}}", "--allow-tables", rf"{DB}\.ev_.*",
+                             "--until-end"], stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.monotonic() - t0
+    assert os.waitstatus_to_exitcode(status) == 0, f"by field: spate exited {status}"
+    names = ",".join(f"'{t}'" for t in tables)
+    rows = int(ch(f"SELECT sum(rows) FROM system.parts WHERE database = '{DB}' AND table IN ({names}) AND active"))
+    inserts = int(ch(f"SELECT count() FROM system.parts WHERE database = '{DB}' AND table IN ({names}) AND level = 0"))
+    assert rows == MESSAGES, f"by field: {rows} rows, expected {MESSAGES}"
+    for t in tables:
+        ch(f"DROP TABLE {DB}.{t}")
+    cpu = usage.ru_utime + usage.ru_stime
+    result = (rows / wall, cpu / rows * 1e6, usage.ru_maxrss / 1024)
+    print(f"{'by field, 6 tables':>18} round {round_}: {result[0]:,.0f} rows/s ({wall:.1f} s), "
+          f"spate CPU {result[1]:.2f} us/row, peak RSS {result[2]:.0f} MiB, ~{inserts} inserts", flush=True)
+    return result
+
+
 def main():
     stamp = f"{os.getpid()}_{time.time_ns() % 10**9}"
     for n in TABLES:
@@ -94,10 +133,13 @@ def main():
     most = max(TABLES)
     got = {n: [] for n in TABLES}
     control = []
+    by_field = []
     for r in range(REPEAT):
         for n in TABLES:
             got[n].append(load(stamp, n, r))
         control.append(load(stamp, most, r, one_table=True))
+        if 1 in TABLES:
+            by_field.append(load_by_field(stamp, r))
     med = {n: tuple(statistics.median(x[i] for x in got[n]) for i in range(3)) for n in TABLES}
     one = tuple(statistics.median(x[i] for x in control) for i in range(3))
     base = med[TABLES[0]]
@@ -108,7 +150,10 @@ def main():
           f"rate_ratio_vs_1={join(lambda n: f'{med[n][0] / base[0]:.3f}')} "
           f"cpu_ratio_vs_1={join(lambda n: f'{med[n][1] / base[1]:.3f}')} "
           f"peak_rss_mib={join(lambda n: f'{med[n][2]:.0f}')} "
-          f"cpu_ratio_{most}_tables_vs_{most}_topics_one_table={med[most][1] / one[1]:.3f}")
+          f"cpu_ratio_{most}_tables_vs_{most}_topics_one_table={med[most][1] / one[1]:.3f}"
+          + (f" by_field_6_tables_rows_per_s={statistics.median(x[0] for x in by_field):.0f}"
+             f" cpu_ratio_by_field_vs_1={statistics.median(x[1] for x in by_field) / med[1][1]:.3f}"
+             if by_field else ""))
 
 
 if __name__ == "__main__":

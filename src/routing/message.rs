@@ -31,7 +31,17 @@ pub(crate) struct RouterSpec {
     /// Under `--create-table-like`, while the pipelines can start again:
     /// where a missing table is asked for.
     pub wanted: Option<Wanted>,
+    /// Why a missing table is not made (no `wanted`): the end of a bad
+    /// message's reason.
+    pub not_made: &'static str,
 }
+
+/// [`RouterSpec::not_made`] without `--create-table-like`.
+pub(crate) const NO_TEMPLATE: &str = "no --create-table-like is given";
+
+/// [`RouterSpec::not_made`] of a bounded run (`--until-end`), which does
+/// not start the pipelines again to make a table.
+pub(crate) const BOUNDED: &str = "a bounded run (--until-end) does not start again to create it";
 
 /// The tables messages asked for that are not there yet, and the signal
 /// that starts the pipelines again to make and write them.
@@ -69,7 +79,8 @@ impl RouterSpec {
                 Routed::Wait(table)
             }
             None => Routed::Refused(format!(
-                "table {table} does not exist, and no --create-table-like is given"
+                "table {table} does not exist, and {}",
+                self.not_made
             )),
         }
     }
@@ -413,6 +424,7 @@ mod tests {
                 .map(|(i, t)| ((*t).to_owned(), i))
                 .collect(),
             wanted,
+            not_made: NO_TEMPLATE,
         })
     }
 

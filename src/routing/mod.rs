@@ -566,6 +566,11 @@ impl Plan {
                 map: routing.map.into_iter().collect(),
                 tables,
                 wanted: wanted.filter(|_| a.create_table_like.is_some()).cloned(),
+                not_made: if a.create_table_like.is_some() {
+                    message::BOUNDED
+                } else {
+                    message::NO_TEMPLATE
+                },
             };
             specs.insert(origin, Arc::new(spec));
         }

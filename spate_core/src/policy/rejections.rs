@@ -266,6 +266,7 @@ pub fn decode_reason(reason: &str) -> &'static str {
         // A routed message's table (the binary's `routing`).
         ("not allowed by --allow-tables", "table_not_allowed"),
         ("no --create-table-like", "table_missing"),
+        ("does not exist, and", "table_missing"),
         ("which is not [db.]table", "table_unresolved"),
         ("no table name", "table_unresolved"),
         ("tombstone", "tombstone"),
@@ -425,6 +426,10 @@ mod tests {
             ),
             (
                 "table db.x (of topic x) does not exist, and no --create-table-like is given",
+                "table_missing",
+            ),
+            (
+                "table db.x does not exist, and a bounded run (--until-end) does not start again to create it",
                 "table_missing",
             ),
             (
