@@ -60,35 +60,40 @@ def produce(stamp, n):
                        check=True, stderr=subprocess.DEVNULL, timeout=TIMEOUT)
 
 
-def load(stamp, n, round_, one_table=False):
-    """The n topics into a table each (or, `one_table`, all into one: the
-    control that has the partitions and topics but not the tables)."""
+def timed(what, round_, tables, run_args):
+    """Fresh MergeTree `tables`, one `spate run --until-end` with
+    `run_args` into them, then dropped: (rows/s, CPU us/row, peak MiB)."""
     ch(f"CREATE DATABASE IF NOT EXISTS {DB}")
-    tables = [f"one_{n}"] if one_table else topics_of(stamp, n)
     for t in tables:
         ch(f"DROP TABLE IF EXISTS {DB}.{t}")
         ch(f"CREATE TABLE {DB}.{t} ({COLUMNS}) ENGINE = MergeTree() ORDER BY (ts, user_id)")
-    group = f"bench_route_{n}_{round_}_{time.time_ns()}"
-    target = f"{DB}.{tables[0]}" if one_table else f"{DB}.{{topic}}"
+    group = f"bench_route_{round_}_{time.time_ns()}"
     t0 = time.monotonic()
-    proc = subprocess.Popen([SPATE, "run", "--brokers", BROKERS, "--topic", f"^bench_route_{stamp}_{n}t_",
-                             "--group", group, "--clickhouse-url", CH, "--table", target,
-                             "--until-end"], stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([SPATE, "run", "--brokers", BROKERS, "--group", group, "--clickhouse-url", CH,
+                             "--until-end"] + run_args, stderr=subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.monotonic() - t0
-    assert os.waitstatus_to_exitcode(status) == 0, f"{n} tables: spate exited {status}"
+    assert os.waitstatus_to_exitcode(status) == 0, f"{what}: spate exited {status}"
     names = ",".join(f"'{t}'" for t in tables)
     rows = int(ch(f"SELECT sum(rows) FROM system.parts WHERE database = '{DB}' AND table IN ({names}) AND active"))
     inserts = int(ch(f"SELECT count() FROM system.parts WHERE database = '{DB}' AND table IN ({names}) AND level = 0"))
-    assert rows == MESSAGES, f"{n} tables: {rows} rows, expected {MESSAGES}"
+    assert rows == MESSAGES, f"{what}: {rows} rows, expected {MESSAGES}"
     for t in tables:
         ch(f"DROP TABLE {DB}.{t}")
     cpu = usage.ru_utime + usage.ru_stime
     result = (rows / wall, cpu / rows * 1e6, usage.ru_maxrss / 1024)
-    what = f"{n} topics, 1 table" if one_table else f"{n} tables"
     print(f"{what:>18} round {round_}: {result[0]:,.0f} rows/s ({wall:.1f} s), "
           f"spate CPU {result[1]:.2f} us/row, peak RSS {result[2]:.0f} MiB, ~{inserts} inserts", flush=True)
     return result
+
+
+def load(stamp, n, round_, one_table=False):
+    """The n topics into a table each (or, `one_table`, all into one: the
+    control that has the partitions and topics but not the tables)."""
+    tables = [f"one_{n}"] if one_table else topics_of(stamp, n)
+    target = f"{DB}.{tables[0]}" if one_table else f"{DB}.{{topic}}"
+    what = f"{n} topics, 1 table" if one_table else f"{n} tables"
+    return timed(what, round_, tables, ["--topic", f"^bench_route_{stamp}_{n}t_", "--table", target])
 
 
 EVENTS = ["view", "click", "purchase", "signup", "logout", "search"]
@@ -99,31 +104,9 @@ def load_by_field(stamp, round_):
     `event` field (6 tables: every partition split across all of them),
     through one chain per driver and one writer: what routing by a field
     costs over the 1-table load of the same topic."""
-    ch(f"CREATE DATABASE IF NOT EXISTS {DB}")
-    tables = [f"ev_{e}" for e in EVENTS]
-    for t in tables:
-        ch(f"DROP TABLE IF EXISTS {DB}.{t}")
-        ch(f"CREATE TABLE {DB}.{t} ({COLUMNS}) ENGINE = MergeTree() ORDER BY (ts, user_id)")
-    group = f"bench_route_field_{round_}_{time.time_ns()}"
-    t0 = time.monotonic()
-    proc = subprocess.Popen([SPATE, "run", "--brokers", BROKERS, "--topic", topics_of(stamp, 1)[0],
-                             "--group", group, "--clickhouse-url", CH,
-                             "--table", f"{DB}.ev_{{field:/event}}", "--allow-tables", rf"{DB}\.ev_.*",
-                             "--until-end"], stderr=subprocess.DEVNULL)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.monotonic() - t0
-    assert os.waitstatus_to_exitcode(status) == 0, f"by field: spate exited {status}"
-    names = ",".join(f"'{t}'" for t in tables)
-    rows = int(ch(f"SELECT sum(rows) FROM system.parts WHERE database = '{DB}' AND table IN ({names}) AND active"))
-    inserts = int(ch(f"SELECT count() FROM system.parts WHERE database = '{DB}' AND table IN ({names}) AND level = 0"))
-    assert rows == MESSAGES, f"by field: {rows} rows, expected {MESSAGES}"
-    for t in tables:
-        ch(f"DROP TABLE {DB}.{t}")
-    cpu = usage.ru_utime + usage.ru_stime
-    result = (rows / wall, cpu / rows * 1e6, usage.ru_maxrss / 1024)
-    print(f"{'by field, 6 tables':>18} round {round_}: {result[0]:,.0f} rows/s ({wall:.1f} s), "
-          f"spate CPU {result[1]:.2f} us/row, peak RSS {result[2]:.0f} MiB, ~{inserts} inserts", flush=True)
-    return result
+    return timed("by field, 6 tables", round_, [f"ev_{e}" for e in EVENTS],
+                 ["--topic", topics_of(stamp, 1)[0], "--table", f"{DB}.ev_{{field:/event}}",
+                  "--allow-tables", rf"{DB}\.ev_.*"])
 
 
 def main():

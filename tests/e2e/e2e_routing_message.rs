@@ -6,7 +6,8 @@
 //! tables, one refusing its inserts, commits nothing past the refused
 //! table's first row, whatever the other took, through a `kill -9`; a
 //! tenant without a table gets one from `--create-table-like` while spate
-//! runs. On ClickHouse 18.16 and 26.9.
+//! runs, and one outside the allowlist is dead-lettered, with no table
+//! made. On ClickHouse 18.16 and 26.9.
 
 use crate::support::*;
 use std::time::Duration;
@@ -120,7 +121,9 @@ fn a_partition_split_across_two_tables_commits_what_both_took(svc: Services) {
         ch.exec(&format!("INSERT INTO {slow} VALUES (0, 9, {seed})"));
     }
     let topic = unique("rsplit");
+    let dlq = format!("{topic}_dlq");
     create_topic(&svc.brokers, &topic, 2);
+    create_topic(&svc.brokers, &dlq, 1);
     // Message i is at partition i % 2, offset i / 2: odd offsets are slow.
     let split = |i: usize| Some(if (i / 2) % 2 == 1 { "slow" } else { "fast" });
     produce_tenants(&svc.brokers, &topic, 0..N, split);
@@ -134,6 +137,10 @@ fn a_partition_split_across_two_tables_commits_what_both_took(svc: Services) {
             &format!(r"{db}\.ev_(fast|slow|new)"),
             "--create-table-like",
             &format!("{db}.tmpl"),
+            "--on-error",
+            "dead-letter",
+            "--dead-letter-topic",
+            &dlq,
             "--flush-interval",
             "200ms",
             "--commit-interval",
@@ -172,16 +179,21 @@ fn a_partition_split_across_two_tables_commits_what_both_took(svc: Services) {
     let held = committed(&svc.brokers, &group, &topic, 2);
     assert!(held.iter().all(|c| c.unwrap_or(0) <= 1), "{held:?}");
 
-    // The slow table takes inserts again; a new tenant arrives.
+    // The slow table takes inserts again; a new tenant arrives, and one
+    // outside the allowlist.
     ch.exec(&format!("ALTER TABLE {slow} DROP PARTITION 9"));
     ch.exec(&format!("SYSTEM START MERGES {slow}"));
     produce_tenants(&svc.brokers, &topic, N..N + NEW, |i| {
-        Some(if i % 4 == 0 { "new" } else { "fast" })
+        Some(match i % 4 {
+            0 => "new",
+            1 => "deny",
+            _ => "fast",
+        })
     });
     let spate = spawn("route-split-2", &args);
     let new = format!("{db}.ev_new");
     let everything = [
-        (&fast, "fast", (N / 2 + 3 * NEW / 4) as u64),
+        (&fast, "fast", (N / 2 + NEW / 2) as u64),
         (&slow, "slow", (N / 2) as u64),
         (&new, "new", (NEW / 4) as u64),
     ];
@@ -212,13 +224,25 @@ fn a_partition_split_across_two_tables_commits_what_both_took(svc: Services) {
         ),
         1.0
     );
+    assert_eq!(
+        end_offsets(&svc.brokers, &dlq, 1),
+        vec![(NEW / 4) as i64],
+        "the tenant outside the allowlist is dead-lettered"
+    );
+    assert_eq!(
+        ch.u64(&format!(
+            "SELECT count() FROM system.tables WHERE database = '{db}' AND name = 'ev_deny'"
+        )),
+        0,
+        "no table is made outside the allowlist"
+    );
     spate.sigterm();
     spate.wait(Duration::from_secs(60)).assert_code(0);
     // At least once through the kill: each message in its table (the fast
     // table's rows twice, as their offsets were held back), none elsewhere.
     for (table, tenant, n) in everything {
         let wrong = match tenant {
-            "fast" => format!("n < {N} AND intDiv(n, 2) % 2 = 1 OR n >= {N} AND n % 4 = 0"),
+            "fast" => format!("n < {N} AND intDiv(n, 2) % 2 = 1 OR n >= {N} AND n % 4 IN (0, 1)"),
             "slow" => format!("n >= {N} OR intDiv(n, 2) % 2 = 0"),
             _ => format!("n < {N} OR n % 4 != 0"),
         };

@@ -57,19 +57,7 @@ pub async fn ensure_table(spec: &SinkSpec, like: Option<&TableRef>) -> Result<Pr
     let transport = Transport::new(&spec.tls).map_err(|e| SinkError::Config(e.to_string()))?;
     let sql = create_sql(&spec.table, like);
     for url in &missing {
-        let failed = |source| SinkError::Connect {
-            url: url.clone(),
-            source,
-        };
-        let client = ChClient::connect_via(
-            &transport,
-            url,
-            spec.user.as_deref(),
-            spec.password.as_ref(),
-            spec.client,
-        )
-        .await
-        .map_err(failed)?;
+        let client = connect(spec, &transport, url).await?;
         // Refused (the template missing, no right to create): the
         // configuration's fault, named, not a table to wait for.
         client.execute(&sql, &[]).await.map_err(|e| {
@@ -93,19 +81,7 @@ pub async fn list_tables(spec: &SinkSpec) -> Result<Vec<String>, SinkError> {
     let Some(url) = topology.shards.first().and_then(|s| s.replicas.first()) else {
         return Ok(Vec::new());
     };
-    let failed = |source| SinkError::Connect {
-        url: url.clone(),
-        source,
-    };
-    let client = ChClient::connect_via(
-        &transport,
-        url,
-        spec.user.as_deref(),
-        spec.password.as_ref(),
-        spec.client,
-    )
-    .await
-    .map_err(failed)?;
+    let client = connect(spec, &transport, url).await?;
     let text = client
         .fetch_text(
             "SELECT concat(database, '.', name) FROM system.tables \
@@ -113,8 +89,27 @@ pub async fn list_tables(spec: &SinkSpec) -> Result<Vec<String>, SinkError> {
             "TabSeparatedRaw",
         )
         .await
-        .map_err(failed)?;
+        .map_err(|source| SinkError::Connect {
+            url: url.clone(),
+            source,
+        })?;
     Ok(text.lines().map(str::to_owned).collect())
+}
+
+/// A client of `url` with `spec`'s credentials.
+async fn connect(spec: &SinkSpec, transport: &Transport, url: &str) -> Result<ChClient, SinkError> {
+    ChClient::connect_via(
+        transport,
+        url,
+        spec.user.as_deref(),
+        spec.password.as_ref(),
+        spec.client,
+    )
+    .await
+    .map_err(|source| SinkError::Connect {
+        url: url.to_owned(),
+        source,
+    })
 }
 
 /// `CREATE TABLE IF NOT EXISTS db.t AS db.template`: the template's
