@@ -153,9 +153,14 @@ pub(super) fn header<'m>(msg: &Message<'m>, name: &str) -> Result<&'m str, Strin
 }
 
 /// The value at JSON `pointer` (its `/`-separated tokens, unescaped) in
-/// `payload`, as text: a string as it is, a number or a boolean as
-/// written. Reads the document once without building it.
-pub(super) fn field(payload: Option<&[u8]>, pointer: &Pointer) -> Result<String, String> {
+/// `payload`, as text, appended to `out`: a string as it is, a number or
+/// a boolean as written. Reads the document only as far as the value,
+/// without building it or copying anything else.
+pub(super) fn field(
+    payload: Option<&[u8]>,
+    pointer: &Pointer,
+    out: &mut String,
+) -> Result<(), String> {
     let Some(payload) = payload else {
         return Err(format!(
             "no table name: a tombstone has no field {}",
@@ -163,25 +168,40 @@ pub(super) fn field(payload: Option<&[u8]>, pointer: &Pointer) -> Result<String,
         ));
     };
     let mut de = serde_json::Deserializer::from_slice(payload);
-    let found = serde::de::DeserializeSeed::deserialize(
+    let mut found = Found { out, found: false };
+    let read = serde::de::DeserializeSeed::deserialize(
         Seek {
             path: &pointer.tokens,
+            found: &mut found,
         },
         &mut de,
-    )
-    .map_err(|e| {
-        if e.is_data() {
-            format!("no table name: field {}: {e}", pointer.text)
-        } else {
-            format!("no table name: the payload is not JSON ({e})")
-        }
-    })?;
-    found.ok_or_else(|| {
-        format!(
+    );
+    match read {
+        // Found: the parse was ended there on purpose.
+        _ if found.found => Ok(()),
+        Ok(()) => Err(format!(
             "no table name: the message has no field {} (or it is null)",
             pointer.text
-        )
-    })
+        )),
+        Err(e) if e.is_data() => Err(format!("no table name: field {}: {e}", pointer.text)),
+        Err(e) => Err(format!("no table name: the payload is not JSON ({e})")),
+    }
+}
+
+/// Where [`Seek`] puts the value it finds.
+struct Found<'o> {
+    out: &'o mut String,
+    found: bool,
+}
+
+impl Found<'_> {
+    /// Keep `value` and end the parse: nothing after it is read.
+    fn take<E: serde::de::Error>(&mut self, value: impl std::fmt::Display) -> Result<(), E> {
+        use std::fmt::Write as _;
+        let _ = write!(self.out, "{value}");
+        self.found = true;
+        Err(E::custom("found"))
+    }
 }
 
 /// A JSON pointer (RFC 6901), parsed.
@@ -209,88 +229,109 @@ impl Pointer {
     }
 }
 
-/// Finds the value at `path`, skipping everything else.
-struct Seek<'p> {
+/// Finds the value at `path`, skipping everything else; once found, it
+/// ends the parse ([`Found::take`]).
+struct Seek<'p, 'f, 'o> {
     path: &'p [String],
+    found: &'f mut Found<'o>,
 }
 
-impl<'de> serde::de::DeserializeSeed<'de> for Seek<'_> {
-    type Value = Option<String>;
+impl<'de> serde::de::DeserializeSeed<'de> for Seek<'_, '_, '_> {
+    type Value = ();
 
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_any(self)
     }
 }
 
-impl<'de> serde::de::Visitor<'de> for Seek<'_> {
-    type Value = Option<String>;
+impl<'de> serde::de::Visitor<'de> for Seek<'_, '_, '_> {
+    type Value = ();
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str("a JSON value")
     }
 
-    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        Ok(self.path.is_empty().then(|| v.to_owned()))
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<(), E> {
+        self.leaf(v)
     }
 
-    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
-        Ok(self.path.is_empty().then(|| v.to_string()))
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<(), E> {
+        self.leaf(v)
     }
 
-    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
-        Ok(self.path.is_empty().then(|| v.to_string()))
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<(), E> {
+        self.leaf(v)
     }
 
-    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
-        Ok(self.path.is_empty().then(|| v.to_string()))
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<(), E> {
+        self.leaf(v)
     }
 
-    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Self::Value, E> {
-        Ok(self.path.is_empty().then(|| v.to_string()))
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<(), E> {
+        self.leaf(v)
     }
 
-    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        Ok(())
     }
 
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let Some((first, rest)) = self.path.split_first() else {
             return Err(serde::de::Error::custom(
                 "is an object, not a string or a number",
             ));
         };
-        let mut found = None;
+        let found = self.found;
+        let mut seen = false;
         while let Some(hit) = map.next_key_seed(KeyIs(first))? {
-            if hit && found.is_none() {
-                found = map.next_value_seed(Seek { path: rest })?;
+            if hit && !seen {
+                seen = true;
+                map.next_value_seed(Seek {
+                    path: rest,
+                    found: &mut *found,
+                })?;
             } else {
                 map.next_value::<serde::de::IgnoredAny>()?;
             }
         }
-        Ok(found)
+        Ok(())
     }
 
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         let Some((first, rest)) = self.path.split_first() else {
             return Err(serde::de::Error::custom(
                 "is an array, not a string or a number",
             ));
         };
         let index = first.parse::<usize>().ok();
-        let mut found = None;
+        let found = self.found;
         let mut i = 0;
         loop {
-            if Some(i) == index {
-                match seq.next_element_seed(Seek { path: rest })? {
-                    Some(v) => found = v,
-                    None => break,
-                }
-            } else if seq.next_element::<serde::de::IgnoredAny>()?.is_none() {
-                break;
+            let more = if Some(i) == index {
+                seq.next_element_seed(Seek {
+                    path: rest,
+                    found: &mut *found,
+                })?
+                .is_some()
+            } else {
+                seq.next_element::<serde::de::IgnoredAny>()?.is_some()
+            };
+            if !more {
+                return Ok(());
             }
             i += 1;
         }
-        Ok(found)
+    }
+}
+
+impl Seek<'_, '_, '_> {
+    /// A scalar: the value sought when the path ends here.
+    fn leaf<E: serde::de::Error>(self, v: impl std::fmt::Display) -> Result<(), E> {
+        if self.path.is_empty() {
+            self.found.take(v)
+        } else {
+            Ok(())
+        }
     }
 }
 
@@ -350,6 +391,11 @@ mod tests {
         Pointer::parse(p).unwrap()
     }
 
+    fn fld(payload: Option<&[u8]>, p: &str) -> Result<String, String> {
+        let mut out = String::from("db.");
+        field(payload, &ptr(p), &mut out).map(|()| out[3..].to_owned())
+    }
+
     #[test]
     fn a_field_is_read_at_its_pointer_whatever_comes_around_it() {
         let doc = br#"{"a":[1,{"t":"x"}],"meta":{"tenant":"acme","n":2},"type":"order","k":3.5,"b":true,"e\"sc":"y","s/l":"z"}"#;
@@ -363,7 +409,7 @@ mod tests {
             ("/e\"sc", "y"),
             ("/s~1l", "z"),
         ] {
-            assert_eq!(field(Some(doc), &ptr(p)).as_deref(), Ok(want), "{p}");
+            assert_eq!(fld(Some(doc), p).as_deref(), Ok(want), "{p}");
         }
         for (p, says) in [
             ("/nope", "has no field /nope"),
@@ -372,18 +418,25 @@ mod tests {
             ("/a/5/t", "has no field"),
             ("/type/x", "has no field"),
         ] {
-            let e = field(Some(doc), &ptr(p)).unwrap_err();
+            let e = fld(Some(doc), p).unwrap_err();
             assert!(
                 e.contains(says) && e.starts_with("no table name"),
                 "{p}: {e}"
             );
         }
-        let e = field(Some(b"{\"type\":"), &ptr("/type")).unwrap_err();
+        let e = fld(Some(b"{\"type\":"), "/type").unwrap_err();
         assert!(e.contains("not JSON"), "{e}");
-        let e = field(None, &ptr("/type")).unwrap_err();
+        let e = fld(Some(b"{\"a\":1,,\"type\":\"x\"}"), "/type").unwrap_err();
+        assert!(e.contains("not JSON"), "broken before the field: {e}");
+        assert_eq!(
+            fld(Some(b"{\"type\":\"x\",,,"), "/type").as_deref(),
+            Ok("x"),
+            "read only as far as the field (the encoder judges the rest)"
+        );
+        let e = fld(None, "/type").unwrap_err();
         assert!(e.contains("tombstone"), "{e}");
         assert_eq!(
-            field(Some(br#"{"type":null}"#), &ptr("/type")).unwrap_err(),
+            fld(Some(br#"{"type":null}"#), "/type").unwrap_err(),
             "no table name: the message has no field /type (or it is null)"
         );
     }

@@ -366,7 +366,7 @@ impl Template {
                 Part::Text(t) => out.push_str(t),
                 Part::Topic => out.push_str(msg.topic),
                 Part::Header(name) => out.push_str(message::header(msg, name)?),
-                Part::Field(pointer) => out.push_str(&message::field(msg.payload, pointer)?),
+                Part::Field(pointer) => message::field(msg.payload, pointer, out)?,
             }
         }
         Ok(())
