@@ -78,13 +78,17 @@ pub fn check(args: CheckArgs) -> Result<(), Exit> {
         tables: Default::default(),
         restart: Default::default(),
     };
-    let routers = plan.routers(&given, Some(&wanted))?;
+    let routers = plan.routers(&given, Some(&wanted), &Default::default())?;
     let mut tables = Vec::new();
     for (i, (_, a)) in plan.pipelines.iter().enumerate() {
-        let router = routers[i].clone().map(|spec| {
-            let index = spec.tables[&a.table];
-            (spec, index)
-        });
+        let router = match routers[i].clone() {
+            Some(spec) => match spec.tables.get(&a.table) {
+                Some(&index) => Some((spec, index)),
+                // --create-table-like's template: no message's table.
+                None => continue,
+            },
+            None => None,
+        };
         match missing(a)? {
             None => tables.push((a.clone(), None, router)),
             Some(_) if a.create_table_like.is_some() => {

@@ -23,7 +23,10 @@ use std::sync::{Arc, Mutex};
 /// What every driver's router of one routing pipeline shares.
 pub(crate) struct RouterSpec {
     pub template: Template,
-    pub allow: regex::Regex,
+    /// Which names may be written.
+    pub may: super::MayName,
+    /// Tables a message asked for whose making failed, and why.
+    pub unmade: HashMap<String, String>,
     /// `--table-map`: a topic's table, whatever its messages say.
     pub map: HashMap<String, String>,
     /// The tables written, as `db.table`, in the chain's order.
@@ -62,11 +65,19 @@ impl RouterSpec {
                 ))
             }
         };
-        if !self.allow.is_match(&table) {
+        if !self.may.allowed(&table) {
             return Routed::Refused(format!("table {table} is not allowed by --allow-tables"));
         }
         if let Some(&t) = self.tables.get(&table) {
             return Routed::Table(t);
+        }
+        if let Some(why) = self.unmade.get(&table) {
+            return Routed::Refused(why.clone());
+        }
+        if !self.may.may_write(&table) {
+            return Routed::Refused(format!(
+                "the message gives table name `{name}`, which is not [DB.]TABLE as --table names it"
+            ));
         }
         match &self.wanted {
             Some(wanted) => {
@@ -471,7 +482,15 @@ mod tests {
     fn spec(tables: &[&str], wanted: Option<Wanted>) -> Arc<RouterSpec> {
         Arc::new(RouterSpec {
             template: Template::parse("db.ev_{header:tenant}").unwrap(),
-            allow: regex::Regex::new(r"^(?:db\.ev_(acme|globex|new))$").unwrap(),
+            may: super::super::MayName {
+                shape: regex::Regex::new(r"^db\.ev_.+$").unwrap(),
+                allow: Some(regex::Regex::new(r"^(?:db\.ev_(acme|globex|new|x|))$").unwrap()),
+                template: None,
+            },
+            unmade: HashMap::from([(
+                "db.ev_x".to_owned(),
+                "table db.ev_x does not exist, and making it failed: no right".to_owned(),
+            )]),
             map: HashMap::from([("audit".to_owned(), "db.ev_globex".to_owned())]),
             tables: (tables.iter().enumerate())
                 .map(|(i, t)| ((*t).to_owned(), i))
@@ -511,6 +530,8 @@ mod tests {
                 b"new",
                 "table db.ev_new does not exist, and no --create-table-like is given",
             ),
+            (b"", "no table name: header tenant is empty"),
+            (b"x", "making it failed: no right"),
         ] {
             match route(&mut r, tenant, "ev") {
                 Routed::Refused(why) => assert!(why.contains(says), "{why}"),
@@ -521,6 +542,8 @@ mod tests {
             (&b"other"[..], "table_not_allowed"),
             (b"new", "table_missing"),
             (b"x.y", "table_unresolved"),
+            (b"", "table_unresolved"),
+            (b"x", "table_missing"),
         ] {
             let Routed::Refused(why) = route(&mut r, tenant, "ev") else {
                 panic!()

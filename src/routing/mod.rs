@@ -28,7 +28,7 @@ use crate::exit::Exit;
 use regex::Regex;
 use spate_clickhouse::TableRef;
 use spate_core::record::Message;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 /// The pipelines to run, once the routing pipelines are expanded.
@@ -159,6 +159,34 @@ struct Routing {
     template: Template,
     map: BTreeMap<String, String>,
     allow: Option<Regex>,
+    /// `--create-table-like`, as `db.table`.
+    create_like: Option<String>,
+}
+
+/// Whether a table a message names may be written: the same test for the
+/// tables listed at start and for a message's ([`message::RouterSpec`]),
+/// so a table a message waits for is one the next start writes.
+#[derive(Clone, Debug)]
+pub(crate) struct MayName {
+    /// The names the template can give (as `db.table`).
+    shape: Regex,
+    allow: Option<Regex>,
+    /// `--create-table-like`'s table: never a message's.
+    template: Option<String>,
+}
+
+impl MayName {
+    pub(crate) fn allowed(&self, table: &str) -> bool {
+        self.allow.as_ref().is_some_and(|a| a.is_match(table))
+            && self.template.as_deref() != Some(table)
+    }
+
+    /// `table` (as `db.table`) is one the template can name, spelled as
+    /// ClickHouse lists it, and allowed.
+    pub(crate) fn may_write(&self, table: &str) -> bool {
+        let canonical = TableRef::parse(table).is_ok_and(|t| t.to_string() == table);
+        canonical && self.shape.is_match(table) && self.allowed(table)
+    }
 }
 
 impl Routing {
@@ -195,11 +223,16 @@ impl Routing {
             ),
             None => None,
         };
-        if let Some(like) = &a.create_table_like {
-            TableRef::parse(like).map_err(|_| {
-                Exit::usage(format!("--create-table-like {like} is not [DB.]TABLE"))
-            })?;
-        }
+        let create_like = match &a.create_table_like {
+            Some(like) => Some(
+                TableRef::parse(like)
+                    .map_err(|_| {
+                        Exit::usage(format!("--create-table-like {like} is not [DB.]TABLE"))
+                    })?
+                    .to_string(),
+            ),
+            None => None,
+        };
         let template = Template::parse(&a.table)?;
         if template.by_message() {
             if allow.is_none() {
@@ -228,6 +261,7 @@ impl Routing {
             template,
             map,
             allow,
+            create_like,
         })
     }
 
@@ -249,14 +283,22 @@ impl Routing {
     /// `listed` ones and the `wanted` ones, those its template could give
     /// and its allowlist lets through, and its map's.
     fn writable(&self, listed: &[String], wanted: &BTreeSet<String>) -> BTreeSet<String> {
-        let shape = self.template.could_give();
-        let allowed = |t: &String| self.allow.as_ref().is_some_and(|a| a.is_match(t));
+        let may = self.may_name();
         let mut out: BTreeSet<String> = (listed.iter().chain(wanted))
-            .filter(|t| shape.is_match(t) && allowed(t))
+            .filter(|t| may.may_write(t))
             .cloned()
             .collect();
-        out.extend(self.map.values().filter(|t| allowed(t)).cloned());
+        out.extend(self.map.values().filter(|t| may.allowed(t)).cloned());
         out
+    }
+
+    /// What a table named by a message must be to be written.
+    fn may_name(&self) -> MayName {
+        MayName {
+            shape: self.template.could_give(),
+            allow: self.allow.clone(),
+            template: self.create_like.clone(),
+        }
     }
 
     /// The table of `topic`, as `db.table`, or why it has none that may be
@@ -365,8 +407,17 @@ impl Template {
             match part {
                 Part::Text(t) => out.push_str(t),
                 Part::Topic => out.push_str(msg.topic),
-                Part::Header(name) => out.push_str(message::header(msg, name)?),
-                Part::Field(pointer) => message::field(msg.payload, pointer, out)?,
+                Part::Header(name) => match message::header(msg, name)? {
+                    "" => return Err(format!("no table name: header {name} is empty")),
+                    value => out.push_str(value),
+                },
+                Part::Field(pointer) => {
+                    let before = out.len();
+                    message::field(msg.payload, pointer, out)?;
+                    if out.len() == before {
+                        return Err(format!("no table name: field {} is empty", pointer.text));
+                    }
+                }
             }
         }
         Ok(())
@@ -375,7 +426,10 @@ impl Template {
     /// Whether a `db.table` name could come from this template: its text
     /// in place, each placeholder some non-empty value.
     fn could_give(&self) -> Regex {
-        let mut re = String::from("^");
+        // Without a dot of its own, a name is in database `default` (unless
+        // a value brings one).
+        let dotted = (self.parts.iter()).any(|p| matches!(p, Part::Text(t) if t.contains('.')));
+        let mut re = String::from(if dotted { "^" } else { r"^(?:default\.)?" });
         for part in &self.parts {
             match part {
                 Part::Text(t) => re.push_str(&regex::escape(t)),
@@ -482,6 +536,13 @@ pub(crate) fn expand_on(
             }
             let tables = routing.writable(&listed, &wanted);
             plan.watch.tables.push((i, tables.clone()));
+            // Under --create-table-like the template is one of the tables
+            // too, which no message is routed to: the pipeline then reads
+            // its topics (and makes a table a message asks for) before any
+            // table of its exists.
+            let tables: Vec<String> = (routing.create_like.iter().cloned())
+                .chain(tables)
+                .collect();
             if tables.is_empty() {
                 for topic in topics {
                     plan.refused.push(Refused {
@@ -547,6 +608,7 @@ impl Plan {
         &self,
         given: &[(String, RunArgs)],
         wanted: Option<&message::Wanted>,
+        unmade: &HashMap<String, String>,
     ) -> Result<Vec<Option<Arc<message::RouterSpec>>>, Exit> {
         let mut specs: BTreeMap<usize, Arc<message::RouterSpec>> = BTreeMap::new();
         for &origin in self.by_message.iter().flatten() {
@@ -555,14 +617,17 @@ impl Plan {
             }
             let a = &given[origin].1;
             let routing = Routing::of(a)?;
+            // The template's table is one of the chain's, never routed to.
             let tables = (self.pipelines.iter().zip(&self.by_message))
                 .filter(|(_, o)| **o == Some(origin))
                 .enumerate()
+                .filter(|(_, ((_, p), _))| routing.create_like.as_ref() != Some(&p.table))
                 .map(|(k, ((_, p), _))| (p.table.clone(), k))
                 .collect();
             let spec = message::RouterSpec {
+                may: routing.may_name(),
+                unmade: unmade.clone(),
                 template: routing.template,
-                allow: routing.allow.expect("checked by Routing::of"),
                 map: routing.map.into_iter().collect(),
                 tables,
                 wanted: wanted.filter(|_| a.create_table_like.is_some()).cloned(),
@@ -878,7 +943,7 @@ pub(crate) mod tests {
             "allowed and of the template's shape, or mapped; a wanted table only under --create-table-like"
         );
         assert_eq!(plan.by_message, vec![Some(0); 3]);
-        let routers = plan.routers(&given, None).unwrap();
+        let routers = plan.routers(&given, None, &HashMap::new()).unwrap();
         let spec = routers[0].clone().unwrap();
         assert!(routers
             .iter()
@@ -896,9 +961,16 @@ pub(crate) mod tests {
         let plan = expand_on(&given, &cluster).unwrap();
         assert_eq!(
             tables(&plan).into_iter().map(|t| t.1).collect::<Vec<_>>(),
-            vec!["db.ev_acme", "db.ev_globex", "db.ev_new", "db.ev_x"],
-            "a table a message asked for is made (db.ev_nope is not allowed)"
+            vec!["db.tmpl", "db.ev_acme", "db.ev_globex", "db.ev_new", "db.ev_x"],
+            "a table a message asked for is made (db.ev_nope is not allowed); the template is one the chain's tables, first"
         );
+        let routers = plan.routers(&given, None, &HashMap::new()).unwrap();
+        let spec = routers[0].clone().unwrap();
+        assert!(
+            !spec.tables.contains_key("db.tmpl"),
+            "no message is routed to the template"
+        );
+        assert_eq!(spec.tables["db.ev_acme"], 1);
         assert!(plan.refused.is_empty());
         // The watch sees a new table the allowlist lets through, only.
         let mut now = listed(&given[0].1).unwrap();
@@ -947,5 +1019,67 @@ pub(crate) mod tests {
             .why
             .contains("no table that --table db.ev_{field:/t} can name"));
         assert!(!plan.watch.is_empty(), "a table made later is looked for");
+    }
+}
+
+#[cfg(test)]
+mod by_message_tests {
+    use super::tests::args;
+    use super::*;
+
+    fn plan_of(extra: &[&str], listed: &[&str]) -> Plan {
+        let mut argv = vec!["--topic", "orders"];
+        argv.extend_from_slice(extra);
+        let listed: Vec<String> = listed.iter().map(|t| (*t).to_owned()).collect();
+        let cluster = Cluster {
+            topics: &|_| Ok(vec!["orders".to_owned()]),
+            tables: &|_| Ok(listed.clone()),
+            wanted: &BTreeSet::new(),
+        };
+        expand_on(&[("p".into(), args(&argv))], &cluster).unwrap()
+    }
+
+    fn tables(plan: &Plan) -> Vec<&str> {
+        (plan.pipelines.iter())
+            .map(|(_, a)| a.table.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn with_no_table_yet_the_template_reads_the_topics_and_no_message_writes_it() {
+        let plan = plan_of(
+            &[
+                "--table",
+                "t.ev_{header:tenant}",
+                "--allow-tables",
+                r"t\.ev_.*",
+                "--create-table-like",
+                "t.ev_template",
+            ],
+            &["t.ev_template", "t.other"],
+        );
+        assert_eq!(
+            tables(&plan),
+            vec!["t.ev_template"],
+            "the template, though the allowlist matches it, is no message's table"
+        );
+        assert!(plan.refused.is_empty(), "{:?}", plan.refused);
+        let given = [("p".to_owned(), plan.pipelines[0].1.clone())];
+        let routers = plan.routers(&given, None, &HashMap::new()).unwrap();
+        assert!(routers[0].as_ref().unwrap().tables.is_empty());
+    }
+
+    #[test]
+    fn a_template_without_a_database_names_tables_of_default() {
+        let plan = plan_of(
+            &[
+                "--table",
+                "ev_{header:tenant}",
+                "--allow-tables",
+                r"default\.ev_.*",
+            ],
+            &["default.ev_a", "other.ev_b", "default.`odd.name`"],
+        );
+        assert_eq!(tables(&plan), vec!["default.ev_a"]);
     }
 }

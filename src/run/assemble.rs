@@ -23,7 +23,7 @@ use spate_core::pipeline::{
 };
 use spate_core::sink::ack_channel;
 use spate_kafka::{KafkaSource, KafkaSourceConfig};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -55,15 +55,19 @@ pub fn run(given: Vec<(String, RunArgs)>) -> Result<(), Exit> {
     // Tables messages asked for (`routing::message::Wanted`), made at the
     // next start.
     let asked = Arc::new(Mutex::new(BTreeSet::new()));
+    // Tables messages asked for whose making failed, and why: their
+    // messages are bad messages from then on, not a start again each.
+    let mut unmade: HashMap<String, String> = HashMap::new();
     loop {
         // The routing pipelines expanded into one per table, from the
         // topics there are now (`crate::routing`).
-        let (plan, validated, created) = plan_pipelines(&given, &process, &asked)?;
+        let (plan, validated, created) = plan_pipelines(&given, &process, &asked, &mut unmade)?;
         // Made, or there already: asked for again if a message still needs
         // one.
         asked.lock().unwrap_or_else(|p| p.into_inner()).clear();
         let run = Run {
             asked: &asked,
+            unmade: &unmade,
             given: &given,
             plan: &plan,
             pipelines: &plan.pipelines,
@@ -122,11 +126,13 @@ fn plan_pipelines(
     given: &[(String, RunArgs)],
     process: &Process,
     wanted: &Mutex<BTreeSet<String>>,
+    unmade: &mut HashMap<String, String>,
 ) -> Result<(Plan, Vec<Validated>, Vec<String>), Exit> {
     let refresh = given[0].1.topic_refresh;
     let mut listing_since: Option<Instant> = None;
     loop {
-        let asked = wanted.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut asked = wanted.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        asked.retain(|t| !unmade.contains_key(t));
         let cluster = routing::Cluster {
             topics: &routing::list_topics,
             tables: &routing::list_tables,
@@ -149,7 +155,7 @@ fn plan_pipelines(
         };
         listing_since = None;
         let mut validated = crate::settings::validate_each(&plan.pipelines)?;
-        let created = settle_tables(&mut plan, &mut validated)?;
+        let created = settle_tables(&mut plan, &mut validated, &asked, unmade)?;
         if !plan.pipelines.is_empty() {
             return Ok((plan, validated, created));
         }
@@ -184,7 +190,12 @@ const TABLE_CHECKS_AT_ONCE: usize = 16;
 /// is not, or its topics refused (their messages are bad messages).
 /// Returns the tables created. Exactly-once does not read refused topics:
 /// its blocks are the table's, and a refused message has none.
-fn settle_tables(plan: &mut Plan, validated: &mut Vec<Validated>) -> Result<Vec<String>, Exit> {
+fn settle_tables(
+    plan: &mut Plan,
+    validated: &mut Vec<Validated>,
+    asked: &BTreeSet<String>,
+    unmade: &mut HashMap<String, String>,
+) -> Result<Vec<String>, Exit> {
     let mut created = Vec::new();
     if plan.routed.iter().any(|&r| r) {
         let io = tokio::runtime::Builder::new_current_thread()
@@ -235,6 +246,16 @@ fn settle_tables(plan: &mut Plan, validated: &mut Vec<Validated>) -> Result<Vec<
                         plan.pipelines[i].1.topics.join(", ")
                     );
                     tracing::warn!(%url, "{why}: its messages are bad messages");
+                    plan.refuse_pipeline(i, &why);
+                    validated.remove(i);
+                }
+                // A table a message asked for (the producer chose its
+                // name) that cannot be made: its messages are bad
+                // messages, the pipelines go on.
+                Err(e) if e.is_config() && asked.contains(&table) => {
+                    let why = format!("table {table} does not exist, and making it failed: {e}");
+                    tracing::warn!("{why}: its messages are bad messages");
+                    unmade.insert(table, why.clone());
                     plan.refuse_pipeline(i, &why);
                     validated.remove(i);
                 }
@@ -295,6 +316,8 @@ fn one_reader_per_topic(plan: &Plan) -> Result<(), Exit> {
 struct Run<'a> {
     /// The tables messages asked for, made at the next start.
     asked: &'a Arc<Mutex<BTreeSet<String>>>,
+    /// Tables messages asked for that could not be made, and why.
+    unmade: &'a HashMap<String, String>,
     /// The pipelines as configured.
     given: &'a [(String, RunArgs)],
     /// Their routing, resolved for this run.
@@ -389,9 +412,10 @@ fn run_once(run: &Run<'_>) -> Result<(), Ended> {
         restart: r.clone(),
     });
     let mut routes = sinks.routes;
-    for (route, router) in routes
-        .iter_mut()
-        .zip(run.plan.routers(run.given, wanted.as_ref())?)
+    for (route, router) in
+        routes
+            .iter_mut()
+            .zip(run.plan.routers(run.given, wanted.as_ref(), run.unmade)?)
     {
         route.router = router;
     }

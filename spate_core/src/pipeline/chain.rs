@@ -287,7 +287,8 @@ impl<E: RowEncode> EncodeChain<E> {
         failure: crate::sink::EncodeFailure,
     ) -> Result<(), ChainError> {
         let policy = self.rejections.clone();
-        self.rejected_by(policy, slot, msg, failure)
+        let accepted = std::mem::take(&mut self.accepted);
+        self.rejected_by(policy, accepted, slot, msg, failure)
     }
 
     /// `msg` has no table ([`Routed::Refused`]): a bad message for the
@@ -299,7 +300,9 @@ impl<E: RowEncode> EncodeChain<E> {
             value: None,
             reason: why,
         };
-        self.rejected_by(policy, slot, msg, failure)
+        // Not counted toward the decode policy's limits: the rows accepted
+        // since its last rejection stay its own.
+        self.rejected_by(policy, 0, slot, msg, failure)
     }
 
     /// `msg`'s table is being made ([`Routed::Wait`]): hold its lane.
@@ -314,6 +317,7 @@ impl<E: RowEncode> EncodeChain<E> {
     fn rejected_by(
         &mut self,
         policy: Option<Arc<Rejections>>,
+        accepted: u64,
         slot: usize,
         msg: &Message<'_>,
         failure: crate::sink::EncodeFailure,
@@ -333,7 +337,7 @@ impl<E: RowEncode> EncodeChain<E> {
             reason,
             error: &text,
         };
-        match policy.reject(&rejection, std::mem::take(&mut self.accepted)) {
+        match policy.reject(&rejection, accepted) {
             Ok(Action::Skip) => self.writer.skip(slot, Offset(msg.offset)),
             Ok(Action::Fail) => Err(ChainError::Decode(error)),
             Ok(Action::DeadLetter) => {

@@ -13,6 +13,12 @@ struct ByteEncoder {
 impl RowEncode for ByteEncoder {
     fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<Encoded, EncodeFailure> {
         match msg.payload {
+            // A byte no table takes (routed tests: a decode error).
+            Some([0xFD]) => Err(EncodeFailure {
+                column: Some("k".into()),
+                value: None,
+                reason: "no row for 0xFD".into(),
+            }),
             Some(p) if !p.is_empty() => {
                 out.extend_from_slice(p);
                 Ok(Encoded::Row)
@@ -810,4 +816,37 @@ fn a_message_waiting_for_its_table_holds_its_lane_uncovered() {
     push(&mut chain, again, 1, &[4]).unwrap();
     chain.flush().unwrap();
     assert_eq!(acks(&mut rx[0]).0, vec![4]);
+}
+
+#[test]
+fn messages_without_a_table_do_not_count_toward_the_decode_limits() {
+    // Both policies skip; the decode one trips at 3 rejections in a row,
+    // the one of messages without a table has no limit (as `run` sets it).
+    let (ctx, _rx) = ctx(2, 1000);
+    let tables = vec![
+        (ByteEncoder { keyed: false }, Arc::from(vec![0u16])),
+        (ByteEncoder { keyed: false }, Arc::from(vec![1u16])),
+    ];
+    let unlimited = crate::policy::ErrorPolicy {
+        on_error: crate::policy::OnError::Skip,
+        tombstones_are_errors: false,
+        limit: crate::policy::RejectLimit {
+            window: 100,
+            max_ratio: 1.0,
+            max_consecutive: 0,
+        },
+    };
+    let unroutable = Rejections::new(unlimited, &ctx.metrics, crate::clock::system());
+    let mut chain = EncodeChain::routed(tables, &ctx, Box::new(ByParity), unroutable)
+        .with_rejections(rejections(&ctx, crate::policy::OnError::Skip));
+    let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), None);
+    // A decode error, a good row, a message without a table, ...: the good
+    // rows end the decode errors' run, whatever comes between.
+    let mut offset = 0;
+    for _ in 0..4 {
+        for b in [0xFD, 2, 0xFF] {
+            push(&mut chain, slot, offset, &[b]).unwrap_or_else(|e| panic!("offset {offset}: {e}"));
+            offset += 1;
+        }
+    }
 }
