@@ -257,3 +257,101 @@ fn a_partition_split_across_two_tables_commits_what_both_took(svc: Services) {
         .collect();
     assert_eq!(committed(&svc.brokers, &group, &topic, 2), want);
 }
+
+on_both_servers!(tenant_tables_are_made_on_demand_from_none);
+
+/// `--create-table-like` with no tenant table yet: each tenant's table is
+/// made when its first message arrives. A tenant whose name ClickHouse
+/// will not take for a table (too long) is dead-lettered, and the
+/// pipelines go on.
+fn tenant_tables_are_made_on_demand_from_none(svc: Services) {
+    const N: usize = 400;
+    let _timer = Timer::start("e2e_routing_on_demand");
+    let _lock = ch_shared_lock();
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let db = ch.fresh_db("e2e_route_demand");
+    ch.exec(&format!("CREATE TABLE {db}.tmpl {COLUMNS}"));
+    let topic = unique("rdemand");
+    let dlq = format!("{topic}_dlq");
+    create_topic(&svc.brokers, &topic, 2);
+    create_topic(&svc.brokers, &dlq, 1);
+    let long: &'static str = Box::leak("z".repeat(300).into_boxed_str());
+    produce_tenants(&svc.brokers, &topic, 0..N, |i| {
+        Some(match i % 4 {
+            0 | 3 => "acme",
+            1 => "globex",
+            _ => long,
+        })
+    });
+    let port = free_port();
+    let group = unique("g_route_demand");
+    let mut args = run_args(&svc, &topic, &group, &format!("{db}.ev_{{header:tenant}}"));
+    args.extend(
+        [
+            "--allow-tables",
+            &format!(r"{db}\.ev_[a-z]+"),
+            "--create-table-like",
+            &format!("{db}.tmpl"),
+            "--on-error",
+            "dead-letter",
+            "--dead-letter-topic",
+            &dlq,
+            "--flush-interval",
+            "200ms",
+            "--admin-addr",
+            &format!("127.0.0.1:{port}"),
+        ]
+        .map(String::from),
+    );
+    let spate = spawn("route-demand", &args);
+    let (acme, globex) = (format!("{db}.ev_acme"), format!("{db}.ev_globex"));
+    wait_for(
+        "each tenant's rows in its new table, the long one dead-lettered",
+        Duration::from_secs(90),
+        Duration::from_millis(500),
+        || {
+            let got =
+                [&acme, &globex].map(|t| ch.try_u64(&format!("SELECT uniqExact(n) FROM {t}")).ok());
+            let letters = end_offsets(&svc.brokers, &dlq, 1)[0];
+            if got == [Some((N / 2) as u64), Some((N / 4) as u64)] && letters == (N / 4) as i64 {
+                Ok(())
+            } else {
+                Err(format!("{got:?}, {letters} letters"))
+            }
+        },
+    );
+    let m = http_get(port, "/metrics").expect("/metrics");
+    for t in [&acme, &globex] {
+        assert_eq!(
+            metric_sum(
+                &m,
+                "spate_tables_created_total",
+                &[&format!("table=\"{t}\"")]
+            ),
+            1.0,
+            "{t}"
+        );
+    }
+    let mut spate = spate;
+    assert!(!spate.has_exited(), "{}", spate.stderr_so_far());
+    spate.sigterm();
+    spate.wait(Duration::from_secs(60)).assert_code(0);
+    for (t, n, wrong) in [
+        (&acme, N / 2, "n % 4 NOT IN (0, 3)"),
+        (&globex, N / 4, "n % 4 != 1"),
+    ] {
+        assert_eq!(rows_of(&ch, t, wrong), vec![n as u64, n as u64, 0], "{t}");
+    }
+    assert_eq!(
+        ch.u64(&format!(
+            "SELECT count() FROM system.tables WHERE database = '{db}'"
+        )),
+        3,
+        "the template and the two tenants' tables"
+    );
+    let want: Vec<Option<i64>> = end_offsets(&svc.brokers, &topic, 2)
+        .into_iter()
+        .map(Some)
+        .collect();
+    assert_eq!(committed(&svc.brokers, &group, &topic, 2), want);
+}
