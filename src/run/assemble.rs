@@ -419,6 +419,13 @@ fn run_once(run: &Run<'_>) -> Result<(), Ended> {
     {
         route.router = router;
     }
+    // The drivers' dead-letter destinations, to stop their waits once the
+    // run ended (a driver abandoned at the shutdown deadline must not keep
+    // sending a letter forever).
+    let letters: Vec<_> = (routes.iter())
+        .flat_map(|r| [&r.rejections, &r.refused_rejections])
+        .filter_map(|r| r.dead_letters().cloned())
+        .collect();
     let chains = chains::factory(routes);
     let source = KafkaSource::new(&kafka).map_err(|e| Exit::usage(e.to_string()))?;
     let mut kafka_clients = sinks.credentials;
@@ -474,6 +481,7 @@ fn run_once(run: &Run<'_>) -> Result<(), Ended> {
         }
     });
     run.shutdown.running.store(false, Ordering::SeqCst);
+    letters.iter().for_each(|l| l.abandon());
     let exit = if new_clients.load(Ordering::SeqCst) && report.state == ExitState::Completed {
         tracing::info!("pipelines stopped, drained and committed; starting them again");
         Err(Ended::NewClients)

@@ -23,6 +23,39 @@ fn rows_of(ch: &Ch, table: &str, wrong: &str) -> Vec<u64> {
     .remove(0)
 }
 
+/// `spate run` of `topic` into `db.ev_{header:tenant}`: tenants matching
+/// `tenants` allowed, tables made like `db.tmpl`, bad messages to `dlq`,
+/// admin server on `port`.
+fn by_tenant(
+    svc: &Services,
+    topic: &str,
+    group: &str,
+    db: &str,
+    tenants: &str,
+    dlq: &str,
+    port: u16,
+) -> Vec<String> {
+    let mut args = run_args(svc, topic, group, &format!("{db}.ev_{{header:tenant}}"));
+    args.extend(
+        [
+            "--allow-tables",
+            &format!(r"{db}\.ev_{tenants}"),
+            "--create-table-like",
+            &format!("{db}.tmpl"),
+            "--on-error",
+            "dead-letter",
+            "--dead-letter-topic",
+            dlq,
+            "--flush-interval",
+            "200ms",
+            "--admin-addr",
+            &format!("127.0.0.1:{port}"),
+        ]
+        .map(String::from),
+    );
+    args
+}
+
 on_both_servers!(messages_name_their_table_by_a_field);
 
 /// `{field:/tenant}`, bounded run: each message in its tenant's table
@@ -130,26 +163,8 @@ fn a_partition_split_across_two_tables_commits_what_both_took(svc: Services) {
 
     let port = free_port();
     let group = unique("g_route_split");
-    let mut args = run_args(&svc, &topic, &group, &format!("{db}.ev_{{header:tenant}}"));
-    args.extend(
-        [
-            "--allow-tables",
-            &format!(r"{db}\.ev_(fast|slow|new)"),
-            "--create-table-like",
-            &format!("{db}.tmpl"),
-            "--on-error",
-            "dead-letter",
-            "--dead-letter-topic",
-            &dlq,
-            "--flush-interval",
-            "200ms",
-            "--commit-interval",
-            "200ms",
-            "--admin-addr",
-            &format!("127.0.0.1:{port}"),
-        ]
-        .map(String::from),
-    );
+    let mut args = by_tenant(&svc, &topic, &group, &db, r"(fast|slow|new)", &dlq, port);
+    args.extend(["--commit-interval", "200ms"].map(String::from));
     let spate = spawn("route-split", &args);
     let fast = format!("{db}.ev_fast");
     ch.wait_rows(&fast, (N / 2) as u64, Duration::from_secs(60));
@@ -285,24 +300,7 @@ fn tenant_tables_are_made_on_demand_from_none(svc: Services) {
     });
     let port = free_port();
     let group = unique("g_route_demand");
-    let mut args = run_args(&svc, &topic, &group, &format!("{db}.ev_{{header:tenant}}"));
-    args.extend(
-        [
-            "--allow-tables",
-            &format!(r"{db}\.ev_[a-z]+"),
-            "--create-table-like",
-            &format!("{db}.tmpl"),
-            "--on-error",
-            "dead-letter",
-            "--dead-letter-topic",
-            &dlq,
-            "--flush-interval",
-            "200ms",
-            "--admin-addr",
-            &format!("127.0.0.1:{port}"),
-        ]
-        .map(String::from),
-    );
+    let args = by_tenant(&svc, &topic, &group, &db, "[a-z]+", &dlq, port);
     let spate = spawn("route-demand", &args);
     let (acme, globex) = (format!("{db}.ev_acme"), format!("{db}.ev_globex"));
     wait_for(

@@ -10,7 +10,9 @@
 //! (a one-shot std channel per record). A failed delivery is sent again
 //! after a pause, forever, unless the error says it can never succeed: an
 //! unavailable topic applies backpressure to the caller and nothing is
-//! dropped.
+//! dropped. A fatal error of the producer (an idempotent producer's
+//! sequence lost with the broker) leaves it unusable for good: a new
+//! producer takes its place, and the letter is sent again through it.
 
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -20,7 +22,7 @@ use rdkafka::ClientContext;
 use spate_core::health::TransientStalls;
 use spate_core::policy::{Abandoned, DeadLetter, DeadLetterSink, StoreError};
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 /// Pause before sending a letter again after a failed delivery.
@@ -39,9 +41,39 @@ impl ProducerContext for Deliveries {
     }
 }
 
+type Producer = ThreadedProducer<Deliveries>;
+
+/// The producer of a dead-letter topic, replaced after a fatal error;
+/// shared by the [`KafkaDeadLetters::sibling`]s.
+struct Shared {
+    current: RwLock<Arc<Producer>>,
+    config: ClientConfig,
+}
+
+impl Shared {
+    fn get(&self) -> Arc<Producer> {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Replace `failed` (fatally failed) with a new producer, unless a
+    /// sibling did already.
+    fn replace(&self, failed: &Arc<Producer>, topic: &str) -> Result<(), KafkaError> {
+        let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
+        if Arc::ptr_eq(&current, failed) {
+            let reason = rdkafka::producer::Producer::client(&**failed).fatal_error();
+            *current = Arc::new(self.config.create_with_context(Deliveries)?);
+            tracing::warn!(%topic, ?reason, "the dead-letter producer failed for good; a new one takes its place");
+        }
+        Ok(())
+    }
+}
+
 /// The dead-letter topic's producer.
 pub struct KafkaDeadLetters {
-    producer: Arc<ThreadedProducer<Deliveries>>,
+    producer: Arc<Shared>,
     topic: String,
     /// Where a letter waiting out an outage is reported (`/readyz`).
     stalls: Option<Arc<TransientStalls>>,
@@ -75,7 +107,10 @@ impl KafkaDeadLetters {
             .set("linger.ms", "0")
             .set("message.timeout.ms", "30000")
             .set("client.id", "spate-dead-letters");
-        let producer = Arc::new(c.create_with_context(Deliveries)?);
+        let producer = Arc::new(Shared {
+            current: RwLock::new(Arc::new(c.create_with_context(Deliveries)?)),
+            config: c,
+        });
         Ok(Self {
             producer,
             topic: topic.to_owned(),
@@ -87,7 +122,7 @@ impl KafkaDeadLetters {
     /// The producer's SASL credentials, to replace while it runs.
     #[must_use]
     pub fn credentials(&self) -> crate::SaslCredentials {
-        let client: Arc<dyn crate::credentials::NativeClient> = self.producer.clone();
+        let client: Arc<dyn crate::credentials::NativeClient> = self.producer.get();
         crate::SaslCredentials::of(&client, "dead-letter producer")
     }
 
@@ -113,7 +148,7 @@ impl KafkaDeadLetters {
         self
     }
 
-    fn send_once(&self, letter: &DeadLetter) -> Result<(), KafkaError> {
+    fn send_once(&self, producer: &Producer, letter: &DeadLetter) -> Result<(), KafkaError> {
         let (tx, rx) = mpsc::sync_channel(1);
         let extra = letter.headers();
         let original = &letter.original_headers;
@@ -143,7 +178,7 @@ impl KafkaDeadLetters {
             record = record.timestamp(ts);
         }
         loop {
-            match self.producer.send(record) {
+            match producer.send(record) {
                 Ok(()) => break,
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
                     record = r;
@@ -169,10 +204,16 @@ impl DeadLetterSink for KafkaDeadLetters {
                 break Err(StoreError::Abandoned);
             }
             attempt += 1;
-            match self.send_once(letter) {
+            let producer = self.producer.get();
+            match self.send_once(&producer, letter) {
                 Ok(()) => break Ok(()),
                 Err(e) if is_permanent(&e) => break Err(StoreError::refused(e)),
                 Err(e) => {
+                    if is_fatal(&e, &producer) {
+                        if let Err(made) = self.producer.replace(&producer, &self.topic) {
+                            break Err(StoreError::refused(made));
+                        }
+                    }
                     tracing::warn!(topic = %self.topic, attempt, error = %e, "dead letter not stored yet; retrying");
                     if let Some(s) = &self.stalls {
                         s.failing(&who, &e.to_string());
@@ -196,6 +237,15 @@ impl DeadLetterSink for KafkaDeadLetters {
     fn abandon(&self) {
         self.abandoned.set();
     }
+}
+
+/// The producer failed for good (librdkafka's fatal error): only a new
+/// one can send.
+fn is_fatal(e: &KafkaError, producer: &Producer) -> bool {
+    e.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal)
+        || rdkafka::producer::Producer::client(producer)
+            .fatal_error()
+            .is_some()
 }
 
 /// Errors a retry cannot fix: the topic is missing or may not be written,
@@ -232,6 +282,44 @@ fn is_shared(key: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fatal error (forced with librdkafka's test hook) is seen, and the
+    /// producer is replaced once, for every sibling, by one without it.
+    #[test]
+    fn a_producer_failed_for_good_is_replaced_once_for_all_siblings() {
+        let letters = KafkaDeadLetters::new("127.0.0.1:1", "dlq", &[]).unwrap();
+        let sibling = letters.sibling();
+        let failed = letters.producer.get();
+        let client = rdkafka::producer::Producer::client(&*failed);
+        assert!(!is_fatal(&KafkaError::Canceled, &failed));
+        let reason = std::ffi::CString::new("test: sequence lost").unwrap();
+        // SAFETY: a live client handle; the hook only sets its fatal error.
+        let err = unsafe {
+            rdkafka::bindings::rd_kafka_test_fatal_error(
+                client.native_ptr(),
+                rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+                reason.as_ptr(),
+            )
+        };
+        assert_eq!(
+            err,
+            rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+        );
+        assert!(
+            is_fatal(&KafkaError::Canceled, &failed),
+            "the client says so"
+        );
+        letters.producer.replace(&failed, "dlq").unwrap();
+        let fresh = sibling.producer.get();
+        assert!(
+            !Arc::ptr_eq(&fresh, &failed),
+            "the sibling sees the new one"
+        );
+        assert!(!is_fatal(&KafkaError::Canceled, &fresh));
+        // A sibling that saw the same failure replaces nothing more.
+        sibling.producer.replace(&failed, "dlq").unwrap();
+        assert!(Arc::ptr_eq(&letters.producer.get(), &fresh));
+    }
 
     #[test]
     fn only_connection_settings_reach_the_producer() {
