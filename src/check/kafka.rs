@@ -275,6 +275,8 @@ impl Kafka {
         // to the table checked.
         let mut elsewhere = 0u64;
         let mut refused: std::collections::BTreeMap<String, u64> = Default::default();
+        // Tables `run` would make for them (`--create-table-like`).
+        let mut made: std::collections::BTreeMap<String, u64> = Default::default();
         let mut tally = TopicTally::new(&topic.name, schema.encoder.insert_columns().len());
         let mut spread = Spread::new(samples, topic.partitions.len());
         let mut tpl = TopicPartitionList::new();
@@ -306,8 +308,7 @@ impl Kafka {
                             return;
                         }
                         Routed::Wait(table) => {
-                            let why = format!("table {table} does not exist: run creates it from --create-table-like, then writes them");
-                            *refused.entry(why).or_default() += 1;
+                            *made.entry(table).or_default() += 1;
                             return;
                         }
                     }
@@ -324,17 +325,18 @@ impl Kafka {
                     "topic {}: {} sampled message(s) name this table, {elsewhere} another one it routes to",
                     topic.name, tally.seen()
                 );
+                for (table, n) in &made {
+                    println!("  {n}: table {table} does not exist: run creates it from --create-table-like, then writes them");
+                }
                 for (why, n) in &refused {
-                    if why.contains("run creates it") {
-                        println!("  {n}: {why}");
-                    } else {
-                        println!("  {n} name no table it can write: {why} (a bad message under --on-error)");
-                        if let Some(fail) = r.fail {
-                            verdict.failed(format!(
-                                "topic {}: {n} sampled message(s): {why} (under --on-error fail, run stops at the first; {fail})",
-                                topic.name
-                            ));
-                        }
+                    println!(
+                        "  {n} name no table it can write: {why} (a bad message under --on-error)"
+                    );
+                    if let Some(fail) = r.fail {
+                        verdict.failed(format!(
+                            "topic {}: {n} sampled message(s): {why} (under --on-error fail, run stops at the first; {fail})",
+                            topic.name
+                        ));
                     }
                 }
             }

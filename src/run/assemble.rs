@@ -499,8 +499,9 @@ fn run_once(run: &Run<'_>) -> Result<(), Ended> {
 /// Match the topic patterns against the cluster's topics every
 /// `--topic-refresh`, and list the tables of the pipelines whose messages
 /// name theirs; when another set matches, or a table they may write
-/// appears, start the pipelines again (drained and committed) over it. A listing that fails is logged and
-/// tried again at the next refresh: the pipelines keep running meanwhile.
+/// appears, start the pipelines again (drained and committed) over it. A
+/// listing that fails is logged and tried again at the next refresh: the
+/// pipelines keep running meanwhile.
 fn watch_topics(
     io: &tokio::runtime::Handle,
     run: &Run<'_>,
@@ -523,58 +524,68 @@ fn watch_topics(
                 // The tables of the pipelines whose messages name theirs:
                 // a new one that may be written starts them again with it.
                 let (of, owners) = (given.clone(), owners.clone());
-                let listed = tokio::task::spawn_blocking(move || {
+                let list = move || {
                     (owners.iter())
                         .map(|&i| crate::routing::list_tables(&of[i].1))
                         .collect::<Result<Vec<_>, String>>()
-                })
-                .await;
-                match listed {
-                    Ok(Ok(tables)) => match watch.table_changes(&given, &tables) {
-                        Ok(None) => {}
-                        Ok(Some(what)) => {
-                            tracing::info!(changes = %what, "the routed tables changed");
-                            restart.notify_one();
-                            return;
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e.message(), "the routed tables cannot be matched");
-                            return;
-                        }
-                    },
-                    Ok(Err(e)) => {
-                        tracing::warn!(error = %e, "listing the routed tables failed; trying again");
-                    }
-                    Err(_) => {}
+                };
+                let changes = |tables: &Vec<Vec<String>>| watch.table_changes(&given, tables);
+                match look("the routed tables", list, changes).await {
+                    Look::Same => {}
+                    Look::Restart => return restart.notify_one(),
+                    Look::Stop => return,
                 }
             }
             if !watches_topics {
                 continue;
             }
             let k = kafka.clone();
-            let listed = tokio::task::spawn_blocking(move || spate_kafka::list_topics(&k)).await;
-            let topics = match listed {
-                Ok(Ok(t)) => t,
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "listing the topics for the --topic patterns failed; trying again");
-                    continue;
-                }
-                Err(_) => continue,
-            };
-            match watch.changes(&given, &topics) {
-                Ok(None) => {}
-                Ok(Some(what)) => {
-                    tracing::info!(changes = %what, "the --topic patterns match other topics now");
-                    restart.notify_one();
-                    return;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e.message(), "the --topic patterns cannot be matched");
-                    return;
-                }
+            let list = move || spate_kafka::list_topics(&k);
+            let changes = |topics: &Vec<String>| watch.changes(&given, topics);
+            match look("the topics of the --topic patterns", list, changes).await {
+                Look::Same => {}
+                Look::Restart => return restart.notify_one(),
+                Look::Stop => return,
             }
         }
     });
+}
+
+/// What one look of [`watch_topics`] at a listing found.
+enum Look {
+    /// Nothing changed, or the listing failed (tried again next time).
+    Same,
+    /// Start the pipelines again.
+    Restart,
+    /// The listing cannot be matched: stop watching.
+    Stop,
+}
+
+/// `list` (off the runtime), compared with the plan by `changes`.
+async fn look<T: Send + 'static>(
+    what: &'static str,
+    list: impl FnOnce() -> Result<T, String> + Send + 'static,
+    changes: impl FnOnce(&T) -> Result<Option<String>, Exit>,
+) -> Look {
+    let listed = match tokio::task::spawn_blocking(list).await {
+        Ok(Ok(listed)) => listed,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "listing {what} failed; trying again");
+            return Look::Same;
+        }
+        Err(_) => return Look::Same,
+    };
+    match changes(&listed) {
+        Ok(None) => Look::Same,
+        Ok(Some(changed)) => {
+            tracing::info!(changes = %changed, "{what} changed");
+            Look::Restart
+        }
+        Err(e) => {
+            tracing::warn!(error = %e.message(), "{what} cannot be matched");
+            Look::Stop
+        }
+    }
 }
 
 /// How long the I/O runtime's blocking tasks may still run once the
