@@ -221,8 +221,8 @@ pub struct RunArgs {
     /// several shards, the local table on each. Its columns are read from
     /// ClickHouse at start. `{topic}` in it stands for each message's
     /// topic, `{header:NAME}` for its header NAME's value and
-    /// `{field:/POINTER}` for a JSON field's (these two need
-    /// --allow-tables): one table per topic, tenant or type
+    /// `{field:/POINTER}` for a field's, in any --format but raw (these
+    /// two need --allow-tables): one table per topic, tenant or type
     /// (docs/routing.md).
     #[arg(long, env = "SPATE_TABLE")]
     pub table: String,

@@ -194,7 +194,7 @@ fn check_one(
             let until = Instant::now() + left / (kafka.topics.len() - i) as u32;
             let mut router = routing.as_ref().map(|(spec, index)| {
                 (
-                    crate::routing::message::MessageRouter::new(spec.clone()),
+                    crate::routing::message::MessageRouter::new(spec.clone(), &flags.sink.format),
                     *index,
                 )
             });

@@ -15,6 +15,7 @@
 //! the allowed tables only.
 
 use super::Template;
+use spate_clickhouse::{FieldReader, FormatSpec};
 use spate_core::pipeline::{Routed, Router};
 use spate_core::record::Message;
 use std::collections::{BTreeSet, HashMap};
@@ -104,6 +105,8 @@ const REMEMBERED: usize = 4096;
 /// One driver's router of a routing pipeline.
 pub(crate) struct MessageRouter {
     spec: Arc<RouterSpec>,
+    /// Reads `{field:...}` values in the pipeline's format.
+    fields: FieldReader,
     name: String,
     /// Per resolved name, where it goes: the allowlist's regex and the
     /// table lookup once per name, not per message.
@@ -111,9 +114,10 @@ pub(crate) struct MessageRouter {
 }
 
 impl MessageRouter {
-    pub fn new(spec: Arc<RouterSpec>) -> Self {
+    pub fn new(spec: Arc<RouterSpec>, format: &FormatSpec) -> Self {
         Self {
             spec,
+            fields: FieldReader::new(format),
             name: String::with_capacity(64),
             known: HashMap::new(),
         }
@@ -126,7 +130,9 @@ impl Router for MessageRouter {
         match self.spec.map.get(msg.topic) {
             Some(table) => self.name.push_str(table),
             None => {
-                if let Err(why) = self.spec.template.resolve_message(msg, &mut self.name) {
+                if let Err(why) =
+                    (self.spec.template).resolve_message(msg, &mut self.fields, &mut self.name)
+                {
                     return Routed::Refused(why);
                 }
             }
@@ -163,212 +169,6 @@ pub(super) fn header<'m>(msg: &Message<'m>, name: &str) -> Result<&'m str, Strin
     }
 }
 
-/// The value at JSON `pointer` (its `/`-separated tokens, unescaped) in
-/// `payload`, as text, appended to `out`: a string as it is, a number or
-/// a boolean as written. Reads the document only as far as the value,
-/// without building it or copying anything else.
-pub(super) fn field(
-    payload: Option<&[u8]>,
-    pointer: &Pointer,
-    out: &mut String,
-) -> Result<(), String> {
-    let Some(payload) = payload else {
-        return Err(format!(
-            "no table name: a tombstone has no field {}",
-            pointer.text
-        ));
-    };
-    let mut de = serde_json::Deserializer::from_slice(payload);
-    let mut found = Found { out, found: false };
-    let read = serde::de::DeserializeSeed::deserialize(
-        Seek {
-            path: &pointer.tokens,
-            found: &mut found,
-        },
-        &mut de,
-    );
-    match read {
-        // Found: the parse was ended there on purpose.
-        _ if found.found => Ok(()),
-        Ok(()) => Err(format!(
-            "no table name: the message has no field {} (or it is null)",
-            pointer.text
-        )),
-        Err(e) if e.is_data() => Err(format!("no table name: field {}: {e}", pointer.text)),
-        Err(e) => Err(format!("no table name: the payload is not JSON ({e})")),
-    }
-}
-
-/// Where [`Seek`] puts the value it finds.
-struct Found<'o> {
-    out: &'o mut String,
-    found: bool,
-}
-
-impl Found<'_> {
-    /// Keep `value` and end the parse: nothing after it is read.
-    fn take<E: serde::de::Error>(&mut self, value: impl std::fmt::Display) -> Result<(), E> {
-        use std::fmt::Write as _;
-        let _ = write!(self.out, "{value}");
-        self.found = true;
-        Err(E::custom("found"))
-    }
-}
-
-/// A JSON pointer (RFC 6901), parsed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Pointer {
-    pub text: String,
-    tokens: Vec<String>,
-}
-
-impl Pointer {
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let Some(rest) = text.strip_prefix('/') else {
-            return Err(format!(
-                "{text} is not a JSON pointer (it starts with /, as in /type or /meta/tenant)"
-            ));
-        };
-        let tokens = rest
-            .split('/')
-            .map(|t| t.replace("~1", "/").replace("~0", "~"))
-            .collect();
-        Ok(Self {
-            text: text.to_owned(),
-            tokens,
-        })
-    }
-}
-
-/// Finds the value at `path`, skipping everything else; once found, it
-/// ends the parse ([`Found::take`]).
-struct Seek<'p, 'f, 'o> {
-    path: &'p [String],
-    found: &'f mut Found<'o>,
-}
-
-impl<'de> serde::de::DeserializeSeed<'de> for Seek<'_, '_, '_> {
-    type Value = ();
-
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> serde::de::Visitor<'de> for Seek<'_, '_, '_> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a JSON value")
-    }
-
-    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<(), E> {
-        self.leaf(v)
-    }
-
-    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<(), E> {
-        self.leaf(v)
-    }
-
-    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<(), E> {
-        self.leaf(v)
-    }
-
-    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<(), E> {
-        self.leaf(v)
-    }
-
-    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<(), E> {
-        self.leaf(v)
-    }
-
-    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let Some((first, rest)) = self.path.split_first() else {
-            return Err(serde::de::Error::custom(
-                "is an object, not a string or a number",
-            ));
-        };
-        let found = self.found;
-        let mut seen = false;
-        while let Some(hit) = map.next_key_seed(KeyIs(first))? {
-            if hit && !seen {
-                seen = true;
-                map.next_value_seed(Seek {
-                    path: rest,
-                    found: &mut *found,
-                })?;
-            } else {
-                map.next_value::<serde::de::IgnoredAny>()?;
-            }
-        }
-        Ok(())
-    }
-
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        let Some((first, rest)) = self.path.split_first() else {
-            return Err(serde::de::Error::custom(
-                "is an array, not a string or a number",
-            ));
-        };
-        let index = first.parse::<usize>().ok();
-        let found = self.found;
-        let mut i = 0;
-        loop {
-            let more = if Some(i) == index {
-                seq.next_element_seed(Seek {
-                    path: rest,
-                    found: &mut *found,
-                })?
-                .is_some()
-            } else {
-                seq.next_element::<serde::de::IgnoredAny>()?.is_some()
-            };
-            if !more {
-                return Ok(());
-            }
-            i += 1;
-        }
-    }
-}
-
-impl Seek<'_, '_, '_> {
-    /// A scalar: the value sought when the path ends here.
-    fn leaf<E: serde::de::Error>(self, v: impl std::fmt::Display) -> Result<(), E> {
-        if self.path.is_empty() {
-            self.found.take(v)
-        } else {
-            Ok(())
-        }
-    }
-}
-
-/// Whether a key is the one sought, without copying it.
-struct KeyIs<'k>(&'k str);
-
-impl<'de> serde::de::DeserializeSeed<'de> for KeyIs<'_> {
-    type Value = bool;
-
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
-        d.deserialize_str(self)
-    }
-}
-
-impl<'de> serde::de::Visitor<'de> for KeyIs<'_> {
-    type Value = bool;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a key")
-    }
-
-    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<bool, E> {
-        Ok(v == self.0)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -396,66 +196,6 @@ mod tests {
             payload,
             headers,
         }
-    }
-
-    fn ptr(p: &str) -> Pointer {
-        Pointer::parse(p).unwrap()
-    }
-
-    fn fld(payload: Option<&[u8]>, p: &str) -> Result<String, String> {
-        let mut out = String::from("db.");
-        field(payload, &ptr(p), &mut out).map(|()| out[3..].to_owned())
-    }
-
-    #[test]
-    fn a_field_is_read_at_its_pointer_whatever_comes_around_it() {
-        let doc = br#"{"a":[1,{"t":"x"}],"meta":{"tenant":"acme","n":2},"type":"order","k":3.5,"b":true,"e\"sc":"y","s/l":"z"}"#;
-        for (p, want) in [
-            ("/type", "order"),
-            ("/meta/tenant", "acme"),
-            ("/meta/n", "2"),
-            ("/k", "3.5"),
-            ("/b", "true"),
-            ("/a/1/t", "x"),
-            ("/e\"sc", "y"),
-            ("/s~1l", "z"),
-        ] {
-            assert_eq!(fld(Some(doc), p).as_deref(), Ok(want), "{p}");
-        }
-        for (p, says) in [
-            ("/nope", "has no field /nope"),
-            ("/meta", "is an object"),
-            ("/a", "is an array"),
-            ("/a/5/t", "has no field"),
-            ("/type/x", "has no field"),
-        ] {
-            let e = fld(Some(doc), p).unwrap_err();
-            assert!(
-                e.contains(says) && e.starts_with("no table name"),
-                "{p}: {e}"
-            );
-        }
-        let e = fld(Some(b"{\"type\":"), "/type").unwrap_err();
-        assert!(e.contains("not JSON"), "{e}");
-        let e = fld(Some(b"{\"a\":1,,\"type\":\"x\"}"), "/type").unwrap_err();
-        assert!(e.contains("not JSON"), "broken before the field: {e}");
-        assert_eq!(
-            fld(Some(b"{\"type\":\"x\",,,"), "/type").as_deref(),
-            Ok("x"),
-            "read only as far as the field (the encoder judges the rest)"
-        );
-        let e = fld(None, "/type").unwrap_err();
-        assert!(e.contains("tombstone"), "{e}");
-        assert_eq!(
-            fld(Some(br#"{"type":null}"#), "/type").unwrap_err(),
-            "no table name: the message has no field /type (or it is null)"
-        );
-    }
-
-    #[test]
-    fn a_pointer_starts_with_a_slash() {
-        assert!(Pointer::parse("type").is_err());
-        assert_eq!(ptr("/a~01").tokens, vec!["a~1".to_owned()]);
     }
 
     #[test]
@@ -502,7 +242,10 @@ mod tests {
 
     #[test]
     fn each_message_goes_to_its_allowed_table_or_is_refused_with_why() {
-        let mut r = MessageRouter::new(spec(&["db.ev_acme", "db.ev_globex"], None));
+        let mut r = MessageRouter::new(
+            spec(&["db.ev_acme", "db.ev_globex"], None),
+            &FormatSpec::Json,
+        );
         let route = |r: &mut MessageRouter, tenant: &'static [u8], topic: &'static str| {
             let hs = Hs(vec![(b"tenant", Some(tenant))]);
             let m = Message {
@@ -563,7 +306,10 @@ mod tests {
             tables: Arc::default(),
             restart: Arc::new(tokio::sync::Notify::new()),
         };
-        let mut r = MessageRouter::new(spec(&["db.ev_acme"], Some(wanted.clone())));
+        let mut r = MessageRouter::new(
+            spec(&["db.ev_acme"], Some(wanted.clone())),
+            &FormatSpec::Json,
+        );
         let hs = Hs(vec![(b"tenant", Some(b"new"))]);
         assert_eq!(
             r.route(&msg(Some(b"{}"), Some(&hs))),

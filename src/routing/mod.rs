@@ -23,10 +23,10 @@
 
 pub(crate) mod message;
 
-use crate::cli::RunArgs;
+use crate::cli::{MessageFormat, RunArgs};
 use crate::exit::Exit;
 use regex::Regex;
-use spate_clickhouse::TableRef;
+use spate_clickhouse::{CsvOptions, FieldPointer, FieldReader, FormatSpec, TableRef};
 use spate_core::record::Message;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -247,13 +247,7 @@ impl Routing {
                     a.table
                 )));
             }
-            if template.has_field() && a.format != crate::cli::MessageFormat::Json {
-                return Err(Exit::usage(format!(
-                    "--table {}: {{field:...}} reads JSON messages; with --format {} route by {{topic}} or {{header:NAME}}",
-                    a.table,
-                    format!("{:?}", a.format).to_lowercase()
-                )));
-            }
+            template.fields_readable(a)?;
         }
         Ok(Self {
             patterns,
@@ -339,7 +333,7 @@ enum Part {
     Text(String),
     Topic,
     Header(String),
-    Field(message::Pointer),
+    Field(FieldPointer),
 }
 
 impl Template {
@@ -358,7 +352,7 @@ impl Template {
                 None if name == "topic" => Part::Topic,
                 Some(("header", h)) if !h.is_empty() => Part::Header(h.to_owned()),
                 Some(("field", f)) => Part::Field(
-                    message::Pointer::parse(f)
+                    FieldPointer::parse(f)
                         .map_err(|e| Exit::usage(format!("--table {table}: {e}")))?,
                 ),
                 _ => {
@@ -388,8 +382,26 @@ impl Template {
         self.parts.contains(&Part::Topic)
     }
 
-    fn has_field(&self) -> bool {
-        (self.parts.iter()).any(|p| matches!(p, Part::Field(_)))
+    /// Whether each `{field:...}` can name a value of `a`'s messages:
+    /// raw messages have none, a CSV field is one `--csv-columns` names
+    /// (JSON, Avro and Protobuf are judged per message).
+    fn fields_readable(&self, a: &RunArgs) -> Result<(), Exit> {
+        let csv = FormatSpec::Csv(CsvOptions {
+            columns: a.csv_columns.clone(),
+            ..CsvOptions::default()
+        });
+        for part in &self.parts {
+            let Part::Field(pointer) = part else { continue };
+            let can = match a.format {
+                MessageFormat::Raw => {
+                    Err("--format raw has no fields: route by {topic} or {header:NAME}".to_owned())
+                }
+                MessageFormat::Csv => FieldReader::check(&csv, pointer),
+                MessageFormat::Json | MessageFormat::Avro | MessageFormat::Protobuf => Ok(()),
+            };
+            can.map_err(|e| Exit::usage(format!("--table {}: {e}", self.text)))?;
+        }
+        Ok(())
     }
 
     /// The table of a topic (a template without header or field).
@@ -401,6 +413,7 @@ impl Template {
     pub(crate) fn resolve_message(
         &self,
         msg: &Message<'_>,
+        fields: &mut FieldReader,
         out: &mut String,
     ) -> Result<(), String> {
         for part in &self.parts {
@@ -413,7 +426,8 @@ impl Template {
                 },
                 Part::Field(pointer) => {
                     let before = out.len();
-                    message::field(msg.payload, pointer, out)?;
+                    (fields.read(msg.payload, pointer, out))
+                        .map_err(|e| format!("no table name: {e}"))?;
                     if out.len() == before {
                         return Err(format!("no table name: field {} is empty", pointer.text));
                     }
@@ -876,7 +890,31 @@ pub(crate) mod tests {
             (
                 "db.{field:/type}",
                 &["--allow-tables", "db.*", "--format", "csv"][..],
-                "reads JSON messages; with --format csv",
+                "named by --csv-columns, which is not given",
+            ),
+            (
+                "db.{field:/type}",
+                &[
+                    "--allow-tables",
+                    "db.*",
+                    "--format",
+                    "csv",
+                    "--csv-columns",
+                    "n,kind",
+                ][..],
+                "--csv-columns names no field type",
+            ),
+            (
+                "db.{field:/type}",
+                &[
+                    "--allow-tables",
+                    "db.*",
+                    "--format",
+                    "raw",
+                    "--raw-column",
+                    "v",
+                ][..],
+                "--format raw has no fields",
             ),
             (
                 "db.{header:t}",
@@ -894,6 +932,20 @@ pub(crate) mod tests {
             };
             assert!(e.message().contains(says), "{table}: {}", e.message());
             assert_eq!(e.code(), 2);
+        }
+        // Every format with fields routes by one.
+        for extra in [
+            &["--format", "json"][..],
+            &["--format", "avro", "--schema-registry", "http://r:8081"],
+            &["--format", "protobuf", "--schema-registry", "http://r:8081"],
+            &["--format", "csv", "--csv-columns", "n,type"],
+        ] {
+            let mut argv = vec!["--topic", "orders", "--table", "db.{field:/type}"];
+            argv.extend_from_slice(&["--allow-tables", "db.*"]);
+            argv.extend_from_slice(extra);
+            if let Err(e) = Routing::of(&args(&argv)) {
+                panic!("{extra:?}: {}", e.message());
+            }
         }
     }
 

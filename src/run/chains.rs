@@ -57,7 +57,7 @@ pub(super) fn factory(routes: Vec<Route>) -> ChainFactory {
                     tables.push((build(r)?, r.slots.clone()));
                     i += 1;
                 }
-                let router = Box::new(MessageRouter::new(spec.clone()));
+                let router = Box::new(MessageRouter::new(spec.clone(), route.encoders.format()));
                 let chain =
                     EncodeChain::routed(tables, &ctx, router, route.refused_rejections.clone())
                         .with_rejections(route.rejections.clone());

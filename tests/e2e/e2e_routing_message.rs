@@ -353,3 +353,150 @@ fn tenant_tables_are_made_on_demand_from_none(svc: Services) {
         .collect();
     assert_eq!(committed(&svc.brokers, &group, &topic, 2), want);
 }
+
+/// `{field:...}` in Avro, Protobuf and CSV messages, one bounded run per
+/// format (each with its own tables): every message in its tenant's table
+/// once, a denied tenant and a message without the value dead-lettered,
+/// no table made for them, committed to the end. On one server: reading
+/// the value is spate's own, the same on both (the JSON run above covers
+/// the routing on both).
+#[test]
+fn avro_protobuf_and_csv_messages_name_their_table_by_a_field() {
+    use spate_clickhouse::formats::{AvroWrite, SchemaType};
+    use spate_clickhouse::{RegistryConfig, SchemaRegistry};
+    const N: usize = 600;
+    let Some(svc) = services_on(Server::V26) else {
+        return;
+    };
+    let _timer = Timer::start("e2e_routing_field_formats");
+    let _lock = ch_shared_lock();
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let db = ch.fresh_db("e2e_route_formats");
+    let reg = TestRegistry::start(None);
+    let client = SchemaRegistry::new(&RegistryConfig {
+        url: reg.url(),
+        ..RegistryConfig::default()
+    })
+    .expect("registry client");
+    // acme, globex, denied (not allowed), none (no value).
+    let tenant = |i: usize| [Some("acme"), Some("globex"), Some("denied"), None][i % 4];
+    let avro_schema = r#"{"type":"record","name":"E","fields":[{"name":"n","type":"long"},
+        {"name":"meta","type":{"type":"record","name":"M","fields":[{"name":"tenant","type":["null","string"]}]}}]}"#;
+    let proto = "syntax = \"proto3\";\nmessage E { uint64 n = 1; optional string tenant = 2; }\n";
+    for (format, pointer) in [
+        ("avro", "/meta/tenant"),
+        ("protobuf", "/tenant"),
+        ("csv", "/tenant"),
+    ] {
+        for t in ["acme", "globex"] {
+            ch.exec(&format!(
+                "CREATE TABLE {db}.{format}_{t} (n UInt64, tenant String, _partition UInt32, _offset UInt64) \
+                 ENGINE = MergeTree() ORDER BY (_partition, _offset)"
+            ));
+        }
+        let topic = unique(&format!("rff_{format}"));
+        let dlq = format!("{topic}_dlq");
+        create_topic(&svc.brokers, &topic, 2);
+        create_topic(&svc.brokers, &dlq, 1);
+        let subject = format!("{topic}-value");
+        let id = match format {
+            "avro" => client.register(&subject, SchemaType::Avro, avro_schema),
+            "protobuf" => client.register(&subject, SchemaType::Protobuf, proto),
+            _ => Ok(0),
+        }
+        .expect("register");
+        produce_bytes(&svc.brokers, &topic, 2, N, |i| {
+            let mut b = Vec::new();
+            match format {
+                "avro" => {
+                    b.confluent_header(id).avro_long(i as i64);
+                    match tenant(i) {
+                        Some(t) => b.avro_long(1).avro_bytes(t.as_bytes()),
+                        None => b.avro_long(0),
+                    };
+                }
+                "protobuf" => {
+                    // Header, message indexes [0], then n and tenant.
+                    b.confluent_header(id).push(0);
+                    b.push(1 << 3);
+                    let mut n = i as u64;
+                    while n >= 0x80 {
+                        b.push((n as u8) | 0x80);
+                        n >>= 7;
+                    }
+                    b.push(n as u8);
+                    if let Some(t) = tenant(i) {
+                        b.extend_from_slice(&[2 << 3 | 2, t.len() as u8]);
+                        b.extend_from_slice(t.as_bytes());
+                    }
+                }
+                _ => {
+                    b = match tenant(i) {
+                        Some(t) => format!("{i},\"{t}\""),
+                        None => format!("{i},"),
+                    }
+                    .into_bytes();
+                }
+            }
+            ((i % 2) as i32, b)
+        });
+        let group = unique("g_rff");
+        let mut args = run_args(
+            &svc,
+            &topic,
+            &group,
+            &format!("{db}.{format}_{{field:{pointer}}}"),
+        );
+        args.extend(
+            [
+                "--allow-tables",
+                &format!(r"{db}\.{format}_(acme|globex)"),
+                "--format",
+                format,
+                "--on-error",
+                "dead-letter",
+                "--dead-letter-topic",
+                &dlq,
+                "--until-end",
+            ]
+            .map(String::from),
+        );
+        if format == "csv" {
+            args.extend(["--csv-columns", "n,tenant"].map(String::from));
+        } else {
+            args.extend(["--schema-registry".to_owned(), reg.url()]);
+        }
+        let fin = run(&format!("route-{format}"), &args, Duration::from_secs(120));
+        fin.assert_code(0);
+        for (t, k) in [("acme", 0), ("globex", 1)] {
+            assert_eq!(
+                rows_of(&ch, &format!("{db}.{format}_{t}"), &format!("n % 4 != {k}")),
+                vec![(N / 4) as u64, (N / 4) as u64, 0],
+                "{format}: {t}"
+            );
+        }
+        assert_eq!(
+            end_offsets(&svc.brokers, &dlq, 1),
+            vec![(N / 2) as i64],
+            "{format}: the denied tenant's and the value-less messages are dead letters"
+        );
+        let log = fin.tail(400);
+        assert!(
+            log.contains("not allowed by --allow-tables")
+                && log.contains(&format!("has no field {pointer}")),
+            "{format}: each refused message says why:\n{log}"
+        );
+        let want: Vec<Option<i64>> = end_offsets(&svc.brokers, &topic, 2)
+            .into_iter()
+            .map(Some)
+            .collect();
+        assert_eq!(committed(&svc.brokers, &group, &topic, 2), want, "{format}");
+    }
+    assert_eq!(
+        ch.u64(&format!(
+            "SELECT count() FROM system.tables WHERE database = '{db}' AND name NOT LIKE '%\\_acme' AND name NOT LIKE '%\\_globex'"
+        )),
+        0,
+        "no table is made outside the allowlist"
+    );
+}

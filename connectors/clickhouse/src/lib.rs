@@ -49,7 +49,8 @@ pub use encode::{
 };
 pub use envelope::{ChangeEncoder, ChangePlan, EnvelopeKind, EnvelopeSpec, OnDelete, OnTruncate};
 pub use formats::{
-    CsvOptions, FormatEncoder, FormatSpec, ProtobufSource, RegistryConfig, SchemaRegistry,
+    CsvOptions, FieldPointer, FieldReader, FormatEncoder, FormatSpec, ProtobufSource,
+    RegistryConfig, SchemaRegistry,
 };
 pub use metrics::ChMetrics;
 pub use schema::{Column, DefaultKind, ServerFeatures, VersionError};

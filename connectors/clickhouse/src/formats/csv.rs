@@ -105,6 +105,38 @@ fn next_field(b: &[u8], i: usize, delim: u8) -> Result<(Field, Option<usize>), &
     }
 }
 
+/// Append field `k` (from 0) of CSV record `b` to `out` as text (a quoted
+/// field unquoted): whether the record has it, an empty unquoted field or
+/// `\N` being none.
+pub(crate) fn field_text(b: &[u8], delim: u8, k: usize, out: &mut String) -> Result<bool, String> {
+    let mut b = b;
+    if let Some(rest) = b.strip_suffix(b"\n") {
+        b = rest.strip_suffix(b"\r").unwrap_or(rest);
+    }
+    let mut at = Some(0);
+    let mut i = 0;
+    while let Some(start) = at {
+        let (f, next) =
+            next_field(b, start, delim).map_err(|r| format!("not a CSV record: {r}"))?;
+        if i == k {
+            let raw = &b[f.start..f.end];
+            if !f.quoted && (raw.is_empty() || raw == b"\\N") {
+                return Ok(false);
+            }
+            let text = std::str::from_utf8(raw).map_err(|_| "the field is not UTF-8 text")?;
+            if f.escaped {
+                out.push_str(&text.replace("\"\"", "\""));
+            } else {
+                out.push_str(text);
+            }
+            return Ok(true);
+        }
+        i += 1;
+        at = next;
+    }
+    Ok(false)
+}
+
 impl CsvEncoder {
     /// An encoder for `layout` with `opts` (every named column checked).
     pub(crate) fn new(layout: RowLayout, opts: &CsvOptions) -> Result<Self, SchemaError> {

@@ -7,7 +7,9 @@
 //! - `csv`: one RFC 4180 record per message;
 //! - `avro`: Avro in the Confluent wire format, plans per writer schema;
 //! - `protobuf`: Protobuf, Confluent-framed or with a descriptor file;
-//! - `registry`: the Confluent schema registry client.
+//! - `registry`: the Confluent schema registry client;
+//! - `field`: one value of a message at a JSON pointer, whatever its
+//!   format (`{field:...}` in a `--table` template).
 //!
 //! [`FormatSpec`] is what a pipeline asks for; [`FormatEncoder`] is the
 //! encoder one driver thread owns, whatever the format (JSON stays the
@@ -16,6 +18,7 @@
 
 mod avro;
 mod csv;
+mod field;
 mod protobuf;
 mod raw;
 mod registry;
@@ -23,6 +26,7 @@ mod row;
 
 pub use avro::{AvroEncoder, AvroSchemaError, AvroText, AvroWrite, MAGIC};
 pub use csv::{CsvEncoder, CsvOptions};
+pub use field::{FieldPointer, FieldReader};
 pub use protobuf::{compile_proto, ProtobufEncoder, ProtobufSource};
 pub use raw::RawEncoder;
 pub use registry::{

@@ -6,6 +6,7 @@
 //!   message decoder that runs it;
 //! - `leaf`: the writers of single values (numbers, times, decimals...);
 //! - `read`: Avro binary primitives, skipping and JSON text;
+//! - `seek`: one value at a JSON pointer (`{field:...}` routing);
 //! - `write`: Avro binary for producers of test and demo data.
 //!
 //! One [`AvroEncoder`] per driver thread: it keeps the plans it compiled,
@@ -18,9 +19,11 @@ mod leaf;
 mod plan;
 mod read;
 mod schema;
+mod seek;
 mod write;
 
 pub use schema::AvroSchemaError;
+pub(crate) use seek::Seek;
 pub use write::AvroWrite;
 
 use super::registry::{SchemaRegistry, SchemaType};
@@ -200,4 +203,4 @@ fn read_whole(b: &[u8], pos: usize, id: u32) -> Result<(), RowError> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

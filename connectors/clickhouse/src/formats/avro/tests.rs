@@ -18,7 +18,7 @@ fn col(name: &str, ty: &str) -> Column {
     }
 }
 
-const SCHEMA: &str = r#"{"type":"record","name":"Event","namespace":"t","fields":[
+pub(crate) const SCHEMA: &str = r#"{"type":"record","name":"Event","namespace":"t","fields":[
   {"name":"id","type":"long"},
   {"name":"name","type":"string"},
   {"name":"opt","type":["null","string"],"default":null},
@@ -73,7 +73,7 @@ fn table() -> Vec<Column> {
 
 /// Record 1 (every branch taken with a value) or 2 (nulls, negatives,
 /// empty collections, multi-block arrays).
-fn record(second: bool) -> Vec<u8> {
+pub(crate) fn record(second: bool) -> Vec<u8> {
     let mut b = Vec::new();
     b.confluent_header(7);
     b.avro_long(if second { 0 } else { 123_456_789_012 });

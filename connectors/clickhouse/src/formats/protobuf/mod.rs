@@ -10,6 +10,9 @@
 //! message indexes).
 
 mod plan;
+mod seek;
+
+pub(crate) use seek::Seek;
 
 use super::registry::{SchemaRegistry, SchemaType};
 use super::row::{payload, RowLayout, RowSlots};
@@ -130,7 +133,7 @@ impl ProtobufEncoder {
             Some(_) => (0, None),
             None => {
                 let (id, at) = super::avro::framing(b)?;
-                let at = self.message_indexes(b, at)?;
+                let at = message_indexes(b, at, &mut self.indexes)?;
                 (at, Some(id))
             }
         };
@@ -171,21 +174,6 @@ impl ProtobufEncoder {
         self.slots.finish(&self.layout, msg, out)
     }
 
-    /// Read the message indexes after the Confluent header into
-    /// `self.indexes`; where the message starts.
-    fn message_indexes(&mut self, b: &[u8], mut at: usize) -> Result<usize, RowError> {
-        let bad = || RowError::new(None, "", "bad message indexes after the Confluent header");
-        let n = zigzag(b, &mut at).ok_or_else(bad)?;
-        self.indexes.clear();
-        if n == 0 {
-            self.indexes.push(0);
-        }
-        for _ in 0..n.clamp(0, 64) {
-            self.indexes.push(zigzag(b, &mut at).ok_or_else(bad)?);
-        }
-        Ok(at)
-    }
-
     fn compile(
         &self,
         id: u32,
@@ -194,33 +182,7 @@ impl ProtobufEncoder {
         let ProtobufSource::Registry(registry) = &self.source else {
             return Ok(Err("internal: no registry".into()));
         };
-        let fetched = (registry.schema_waiting(id)).map_err(|e| e.for_message(id))?;
-        if fetched.schema_type != SchemaType::Protobuf {
-            return Ok(Err(format!(
-                "schema id {id} is a {:?} schema, not Protobuf",
-                fetched.schema_type
-            )));
-        }
-        let name = format!("schema-{id}.proto");
-        let plan = compile_pool(&name, &fetched.schema)
-            .map_err(|e| format!("schema id {id}: {e}"))
-            .and_then(|pool| {
-                let file = pool
-                    .get_file_by_name(&name)
-                    .ok_or("the compiled schema has no file")?;
-                let mut m = usize::try_from(indexes[0])
-                    .ok()
-                    .and_then(|i| file.messages().nth(i));
-                for &i in &indexes[1..] {
-                    m = m.and_then(|m| {
-                        usize::try_from(i)
-                            .ok()
-                            .and_then(|i| m.child_messages().nth(i))
-                    });
-                }
-                m.ok_or_else(|| format!("schema id {id} has no message at indexes {indexes:?}"))
-            })
-            .map(|m| compile(&m, &self.layout));
+        let plan = descriptor(registry, id, indexes)?.map(|m| compile(&m, &self.layout));
         if let Err(e) = &plan {
             tracing::warn!(schema_id = id, error = %e, "Protobuf schema unusable; its messages are bad messages");
         }
@@ -238,5 +200,56 @@ impl ProtobufEncoder {
     }
 }
 
+/// Read the message indexes after the Confluent header (at `at`) into
+/// `indexes`; where the message starts.
+fn message_indexes(b: &[u8], mut at: usize, indexes: &mut Vec<i64>) -> Result<usize, RowError> {
+    let bad = || RowError::new(None, "", "bad message indexes after the Confluent header");
+    let n = zigzag(b, &mut at).ok_or_else(bad)?;
+    indexes.clear();
+    if n == 0 {
+        indexes.push(0);
+    }
+    for _ in 0..n.clamp(0, 64) {
+        indexes.push(zigzag(b, &mut at).ok_or_else(bad)?);
+    }
+    Ok(at)
+}
+
+/// The message type of schema `id` at `indexes`, fetched (waiting out
+/// registry outages) and compiled. `Ok(Err(..))` is a permanent answer
+/// worth remembering; `Err` is not remembered.
+fn descriptor(
+    registry: &SchemaRegistry,
+    id: u32,
+    indexes: &[i64],
+) -> Result<Result<MessageDescriptor, String>, RowError> {
+    let fetched = (registry.schema_waiting(id)).map_err(|e| e.for_message(id))?;
+    if fetched.schema_type != SchemaType::Protobuf {
+        return Ok(Err(format!(
+            "schema id {id} is a {:?} schema, not Protobuf",
+            fetched.schema_type
+        )));
+    }
+    let name = format!("schema-{id}.proto");
+    Ok(compile_pool(&name, &fetched.schema)
+        .map_err(|e| format!("schema id {id}: {e}"))
+        .and_then(|pool| {
+            let file = pool
+                .get_file_by_name(&name)
+                .ok_or("the compiled schema has no file")?;
+            let mut m = usize::try_from(indexes[0])
+                .ok()
+                .and_then(|i| file.messages().nth(i));
+            for &i in &indexes[1..] {
+                m = m.and_then(|m| {
+                    usize::try_from(i)
+                        .ok()
+                        .and_then(|i| m.child_messages().nth(i))
+                });
+            }
+            m.ok_or_else(|| format!("schema id {id} has no message at indexes {indexes:?}"))
+        }))
+}
+
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -23,7 +23,7 @@ fn fail(value: impl Into<String>, reason: impl Into<String>) -> Fail {
 
 /// How the wire value of a field is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Read {
+pub(super) enum Read {
     /// int32/int64 (two's complement varint), enum.
     Signed,
     Unsigned,
@@ -222,7 +222,7 @@ fn col_fail(col: usize, reason: String) -> Target {
     }
 }
 
-fn read_of(k: &Kind) -> Read {
+pub(super) fn read_of(k: &Kind) -> Read {
     match k {
         Kind::Int32 | Kind::Int64 | Kind::Enum(_) => Read::Signed,
         Kind::Uint32 | Kind::Uint64 => Read::Unsigned,
@@ -285,14 +285,14 @@ fn conv(k: &Kind, ty: &ChType) -> Conv {
 
 /// A wire value.
 #[derive(Clone, Copy)]
-enum Wire<'a> {
+pub(super) enum Wire<'a> {
     Varint(u64),
     I64(u64),
     I32(u32),
     Len(&'a [u8]),
 }
 
-fn varint(b: &[u8], pos: &mut usize) -> Result<u64, Fail> {
+pub(super) fn varint(b: &[u8], pos: &mut usize) -> Result<u64, Fail> {
     leb128::read(b, pos).map_err(|bad| match bad {
         leb128::Bad::Ends => fail("", "the Protobuf data ends early"),
         leb128::Bad::TooLong => fail("", "a Protobuf varint longer than 64 bits"),
@@ -307,7 +307,7 @@ fn take<'a>(b: &'a [u8], pos: &mut usize, n: usize) -> Result<&'a [u8], Fail> {
     Ok(s)
 }
 
-fn wire<'a>(b: &'a [u8], pos: &mut usize, wt: u64) -> Result<Wire<'a>, Fail> {
+pub(super) fn wire<'a>(b: &'a [u8], pos: &mut usize, wt: u64) -> Result<Wire<'a>, Fail> {
     Ok(match wt {
         0 => Wire::Varint(varint(b, pos)?),
         1 => Wire::I64(u64::from_le_bytes(
@@ -330,13 +330,13 @@ fn wire<'a>(b: &'a [u8], pos: &mut usize, wt: u64) -> Result<Wire<'a>, Fail> {
 }
 
 /// A number, a float, or bytes, as `read` says the wire value means.
-enum Val<'a> {
+pub(super) enum Val<'a> {
     Int(i128),
     Float(f64),
     Bytes(&'a [u8]),
 }
 
-fn value<'a>(read: Read, w: Wire<'a>) -> Result<Val<'a>, Fail> {
+pub(super) fn value<'a>(read: Read, w: Wire<'a>) -> Result<Val<'a>, Fail> {
     Ok(match (read, w) {
         (Read::Signed, Wire::Varint(n)) => Val::Int(i128::from(n as i64)),
         (Read::Unsigned, Wire::Varint(n)) => Val::Int(i128::from(n)),

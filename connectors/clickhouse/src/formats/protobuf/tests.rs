@@ -83,7 +83,7 @@ fn len(out: &mut Vec<u8>, number: u64, b: &[u8]) {
     out.extend_from_slice(b);
 }
 
-fn message(full: bool) -> Vec<u8> {
+pub(crate) fn message(full: bool) -> Vec<u8> {
     let mut m = Vec::new();
     // Fields out of order, a repeated field split in two runs.
     tag(&mut m, 19, 0);
