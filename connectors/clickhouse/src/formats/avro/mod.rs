@@ -141,8 +141,7 @@ impl AvroEncoder {
 /// per driver thread; the schemas it parsed are kept per id.
 #[derive(Debug)]
 pub struct AvroText {
-    registry: Arc<SchemaRegistry>,
-    schemas: HashMap<u32, Result<Schema, String>>,
+    schemas: WriterSchemas,
 }
 
 impl AvroText {
@@ -150,8 +149,7 @@ impl AvroText {
     #[must_use]
     pub fn new(registry: Arc<SchemaRegistry>) -> Self {
         AvroText {
-            registry,
-            schemas: HashMap::new(),
+            schemas: WriterSchemas::new(registry),
         }
     }
 
@@ -159,21 +157,44 @@ impl AvroText {
     pub fn to_json(&mut self, b: &[u8], out: &mut Vec<u8>) -> Result<(), RowError> {
         out.clear();
         let (id, body) = framing(b)?;
-        if !self.schemas.contains_key(&id) {
-            let schema = writer_schema(&self.registry, id)?;
-            self.schemas.insert(id, schema);
-        }
-        let schema = match self.schemas.get(&id) {
-            Some(Ok(s)) => s,
-            Some(Err(reason)) => return Err(RowError::new(None, &id.to_string(), reason.clone())),
-            None => return Err(RowError::new(None, &id.to_string(), "internal: no schema")),
-        };
+        let schema = self.schemas.get(id)?;
         let mut r = Reader { b, pos: body };
         read::to_json(&schema.top, &schema.named, &mut r, out, 0).map_err(|f| {
             let reason = format!("{} (schema id {id}, at byte {})", f.reason, r.pos);
             RowError::new(None, &f.value, reason)
         })?;
         read_whole(b, r.pos, id)
+    }
+}
+
+/// Writer schemas, each fetched and parsed once, for the walks that need
+/// no plan ([`AvroText`], [`Seek`]).
+#[derive(Debug)]
+pub(crate) struct WriterSchemas {
+    registry: Arc<SchemaRegistry>,
+    /// Per id: the schema, or why it is unusable.
+    parsed: HashMap<u32, Result<Schema, String>>,
+}
+
+impl WriterSchemas {
+    pub(crate) fn new(registry: Arc<SchemaRegistry>) -> Self {
+        WriterSchemas {
+            registry,
+            parsed: HashMap::new(),
+        }
+    }
+
+    /// Schema `id` (fetched the first time, waiting out registry outages).
+    pub(crate) fn get(&mut self, id: u32) -> Result<&Schema, RowError> {
+        if !self.parsed.contains_key(&id) {
+            let schema = writer_schema(&self.registry, id)?;
+            self.parsed.insert(id, schema);
+        }
+        match self.parsed.get(&id) {
+            Some(Ok(s)) => Ok(s),
+            Some(Err(reason)) => Err(RowError::new(None, &id.to_string(), reason.clone())),
+            None => Err(RowError::new(None, &id.to_string(), "internal: no schema")),
+        }
     }
 }
 

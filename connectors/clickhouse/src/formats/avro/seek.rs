@@ -6,12 +6,11 @@
 //! value).
 
 use super::read::{skip, Reader};
-use super::schema::{Avro, Named, Schema};
-use super::{framing, writer_schema};
+use super::schema::{Avro, Named};
+use super::{framing, WriterSchemas};
 use crate::formats::field::{put, FieldPointer};
 use crate::formats::registry::SchemaRegistry;
 use crate::rowbinary::Fail;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Deepest nesting walked (as the decoder's).
@@ -20,15 +19,13 @@ const MAX_DEPTH: usize = 64;
 /// One driver thread's reader of Avro values, with the writer schemas it
 /// parsed, per id.
 pub(crate) struct Seek {
-    registry: Arc<SchemaRegistry>,
-    schemas: HashMap<u32, Result<Schema, String>>,
+    schemas: WriterSchemas,
 }
 
 impl Seek {
     pub(crate) fn new(registry: Arc<SchemaRegistry>) -> Self {
         Seek {
-            registry,
-            schemas: HashMap::new(),
+            schemas: WriterSchemas::new(registry),
         }
     }
 
@@ -41,15 +38,7 @@ impl Seek {
         out: &mut String,
     ) -> Result<bool, String> {
         let (id, body) = framing(b).map_err(|e| e.reason)?;
-        if !self.schemas.contains_key(&id) {
-            let schema = writer_schema(&self.registry, id).map_err(|e| e.reason)?;
-            self.schemas.insert(id, schema);
-        }
-        let schema = match self.schemas.get(&id) {
-            Some(Ok(s)) => s,
-            Some(Err(reason)) => return Err(reason.clone()),
-            None => return Err("internal: no schema".into()),
-        };
+        let schema = self.schemas.get(id).map_err(|e| e.reason)?;
         let mut r = Reader { b, pos: body };
         find(&schema.top, &schema.named, &mut r, pointer.tokens(), out, 0).map_err(|f| {
             format!(
