@@ -274,6 +274,7 @@ impl Kafka {
         // Routing by the message: where the sampled messages go, when not
         // to the table checked.
         let mut elsewhere = 0u64;
+        let mut nothing = 0u64;
         let mut refused: std::collections::BTreeMap<String, u64> = Default::default();
         // Tables `run` would make for them (`--create-table-like`).
         let mut made: std::collections::BTreeMap<String, u64> = Default::default();
@@ -311,6 +312,10 @@ impl Kafka {
                             *made.entry(table).or_default() += 1;
                             return;
                         }
+                        Routed::Nothing(_) => {
+                            nothing += 1;
+                            return;
+                        }
                     }
                 }
                 let outcome = schema.try_message(msg, &mut results);
@@ -325,6 +330,9 @@ impl Kafka {
                     "topic {}: {} sampled message(s) name this table, {elsewhere} another one it routes to",
                     topic.name, tally.seen()
                 );
+                if nothing > 0 {
+                    println!("  {nothing}: tombstones, which owe no row and need no table");
+                }
                 for (table, n) in &made {
                     println!("  {n}: table {table} does not exist: run creates it from --create-table-like, then writes them");
                 }

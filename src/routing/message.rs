@@ -38,6 +38,10 @@ pub(crate) struct RouterSpec {
     /// Why a missing table is not made (no `wanted`): the end of a bad
     /// message's reason.
     pub not_made: &'static str,
+    /// A tombstone owes no row whatever its table (`--envelope
+    /// debezium`): it is routed nowhere, not refused for lacking the
+    /// header or field that would name its table.
+    pub tombstones_owe_nothing: bool,
 }
 
 /// [`RouterSpec::not_made`] without `--create-table-like`.
@@ -126,6 +130,9 @@ impl MessageRouter {
 
 impl Router for MessageRouter {
     fn route(&mut self, msg: &Message<'_>) -> Routed {
+        if msg.payload.is_none() && self.spec.tombstones_owe_nothing {
+            return Routed::Nothing("tombstone");
+        }
         self.name.clear();
         match self.spec.map.get(msg.topic) {
             Some(table) => self.name.push_str(table),
@@ -237,6 +244,7 @@ mod tests {
                 .collect(),
             wanted,
             not_made: NO_TEMPLATE,
+            tombstones_owe_nothing: false,
         })
     }
 
@@ -298,6 +306,26 @@ mod tests {
             panic!("{none:?}")
         };
         assert_eq!(spate_core::policy::decode_reason(&why), "table_unresolved");
+    }
+
+    #[test]
+    fn a_change_stream_s_tombstone_owes_nothing_and_needs_no_table() {
+        let tombstone = msg(None, None);
+        let mut r = MessageRouter::new(spec(&["db.ev_acme"], None), &FormatSpec::Json);
+        assert!(
+            matches!(r.route(&tombstone), Routed::Refused(why) if why.contains("no header tenant")),
+            "a plain tombstone without the header has no table"
+        );
+        let mut debezium = Arc::into_inner(spec(&["db.ev_acme"], None)).unwrap();
+        debezium.tombstones_owe_nothing = true;
+        let mut r = MessageRouter::new(Arc::new(debezium), &FormatSpec::Json);
+        assert_eq!(r.route(&tombstone), Routed::Nothing("tombstone"));
+        let hs = Hs(vec![(b"tenant", Some(b"acme"))]);
+        assert_eq!(
+            r.route(&msg(Some(b"{}"), Some(&hs))),
+            Routed::Table(0),
+            "a change is routed"
+        );
     }
 
     #[test]

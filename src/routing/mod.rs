@@ -23,7 +23,7 @@
 
 pub(crate) mod message;
 
-use crate::cli::{MessageFormat, RunArgs};
+use crate::cli::{Envelope, MessageFormat, RunArgs};
 use crate::exit::Exit;
 use regex::Regex;
 use spate_clickhouse::{CsvOptions, FieldPointer, FieldReader, FormatSpec, TableRef};
@@ -248,6 +248,12 @@ impl Routing {
                 )));
             }
             template.fields_readable(a)?;
+            if template.has_field() && a.envelope == Envelope::Upsert {
+                return Err(Exit::usage(format!(
+                    "--table {}: under --envelope upsert a tombstone deletes its key, and it has no field to name its table: route by {{topic}} or {{header:NAME}}",
+                    a.table
+                )));
+            }
         }
         Ok(Self {
             patterns,
@@ -380,6 +386,10 @@ impl Template {
 
     fn has_topic(&self) -> bool {
         self.parts.contains(&Part::Topic)
+    }
+
+    fn has_field(&self) -> bool {
+        (self.parts.iter()).any(|p| matches!(p, Part::Field(_)))
     }
 
     /// Whether each `{field:...}` can name a value of `a`'s messages:
@@ -650,6 +660,7 @@ impl Plan {
                 } else {
                     message::NO_TEMPLATE
                 },
+                tombstones_owe_nothing: a.envelope == Envelope::Debezium,
             };
             specs.insert(origin, Arc::new(spec));
         }
@@ -920,6 +931,11 @@ pub(crate) mod tests {
                 "db.{header:t}",
                 &["--allow-tables", "db.*", "--delivery", "exactly-once"][..],
                 "exactly-once routes by topic only",
+            ),
+            (
+                "db.{field:/t}",
+                &["--allow-tables", "db.*", "--envelope", "upsert"][..],
+                "a tombstone deletes its key, and it has no field",
             ),
             ("db.{tpoic}", &[][..], "unknown placeholder {tpoic}"),
             ("db.{topic", &[][..], "without"),

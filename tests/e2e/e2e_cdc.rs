@@ -1284,3 +1284,79 @@ fn produce_more(brokers: &str, topic: &str, payload: &str) {
         .flush(Duration::from_secs(30))
         .expect("flush the truncate");
 }
+
+/// Debezium changes of two source tables on one topic (as a topic-routing
+/// transform merges them), each into its own table by
+/// `{field:/source/table}`: each table ends in its source's state. A
+/// tombstone names no table, and owes none: none is a bad message (the
+/// dead-letter topic stays empty), and the run commits to the end. On one
+/// server: the routing is spate's own (the chain's handling of a change
+/// stream is tested on both above).
+#[test]
+fn changes_of_two_tables_on_one_topic_go_to_their_own_tables() {
+    let Some(svc) = services_on(Server::V26) else {
+        return;
+    };
+    let _timer = Timer::start("e2e_cdc routed by source table");
+    let _lock = ch_shared_lock();
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let db = ch.fresh_db("e2e_cdc_routed");
+    let s = stream(600);
+    let msgs = messages(&s, Shape::Envelope);
+    let tombstones = (msgs.iter())
+        .filter(|e| matches!(e, Event::Tombstone { .. }))
+        .count();
+    assert!(tombstones > 0, "the stream has deletes");
+    for t in ["users", "buyers"] {
+        create_table(&ch, &svc, &format!("{db}.{t}"));
+    }
+    let topic = unique("t_cdc_routed");
+    let dlq = format!("{topic}_dlq");
+    create_topic(&svc.brokers, &topic, PARTITIONS);
+    create_topic(&svc.brokers, &dlq, 1);
+    // The stream as `users`, then again as `buyers`: each key's changes
+    // in order within each table.
+    let n = msgs.len();
+    let ends = produce(&svc.brokers, &topic, PARTITIONS, 2 * n, |i| {
+        let e = msgs[i % n];
+        let mut value = payload(e, Shape::Envelope);
+        if i >= n {
+            value = value.replace(r#""table":"users""#, r#""table":"buyers""#);
+        }
+        Msg {
+            partition: (e.id() % PARTITIONS as u64) as i32,
+            key: Some(format!(r#"{{"id":{}}}"#, e.id())),
+            payload: value,
+            timestamp_ms: None,
+        }
+    })
+    .counts;
+    let group = unique("g_cdc_routed");
+    let table = format!("{db}.{{field:/source/table}}");
+    let mut args = cdc_args(&svc, &topic, &group, &table, Shape::Envelope, None);
+    args.extend(
+        [
+            "--allow-tables",
+            &format!(r"{db}\.(users|buyers)"),
+            "--on-error",
+            "dead-letter",
+            "--dead-letter-topic",
+            &dlq,
+            "--until-end",
+        ]
+        .map(String::from),
+    );
+    run("cdc-routed", &args, Duration::from_secs(120)).assert_code(0);
+    let want = expected(&s, Shape::Envelope);
+    for t in ["users", "buyers"] {
+        let have = current(&ch, &svc, &format!("{db}.{t}"));
+        assert!(have == want, "{t}: {}", first_diff(&have, &want));
+    }
+    assert_eq!(
+        end_offsets(&svc.brokers, &dlq, 1),
+        vec![0],
+        "no tombstone ({tombstones} per table) is a bad message"
+    );
+    let want: Vec<Option<i64>> = ends.iter().map(|&c| Some(c)).collect();
+    assert_eq!(committed(&svc.brokers, &group, &topic, PARTITIONS), want);
+}

@@ -164,6 +164,10 @@ pub enum Routed {
     /// covered from this message on, so the watermark stops before it and
     /// the next start reads it again.
     Wait(String),
+    /// No table's, and owes no row (a change stream's tombstone when the
+    /// table comes from the value): covered, and counted skipped with
+    /// this reason.
+    Nothing(&'static str),
 }
 
 impl<E: RowEncode> EncodeChain<E> {
@@ -526,6 +530,7 @@ impl<E: RowEncode> Chain for EncodeChain<E> {
                     self.hold(slot, msg, &table);
                     return Ok(());
                 }
+                Some(Routed::Nothing(reason)) => return self.nothing(slot, msg, reason),
                 None => 0,
             }
         } else {

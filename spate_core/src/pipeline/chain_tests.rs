@@ -689,7 +689,7 @@ fn a_barrier_gives_up_when_its_lane_is_stopping() {
 }
 
 /// Routes by the payload's first byte: even to table 0, odd to table 1;
-/// 0xFF has no table, 0xFE waits for one being made.
+/// 0xFF has no table, 0xFE waits for one being made, 0xFD owes none.
 struct ByParity;
 
 impl Router for ByParity {
@@ -697,6 +697,7 @@ impl Router for ByParity {
         match msg.payload.and_then(|p| p.first()) {
             Some(0xFF) => Routed::Refused("table db.x is not allowed by --allow-tables".into()),
             Some(0xFE) => Routed::Wait("db.new".into()),
+            Some(0xFD) => Routed::Nothing("tombstone"),
             Some(b) => Routed::Table(usize::from(b % 2)),
             None => Routed::Refused("no table name".into()),
         }
@@ -727,7 +728,7 @@ fn a_routed_chain_splits_a_partition_across_its_tables_in_one_segment() {
     let mut cp = crate::checkpoint::Checkpointer::new();
     let gate = cp.add_lane(LaneId(1), PartitionId::new("t", 0), 1000);
     let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), Some(gate));
-    for (offset, b) in [2u8, 3, 4, 0xFF, 5, 6].into_iter().enumerate() {
+    for (offset, b) in [2u8, 3, 4, 0xFF, 0xFD, 5, 6].into_iter().enumerate() {
         push(&mut chain, slot, offset as i64, &[b]).unwrap();
     }
     assert_eq!(
@@ -743,7 +744,8 @@ fn a_routed_chain_splits_a_partition_across_its_tables_in_one_segment() {
     assert!(acks(&mut rx[2]).1.is_empty());
     // One segment in two parts, one per table: acknowledged (and its
     // offsets committed) only once both tables took their rows. The
-    // refused message at offset 3 is inside it, covered.
+    // refused message at offset 3 and the one owing nothing at 4 are
+    // inside it, covered.
     let rows_acks: Vec<_> = acks0.iter().chain(&acks1).filter(|a| a.rows > 0).collect();
     assert_eq!(rows_acks.len(), 2, "{rows_acks:?}");
     assert!(
@@ -765,12 +767,16 @@ fn a_routed_chain_splits_a_partition_across_its_tables_in_one_segment() {
     }
     assert_eq!(
         cp.watermark(LaneId(1)),
-        Some(crate::record::Watermark(6)),
+        Some(crate::record::Watermark(7)),
         "both tables took their rows: past every offset, the refused one too"
     );
     let text = ctx.metrics.encode_text();
-    let needle = "spate_messages_rejected_total{reason=\"table_not_allowed\",stage=\"decode\",topic=\"t\"} 1";
-    assert!(text.contains(needle), "{needle} in\n{text}");
+    for needle in [
+        "spate_messages_rejected_total{reason=\"table_not_allowed\",stage=\"decode\",topic=\"t\"} 1",
+        "spate_messages_skipped_total{reason=\"tombstone\",topic=\"t\"} 1",
+    ] {
+        assert!(text.contains(needle), "{needle} in\n{text}");
+    }
 }
 
 #[test]
