@@ -190,6 +190,42 @@ fn a_protobuf_value_is_read_by_name_through_messages_and_wrappers() {
         let mut twice = message(true);
         twice.extend_from_slice(&[2 << 3 | 2, 3, b'n', b'e', b'w']);
         assert_eq!(fld(r, Some(&with(twice)), "/name").as_deref(), Ok("new"));
+        // Occurrences of a message merge: a later geo without the city,
+        // or with an empty one, leaves Berlin.
+        for later in [
+            &[1 << 3 | 1, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f][..],
+            &[2 << 3 | 2, 0],
+        ] {
+            let mut merged = message(true);
+            merged.extend_from_slice(&[0x82, 0x01]); // field 16, length-delimited
+            merged.push(later.len() as u8);
+            merged.extend_from_slice(later);
+            let got = fld(r, Some(&with(merged)), "/geo/city/name");
+            assert_eq!(got.as_deref(), Ok("Berlin"), "{later:?}");
+        }
+        // Field number 0 is not Protobuf.
+        let e = fld(r, Some(&with(vec![0, 0])), "/name").unwrap_err();
+        assert!(e.contains("field number 0"), "{e}");
+    }
+}
+
+#[test]
+fn a_protobuf_header_with_a_bad_index_count_is_refused_not_a_panic() {
+    use crate::formats::protobuf::tests::{message, PROTO};
+    let format = FormatSpec::Protobuf(ProtobufSource::Registry(registry(RegisteredSchema {
+        id: 3,
+        schema_type: SchemaType::Protobuf,
+        schema: PROTO.into(),
+    })));
+    let r = &mut FieldReader::new(&format);
+    // Counts -1 and 65 (zig-zag 1 and 130).
+    for count in [&[1u8][..], &[130, 1]] {
+        let b = [&[0u8, 0, 0, 0, 3][..], count, &message(true)].concat();
+        let e = fld(r, Some(&b), "/name").unwrap_err();
+        assert!(
+            e.contains("message indexes after the Confluent header"),
+            "{e}"
+        );
     }
 }
 

@@ -142,6 +142,9 @@ impl ProtobufEncoder {
             Some(id) => {
                 let k = (id, std::mem::take(&mut self.indexes));
                 if !self.plans.contains_key(&k) {
+                    if self.plans.len() >= MAX_TYPES {
+                        self.plans.clear();
+                    }
                     let compiled = self.compile(id, &k.1)?;
                     self.plans.insert(k.clone(), compiled);
                 }
@@ -200,16 +203,32 @@ impl ProtobufEncoder {
     }
 }
 
+/// Most message indexes a Confluent header may hold (nesting depth).
+const MAX_INDEXES: i64 = 64;
+
+/// Most (schema id, message indexes) a driver keeps compiled: a producer
+/// sending ever new indexes must not grow them without bound.
+pub(crate) const MAX_TYPES: usize = 1024;
+
 /// Read the message indexes after the Confluent header (at `at`) into
 /// `indexes`; where the message starts.
 fn message_indexes(b: &[u8], mut at: usize, indexes: &mut Vec<i64>) -> Result<usize, RowError> {
     let bad = || RowError::new(None, "", "bad message indexes after the Confluent header");
     let n = zigzag(b, &mut at).ok_or_else(bad)?;
+    // A count past the nesting any schema has, or below 0, is not a
+    // Confluent header (and an empty list would name no message).
+    if !(0..=MAX_INDEXES).contains(&n) {
+        return Err(RowError::new(
+            None,
+            &n.to_string(),
+            format!("{n} message indexes after the Confluent header (0 to {MAX_INDEXES})"),
+        ));
+    }
     indexes.clear();
     if n == 0 {
         indexes.push(0);
     }
-    for _ in 0..n.clamp(0, 64) {
+    for _ in 0..n {
         indexes.push(zigzag(b, &mut at).ok_or_else(bad)?);
     }
     Ok(at)
@@ -237,10 +256,11 @@ fn descriptor(
             let file = pool
                 .get_file_by_name(&name)
                 .ok_or("the compiled schema has no file")?;
-            let mut m = usize::try_from(indexes[0])
+            let (&first, nested) = indexes.split_first().ok_or("no message indexes")?;
+            let mut m = usize::try_from(first)
                 .ok()
                 .and_then(|i| file.messages().nth(i));
-            for &i in &indexes[1..] {
+            for &i in nested {
                 m = m.and_then(|m| {
                     usize::try_from(i)
                         .ok()

@@ -3,11 +3,12 @@
 //! through nested messages, read off the wire without decoding the rest.
 //! As Protobuf has it, the last occurrence of a field wins; a proto3 field
 //! without presence that is absent is its default (0, false, the empty
-//! string, an enum's first value). A wrapper (`google.protobuf.StringValue`
+//! string, an enum's first value), unless another occurrence of its
+//! message holds it. A wrapper (`google.protobuf.StringValue`
 //! and the others) is its value.
 
 use super::plan::{read_of, value, varint, wire, Val, Wire};
-use super::{descriptor, message_indexes, ProtobufSource};
+use super::{descriptor, message_indexes, ProtobufSource, MAX_TYPES};
 use crate::formats::avro::framing;
 use crate::formats::field::{put, FieldPointer};
 use crate::rowbinary::Fail;
@@ -42,25 +43,37 @@ impl Seek {
         pointer: &FieldPointer,
         out: &mut String,
     ) -> Result<bool, String> {
-        let (ty, body) = match &self.source {
-            ProtobufSource::Descriptor { message } => (message, b),
+        let (ty, body, id) = match &self.source {
+            ProtobufSource::Descriptor { message } => (message, b, None),
             ProtobufSource::Registry(registry) => {
                 let (id, at) = framing(b).map_err(|e| e.reason)?;
                 let at = message_indexes(b, at, &mut self.indexes).map_err(|e| e.reason)?;
                 let key = (id, std::mem::take(&mut self.indexes));
                 if !self.types.contains_key(&key) {
+                    if self.types.len() >= MAX_TYPES {
+                        self.types.clear();
+                    }
                     let ty = descriptor(registry, id, &key.1).map_err(|e| e.reason)?;
                     self.types.insert(key.clone(), ty);
                 }
                 self.indexes = key.1.clone();
                 match &self.types[&key] {
-                    Ok(ty) => (ty, &b[at..]),
+                    Ok(ty) => (ty, &b[at..], Some(id)),
                     Err(reason) => return Err(reason.clone()),
                 }
             }
         };
-        find(ty, body, pointer.tokens(), out, 0)
-            .map_err(|f| format!("field {}: {}", pointer.text, f.reason))
+        let hit = find(ty, body, pointer.tokens(), 0).map_err(|f| match id {
+            Some(id) => format!("field {}: {} (schema id {id})", pointer.text, f.reason),
+            None => format!("field {}: {}", pointer.text, f.reason),
+        })?;
+        match hit {
+            Hit::Wire(text) | Hit::Default(text) => {
+                out.push_str(&text);
+                Ok(true)
+            }
+            Hit::None => Ok(false),
+        }
     }
 }
 
@@ -71,15 +84,20 @@ fn fail(reason: impl Into<String>) -> Fail {
     }
 }
 
-/// Walk `path` in message `b` of type `ty`: whether a value was found
-/// (and appended to `out`).
-fn find(
-    ty: &MessageDescriptor,
-    b: &[u8],
-    path: &[String],
-    out: &mut String,
-    depth: usize,
-) -> Result<bool, Fail> {
+/// What a message holds at a path.
+enum Hit {
+    /// A value its bytes hold.
+    Wire(String),
+    /// A proto3 field without presence, absent: its default.
+    Default(String),
+    /// Nothing (a field with presence, absent; no such field).
+    None,
+}
+
+/// Walk `path` in message `b` of type `ty`. Occurrences of a message
+/// field merge, as Protobuf merges them: a value one of them holds wins
+/// over another's absence (the last one holding it, over earlier ones).
+fn find(ty: &MessageDescriptor, b: &[u8], path: &[String], depth: usize) -> Result<Hit, Fail> {
     if depth > MAX_DEPTH {
         return Err(fail("Protobuf data nested too deeply"));
     }
@@ -90,7 +108,7 @@ fn find(
         .get_field_by_name(first)
         .or_else(|| ty.get_field_by_json_name(first))
     else {
-        return Ok(false);
+        return Ok(Hit::None);
     };
     if field.is_list() || field.is_map() {
         return Err(fail(format!(
@@ -100,20 +118,20 @@ fn find(
     let kind = field.kind();
     let number = field.number();
     let mut pos = 0;
-    // The last occurrence wins: of a scalar its wire value, of a message
-    // the value found in it.
     let mut last: Option<Wire<'_>> = None;
-    let mut nested: Option<String> = None;
+    let mut nested = Hit::None;
     while pos < b.len() {
         let tag = varint(b, &mut pos)?;
-        let (n, wt) = ((tag >> 3) as u32, tag & 7);
-        let w = wire(b, &mut pos, wt)?;
+        let n = u32::try_from(tag >> 3)
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| fail(format!("Protobuf field number {} is not valid", tag >> 3)))?;
+        let w = wire(b, &mut pos, tag & 7)?;
         if n != number {
             continue;
         }
         match (&kind, w) {
             (Kind::Message(m), Wire::Len(inner)) => {
-                let mut text = String::new();
                 let wrapped;
                 let sub: &[String] = if rest.is_empty() && is_wrapper(m) {
                     wrapped = ["value".to_owned()];
@@ -121,64 +139,74 @@ fn find(
                 } else {
                     rest
                 };
-                if find(m, inner, sub, &mut text, depth + 1)? {
-                    nested = Some(text);
+                match find(m, inner, sub, depth + 1)? {
+                    hit @ Hit::Wire(_) => nested = hit,
+                    hit @ Hit::Default(_) if !matches!(nested, Hit::Wire(_)) => nested = hit,
+                    _ => {}
                 }
             }
             (Kind::Message(_), _) => return Err(fail("a message field without a length")),
             _ => last = Some(w),
         }
     }
-    if let Some(text) = nested {
-        out.push_str(&text);
-        return Ok(true);
+    if let Kind::Message(_) = kind {
+        return Ok(nested);
     }
     if !rest.is_empty() {
-        return Ok(false);
+        return Ok(Hit::None);
     }
     match last {
-        Some(w) => scalar(&kind, w, out),
-        None if field.supports_presence() => Ok(false),
+        Some(w) => scalar(&kind, w).map(Hit::Wire),
+        None if field.supports_presence() => Ok(Hit::None),
         // proto3 without presence: absent is the default.
-        None => {
-            match &kind {
-                Kind::Enum(e) => out.push_str(e.default_value().name()),
-                Kind::Bool => out.push_str("false"),
-                Kind::String | Kind::Bytes => {}
-                _ => out.push('0'),
-            }
-            Ok(true)
-        }
+        None => Ok(Hit::Default(match &kind {
+            Kind::Enum(e) => e.default_value().name().to_owned(),
+            Kind::Bool => "false".to_owned(),
+            Kind::String | Kind::Bytes => String::new(),
+            _ => "0".to_owned(),
+        })),
     }
 }
 
-/// `google.protobuf.Int64Value` and its kind: a message of one value.
+/// The wrapper types (`google.protobuf.Int64Value`...): a message of one
+/// value, field 1 `value`.
 fn is_wrapper(m: &MessageDescriptor) -> bool {
-    let name = m.full_name();
-    name.starts_with("google.protobuf.") && name.ends_with("Value")
+    matches!(
+        m.full_name(),
+        "google.protobuf.DoubleValue"
+            | "google.protobuf.FloatValue"
+            | "google.protobuf.Int64Value"
+            | "google.protobuf.UInt64Value"
+            | "google.protobuf.Int32Value"
+            | "google.protobuf.UInt32Value"
+            | "google.protobuf.BoolValue"
+            | "google.protobuf.StringValue"
+            | "google.protobuf.BytesValue"
+    )
 }
 
 /// Wire value `w` of a field of `kind` as text.
-fn scalar(kind: &Kind, w: Wire<'_>, out: &mut String) -> Result<bool, Fail> {
+fn scalar(kind: &Kind, w: Wire<'_>) -> Result<String, Fail> {
+    let mut out = String::new();
     match (kind, value(read_of(kind), w)?) {
-        (Kind::Bool, Val::Int(n)) => put(out, n != 0),
+        (Kind::Bool, Val::Int(n)) => put(&mut out, n != 0),
         (Kind::Enum(e), Val::Int(n)) => match i32::try_from(n).ok().and_then(|n| e.get_value(n)) {
             Some(v) => out.push_str(v.name()),
-            None => put(out, n),
+            None => put(&mut out, n),
         },
         (Kind::Int32 | Kind::Sint32 | Kind::Sfixed32, Val::Int(n)) => {
             put(
-                out,
+                &mut out,
                 i32::try_from(n).map_err(|_| fail(format!("{n} is not an int32")))?,
             );
         }
-        (_, Val::Int(n)) => put(out, n),
-        (Kind::Float, Val::Float(f)) => put(out, f as f32),
-        (_, Val::Float(f)) => put(out, f),
+        (_, Val::Int(n)) => put(&mut out, n),
+        (Kind::Float, Val::Float(f)) => put(&mut out, f as f32),
+        (_, Val::Float(f)) => put(&mut out, f),
         (_, Val::Bytes(b)) => match std::str::from_utf8(b) {
             Ok(s) => out.push_str(s),
             Err(_) => return Err(fail("is not UTF-8 text")),
         },
     }
-    Ok(true)
+    Ok(out)
 }

@@ -225,4 +225,9 @@ fn registry_messages_are_framed_with_message_indexes() {
     assert!(e.reason.contains("wire type"), "{e:?}");
     let e = enc.encode(&msg(b"\x05junk"), &mut Vec::new()).unwrap_err();
     assert!(e.reason.contains("magic byte 0x05"), "{e:?}");
+    // A negative index count (zig-zag 1): a bad message, not a panic.
+    let e = enc
+        .encode(&msg(b"\0\0\0\0\x03\x01\x08\x01"), &mut Vec::new())
+        .unwrap_err();
+    assert!(e.reason.contains("-1 message indexes"), "{e:?}");
 }
