@@ -93,21 +93,7 @@ impl FieldReader {
     pub fn check(format: &FormatSpec, pointer: &FieldPointer) -> Result<(), String> {
         match format {
             FormatSpec::Raw { .. } => Err("--format raw has no fields".into()),
-            FormatSpec::Csv(o) => match pointer.tokens() {
-                [name] if o.columns.iter().any(|c| c == name) => Ok(()),
-                [_] if o.columns.is_empty() => Err(format!(
-                    "{}: a CSV field is named by --csv-columns, which is not given",
-                    pointer.text
-                )),
-                [name] => Err(format!(
-                    "{}: --csv-columns names no field {name}",
-                    pointer.text
-                )),
-                _ => Err(format!(
-                    "{}: a CSV field is /NAME, one of --csv-columns",
-                    pointer.text
-                )),
-            },
+            FormatSpec::Csv(o) => csv_field(&o.columns, pointer).map(|_| ()),
             _ => Ok(()),
         }
     }
@@ -128,12 +114,7 @@ impl FieldReader {
             Reader::Avro(seek) => seek.read(payload, pointer, out)?,
             Reader::Protobuf(seek) => seek.read(payload, pointer, out)?,
             Reader::Csv { columns, delimiter } => {
-                let Some(k) = (pointer.tokens().first())
-                    .and_then(|name| columns.iter().position(|c| c == name))
-                    .filter(|_| pointer.tokens().len() == 1)
-                else {
-                    return Err(format!("--csv-columns names no field {}", pointer.text));
-                };
+                let k = csv_field(columns, pointer)?;
                 super::csv::field_text(payload, *delimiter, k, out)?
             }
             Reader::None(why) => return Err((*why).to_owned()),
@@ -146,6 +127,23 @@ impl FieldReader {
                 pointer.text
             ))
         }
+    }
+}
+
+/// Which field of a CSV record `pointer` names: `/NAME`, one of
+/// `--csv-columns` (`columns`).
+fn csv_field(columns: &[String], pointer: &FieldPointer) -> Result<usize, String> {
+    match pointer.tokens() {
+        [_] if columns.is_empty() => Err(format!(
+            "{}: a CSV field is named by --csv-columns, which is not given",
+            pointer.text
+        )),
+        [name] => (columns.iter().position(|c| c == name))
+            .ok_or_else(|| format!("{}: --csv-columns names no field {name}", pointer.text)),
+        _ => Err(format!(
+            "{}: a CSV field is /NAME, one of --csv-columns",
+            pointer.text
+        )),
     }
 }
 

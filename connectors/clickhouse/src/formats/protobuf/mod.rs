@@ -82,16 +82,15 @@ pub struct ProtobufEncoder {
     layout: RowLayout,
     slots: RowSlots,
     source: ProtobufSource,
-    plans: HashMap<(u32, Vec<i64>), Compiled>,
+    plans: ByType<(MsgPlan, usize)>,
     fixed: Option<(MsgPlan, usize)>,
-    indexes: Vec<i64>,
     lists: Lists,
 }
 
 impl std::fmt::Debug for ProtobufEncoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProtobufEncoder")
-            .field("plans", &self.plans.len())
+            .field("plans", &self.plans.compiled.len())
             .finish_non_exhaustive()
     }
 }
@@ -119,9 +118,8 @@ impl ProtobufEncoder {
             slots: RowSlots::new(&layout),
             layout,
             source,
-            plans: HashMap::new(),
+            plans: ByType::new(),
             fixed,
-            indexes: Vec::new(),
             lists: Lists::new(0),
         }
     }
@@ -129,37 +127,19 @@ impl ProtobufEncoder {
     /// Append one row for `msg` to `out` (unchanged on error).
     pub fn encode(&mut self, msg: &Message<'_>, out: &mut Vec<u8>) -> Result<(), RowError> {
         let b = payload(msg)?;
-        let (body, key) = match self.fixed {
-            Some(_) => (0, None),
-            None => {
-                let (id, at) = super::avro::framing(b)?;
-                let at = message_indexes(b, at, &mut self.indexes)?;
-                (at, Some(id))
+        let ((plan, lists), body) = match (&self.fixed, &self.source) {
+            (Some(fixed), _) => (fixed, 0),
+            (None, ProtobufSource::Registry(registry)) => {
+                let layout = &self.layout;
+                let (plan, _, at) =
+                    (self.plans).get(b, |id, indexes| plan_of(registry, layout, id, indexes))?;
+                (plan, at)
+            }
+            (None, ProtobufSource::Descriptor { .. }) => {
+                return Err(RowError::new(None, "", "internal: no Protobuf plan"));
             }
         };
-        let plan = match key {
-            None => self.fixed.as_ref().map(|(p, n)| (p, *n)),
-            Some(id) => {
-                let k = (id, std::mem::take(&mut self.indexes));
-                if !self.plans.contains_key(&k) {
-                    if self.plans.len() >= MAX_TYPES {
-                        self.plans.clear();
-                    }
-                    let compiled = self.compile(id, &k.1)?;
-                    self.plans.insert(k.clone(), compiled);
-                }
-                self.indexes = k.1.clone();
-                match &self.plans[&k] {
-                    Ok((p, n)) => Some((p, *n)),
-                    Err(reason) => {
-                        return Err(RowError::new(None, &id.to_string(), reason.clone()))
-                    }
-                }
-            }
-        };
-        let Some((plan, lists)) = plan else {
-            return Err(RowError::new(None, "", "internal: no Protobuf plan"));
-        };
+        let lists = *lists;
         if self.lists.items_len() != lists {
             self.lists = Lists::new(lists);
         }
@@ -177,21 +157,6 @@ impl ProtobufEncoder {
         self.slots.finish(&self.layout, msg, out)
     }
 
-    fn compile(
-        &self,
-        id: u32,
-        indexes: &[i64],
-    ) -> Result<Result<(MsgPlan, usize), String>, RowError> {
-        let ProtobufSource::Registry(registry) = &self.source else {
-            return Ok(Err("internal: no registry".into()));
-        };
-        let plan = descriptor(registry, id, indexes)?.map(|m| compile(&m, &self.layout));
-        if let Err(e) = &plan {
-            tracing::warn!(schema_id = id, error = %e, "Protobuf schema unusable; its messages are bad messages");
-        }
-        Ok(plan)
-    }
-
     /// Whether rows are routed by a shard key.
     pub fn has_shard_key(&self) -> bool {
         self.layout.has_shard_key()
@@ -203,12 +168,69 @@ impl ProtobufEncoder {
     }
 }
 
+/// The plan of schema `id`'s message at `indexes` over `layout`, or why
+/// there is none (logged: its messages are bad messages).
+fn plan_of(
+    registry: &SchemaRegistry,
+    layout: &RowLayout,
+    id: u32,
+    indexes: &[i64],
+) -> Result<Compiled, RowError> {
+    let plan = descriptor(registry, id, indexes)?.map(|m| compile(&m, layout));
+    if let Err(e) = &plan {
+        tracing::warn!(schema_id = id, error = %e, "Protobuf schema unusable; its messages are bad messages");
+    }
+    Ok(plan)
+}
+
+/// What was compiled per message type of Confluent-framed messages (per
+/// schema id and message indexes), or why nothing could be: at most
+/// [`MAX_TYPES`], so a producer sending ever new indexes cannot grow it.
+pub(crate) struct ByType<T> {
+    compiled: HashMap<(u32, Vec<i64>), Result<T, String>>,
+    /// The last message's indexes (their buffer, reused).
+    indexes: Vec<i64>,
+}
+
+impl<T> ByType<T> {
+    pub(crate) fn new() -> Self {
+        ByType {
+            compiled: HashMap::new(),
+            indexes: Vec::new(),
+        }
+    }
+
+    /// The entry of framed message `b`'s type (made by `compile` the
+    /// first time; an `Err` of it is not kept), its schema id, and where
+    /// the message starts in `b`.
+    pub(crate) fn get(
+        &mut self,
+        b: &[u8],
+        compile: impl FnOnce(u32, &[i64]) -> Result<Result<T, String>, RowError>,
+    ) -> Result<(&T, u32, usize), RowError> {
+        let (id, at) = super::avro::framing(b)?;
+        let at = message_indexes(b, at, &mut self.indexes)?;
+        let key = (id, std::mem::take(&mut self.indexes));
+        if !self.compiled.contains_key(&key) {
+            if self.compiled.len() >= MAX_TYPES {
+                self.compiled.clear();
+            }
+            let entry = compile(id, &key.1)?;
+            self.compiled.insert(key.clone(), entry);
+        }
+        self.indexes = key.1.clone();
+        match &self.compiled[&key] {
+            Ok(t) => Ok((t, id, at)),
+            Err(reason) => Err(RowError::new(None, &id.to_string(), reason.clone())),
+        }
+    }
+}
+
 /// Most message indexes a Confluent header may hold (nesting depth).
 const MAX_INDEXES: i64 = 64;
 
-/// Most (schema id, message indexes) a driver keeps compiled: a producer
-/// sending ever new indexes must not grow them without bound.
-pub(crate) const MAX_TYPES: usize = 1024;
+/// Most (schema id, message indexes) a driver keeps compiled ([`ByType`]).
+const MAX_TYPES: usize = 1024;
 
 /// Read the message indexes after the Confluent header (at `at`) into
 /// `indexes`; where the message starts.

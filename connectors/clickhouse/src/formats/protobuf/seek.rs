@@ -8,12 +8,10 @@
 //! and the others) is its value.
 
 use super::plan::{read_of, value, varint, wire, Val, Wire};
-use super::{descriptor, message_indexes, ProtobufSource, MAX_TYPES};
-use crate::formats::avro::framing;
+use super::{descriptor, ByType, ProtobufSource};
 use crate::formats::field::{put, FieldPointer};
 use crate::rowbinary::Fail;
 use prost_reflect::{Kind, MessageDescriptor};
-use std::collections::HashMap;
 
 /// Deepest nesting of messages walked.
 const MAX_DEPTH: usize = 64;
@@ -22,16 +20,14 @@ const MAX_DEPTH: usize = 64;
 /// it compiled, per (schema id, message indexes).
 pub(crate) struct Seek {
     source: ProtobufSource,
-    types: HashMap<(u32, Vec<i64>), Result<MessageDescriptor, String>>,
-    indexes: Vec<i64>,
+    types: ByType<MessageDescriptor>,
 }
 
 impl Seek {
     pub(crate) fn new(source: ProtobufSource) -> Self {
         Seek {
             source,
-            types: HashMap::new(),
-            indexes: Vec::new(),
+            types: ByType::new(),
         }
     }
 
@@ -46,21 +42,10 @@ impl Seek {
         let (ty, body, id) = match &self.source {
             ProtobufSource::Descriptor { message } => (message, b, None),
             ProtobufSource::Registry(registry) => {
-                let (id, at) = framing(b).map_err(|e| e.reason)?;
-                let at = message_indexes(b, at, &mut self.indexes).map_err(|e| e.reason)?;
-                let key = (id, std::mem::take(&mut self.indexes));
-                if !self.types.contains_key(&key) {
-                    if self.types.len() >= MAX_TYPES {
-                        self.types.clear();
-                    }
-                    let ty = descriptor(registry, id, &key.1).map_err(|e| e.reason)?;
-                    self.types.insert(key.clone(), ty);
-                }
-                self.indexes = key.1.clone();
-                match &self.types[&key] {
-                    Ok(ty) => (ty, &b[at..], Some(id)),
-                    Err(reason) => return Err(reason.clone()),
-                }
+                let (ty, id, at) = (self.types)
+                    .get(b, |id, indexes| descriptor(registry, id, indexes))
+                    .map_err(|e| e.reason)?;
+                (ty, &b[at..], Some(id))
             }
         };
         let hit = find(ty, body, pointer.tokens(), 0).map_err(|f| match id {
