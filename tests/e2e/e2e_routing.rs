@@ -322,15 +322,7 @@ fn a_refused_table_holds_back_only_its_own_partitions(svc: Services) {
         assert_eq!(rows[0], vec![n as u64; 2], "{table}: each message once");
     }
     for t in ["fast", "slow"] {
-        let want: Vec<Option<i64>> = end_offsets(&svc.brokers, &topic(t), 2)
-            .into_iter()
-            .map(Some)
-            .collect();
-        assert_eq!(
-            committed(&svc.brokers, &group, &topic(t), 2),
-            want,
-            "{t}: committed to the end"
-        );
+        assert_committed_to_end(&svc.brokers, &group, &topic(t), 2, t);
     }
 }
 
@@ -428,15 +420,7 @@ fn routed_tables_take_each_message_once_exactly_once(svc: Services) {
             "SELECT count(), uniqExact(_partition, _offset) FROM {table}"
         ));
         assert_eq!(rows[0], vec![N as u64; 2], "{t}: each message once");
-        let want: Vec<Option<i64>> = end_offsets(&svc.brokers, &topic(t), 2)
-            .into_iter()
-            .map(Some)
-            .collect();
-        assert_eq!(
-            committed(&svc.brokers, &group, &topic(t), 2),
-            want,
-            "{t}: committed to the end"
-        );
+        assert_committed_to_end(&svc.brokers, &group, &topic(t), 2, t);
     }
 }
 

@@ -117,11 +117,7 @@ fn messages_name_their_table_by_a_field(svc: Services) {
         0,
         "no table is made outside the allowlist"
     );
-    let want: Vec<Option<i64>> = end_offsets(&svc.brokers, &topic, 2)
-        .into_iter()
-        .map(Some)
-        .collect();
-    assert_eq!(committed(&svc.brokers, &group, &topic, 2), want);
+    assert_committed_to_end(&svc.brokers, &group, &topic, 2, &topic);
 }
 
 on_both_servers!(a_partition_split_across_two_tables_commits_what_both_took);
@@ -266,11 +262,7 @@ fn a_partition_split_across_two_tables_commits_what_both_took(svc: Services) {
         ));
         assert_eq!(got[0], vec![n, n, 0], "{table}");
     }
-    let want: Vec<Option<i64>> = end_offsets(&svc.brokers, &topic, 2)
-        .into_iter()
-        .map(Some)
-        .collect();
-    assert_eq!(committed(&svc.brokers, &group, &topic, 2), want);
+    assert_committed_to_end(&svc.brokers, &group, &topic, 2, &topic);
 }
 
 on_both_servers!(tenant_tables_are_made_on_demand_from_none);
@@ -347,11 +339,7 @@ fn tenant_tables_are_made_on_demand_from_none(svc: Services) {
         3,
         "the template and the two tenants' tables"
     );
-    let want: Vec<Option<i64>> = end_offsets(&svc.brokers, &topic, 2)
-        .into_iter()
-        .map(Some)
-        .collect();
-    assert_eq!(committed(&svc.brokers, &group, &topic, 2), want);
+    assert_committed_to_end(&svc.brokers, &group, &topic, 2, &topic);
 }
 
 /// `{field:...}` in Avro, Protobuf and CSV messages, one bounded run per
@@ -486,11 +474,7 @@ fn avro_protobuf_and_csv_messages_name_their_table_by_a_field() {
                 && log.contains(&format!("has no field {pointer}")),
             "{format}: each refused message says why:\n{log}"
         );
-        let want: Vec<Option<i64>> = end_offsets(&svc.brokers, &topic, 2)
-            .into_iter()
-            .map(Some)
-            .collect();
-        assert_eq!(committed(&svc.brokers, &group, &topic, 2), want, "{format}");
+        assert_committed_to_end(&svc.brokers, &group, &topic, 2, format);
     }
     assert_eq!(
         ch.u64(&format!(

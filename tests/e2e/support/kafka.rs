@@ -329,6 +329,25 @@ pub fn committed(brokers: &str, group: &str, topic: &str, partitions: i32) -> Ve
     committed_at(&KafkaEndpoint::plain(brokers), group, topic, partitions)
 }
 
+/// Assert that `group` committed every partition `0..partitions` of
+/// `topic` at its end offset (`what` names the check in the failure).
+pub fn assert_committed_to_end(
+    brokers: &str,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+    what: &str,
+) {
+    let ends: Vec<Option<i64>> = (end_offsets(brokers, topic, partitions).into_iter())
+        .map(Some)
+        .collect();
+    assert_eq!(
+        committed(brokers, group, topic, partitions),
+        ends,
+        "{what}: committed to the end"
+    );
+}
+
 /// [`committed`] on a broker that may need TLS or SASL.
 pub fn committed_at(
     endpoint: &KafkaEndpoint,
