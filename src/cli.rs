@@ -394,6 +394,26 @@ pub struct RunArgs {
     /// Concurrent inserts per shard.
     #[arg(long, env = "SPATE_INSERT_WORKERS", default_value_t = 2)]
     pub insert_workers: usize,
+    /// Keep each insert worker's INSERT request open up to this long,
+    /// streaming every batch into it as one more Native block, so the
+    /// server makes one part of many batches: less server CPU per row, but
+    /// the batches stay in memory until the request is confirmed, which
+    /// at the default budget costs rows/s (bench/README.md "Streamed
+    /// inserts"). 0, the default: one request per batch. At-least-once
+    /// Native inserts only.
+    #[arg(long, env = "SPATE_INSERT_REQUEST", default_value = "0s", value_parser = parse_duration)]
+    pub insert_request: Duration,
+    /// End a streamed request before it passes this many rows (keep it at
+    /// or below the server's `min_insert_block_size_rows` default,
+    /// 1048576: spate sets that setting to it for its requests).
+    #[arg(long, env = "SPATE_INSERT_REQUEST_ROWS", default_value_t = 1_000_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub insert_request_rows: u64,
+    /// End a streamed request at this many bytes of batches (K, M, G
+    /// suffixes); they stay in memory until it is confirmed [default: a
+    /// share of --max-buffered-bytes that keeps lanes flowing].
+    #[arg(long, env = "SPATE_INSERT_REQUEST_BYTES", value_parser = parse_bytes)]
+    pub insert_request_bytes: Option<usize>,
     /// Memory budget for batches queued or in flight to ClickHouse; lanes
     /// pause above it and resume below half of it.
     #[arg(long, env = "SPATE_MAX_BUFFERED_BYTES", default_value = "256MiB", value_parser = parse_bytes)]

@@ -237,6 +237,13 @@ fn pipeline_settings(out: &mut String, name: &str, p: &RunArgs) {
         ("flush_interval", set(duration(p.flush_interval))),
         ("insert_timeout", set(duration(p.insert_timeout))),
         ("insert_workers", set(p.insert_workers)),
+        ("insert_request", set(duration(p.insert_request))),
+        ("insert_request_rows", set(p.insert_request_rows)),
+        (
+            "insert_request_bytes",
+            p.insert_request_bytes
+                .map_or(Entry::Derived(None, "a share of the memory budget"), set),
+        ),
         (
             "insert_format",
             set(quoted(match p.insert_format {

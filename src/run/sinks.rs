@@ -15,7 +15,9 @@ use crate::settings::{sink_spec, Process, Validated};
 use spate_clickhouse::{
     ChClient, ChClientOptions, ChDeadLetters, ErrorClass, RetryPolicy, TableRef, Transport,
 };
-use spate_clickhouse::{Encoders, PreparedSink, SinkPool, SinkSpec, IN_FLIGHT_COPIES};
+use spate_clickhouse::{
+    Encoders, PreparedSink, SinkPool, SinkSpec, StreamBounds, IN_FLIGHT_COPIES,
+};
 use spate_core::health::TransientStalls;
 use spate_core::metrics::Metrics;
 use spate_core::pipeline::SinkRuntime;
@@ -299,9 +301,11 @@ pub(super) fn spawn_all(
         unlimited.limit.max_consecutive = 0;
         let refused_rejections =
             Rejections::with_dead_letters(unlimited, metrics, spate_core::clock::system(), letters);
+        let stream = request_bounds(a, &budget, p.workers_per_shard());
         let pool = p
             .with_rejections(rejections.clone())
             .with_stalls(stalls, a.stall_timeout)
+            .with_streaming(stream)
             .spawn(
                 &queues,
                 receivers.by_ref().take(n).collect(),
@@ -563,6 +567,24 @@ fn batch_limits(a: &RunArgs, budget: &Budget, drivers: usize, total_shards: usiz
 /// buffers wait for the next seal as a spare counted against the shard's
 /// high water, dropped before they could pause a lane
 /// (`spate_core::sink::ShardQueues`).
+/// When the streamed insert requests of a pipeline end
+/// (`spate_clickhouse::StreamBounds`), or `None` with `--insert-request 0`.
+/// The batches of a request stay in memory, counted in their shard's
+/// depth, until the server confirmed it: by default the shard's workers'
+/// requests hold at most half of its high-water mark together, so lanes
+/// keep feeding the queue while requests fill and end.
+fn request_bounds(a: &RunArgs, budget: &Budget, workers: usize) -> Option<StreamBounds> {
+    if a.insert_request.is_zero() {
+        return None;
+    }
+    let share = budget.shard_high_water / 2 / workers.max(1);
+    Some(StreamBounds {
+        max_age: a.insert_request,
+        max_rows: a.insert_request_rows,
+        max_bytes: a.insert_request_bytes.unwrap_or(share).max(1),
+    })
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Budget {
     /// Most bytes of one open batch.

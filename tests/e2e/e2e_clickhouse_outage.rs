@@ -23,6 +23,12 @@
 //! This test stops the shared server, so it holds the exclusive ClickHouse
 //! lock (every other e2e test holds it shared).
 //!
+//! Twice: with one insert request per batch (the default), and with
+//! streamed requests (`--insert-request 1s`: several batches per request,
+//! `spate_clickhouse::sink::worker` `stream`), where the freeze and the
+//! kill land in the middle of open requests; a failed request is inserted
+//! again batch by batch, and its log line must show that path ran.
+//!
 //! ClickHouse 18.16 only: the outage is driven by `scripts/services.sh`
 //! (SIGSTOP, SIGKILL, ch-start on the same data), and what is tested is
 //! spate's retry and acknowledgement path, which does not depend on the
@@ -62,9 +68,22 @@ fn signal_clickhouse(pid_file: Option<&str>, sig: libc::c_int) -> bool {
 
 #[test]
 fn clickhouse_outage_mid_run() {
+    outage(false);
+}
+
+#[test]
+fn clickhouse_outage_mid_streamed_requests() {
+    outage(true);
+}
+
+fn outage(streamed: bool) {
     let Some(svc) = services() else { return };
     let script = svc.script();
-    let _timer = Timer::start("e2e_clickhouse_outage");
+    let _timer = Timer::start(if streamed {
+        "e2e_clickhouse_outage_streamed"
+    } else {
+        "e2e_clickhouse_outage"
+    });
     let _lock = ch_exclusive_lock();
     let ch = Ch::connect(&svc.clickhouse_url);
     let topic = unique("t_outage");
@@ -89,6 +108,8 @@ fn clickhouse_outage_mid_run() {
             "200ms",
             "--insert-timeout",
             "5s",
+            "--insert-request",
+            if streamed { "1s" } else { "0" },
         ]
         .map(String::from),
     );
@@ -153,6 +174,19 @@ fn clickhouse_outage_mid_run() {
         fin.elapsed
     );
     assert_eq!(uniq, N as u64, "every (partition, offset) present");
+    let failed_requests = fin
+        .stderr
+        .matches("a streamed insert request failed and wrote nothing")
+        .count();
+    if streamed {
+        assert!(
+            failed_requests > 0,
+            "no streamed request failed: the outage did not meet an open request; stderr tail:\n{}",
+            fin.tail(30)
+        );
+    } else {
+        assert_eq!(failed_requests, 0, "--insert-request 0 streamed");
+    }
     let ends: Vec<Option<i64>> = produced.counts.iter().map(|&c| Some(c)).collect();
     assert_eq!(
         committed(&svc.brokers, &group, &topic, PARTITIONS),

@@ -514,6 +514,46 @@ impl ChClient {
         insert.end().await.map_err(to_err)
     }
 
+    /// Stream the bodies `bodies` yields into one request of the statement
+    /// `sql`, in order, as they come; the request ends when `bodies` is
+    /// closed, and `Ok` only once the server confirmed the whole of it.
+    /// `timeout` bounds each send (a server that stops reading) and the
+    /// wait for the answer, not the time between bodies: the caller decides
+    /// how long the request stays open. See `crate::sink::worker::stream`.
+    pub(crate) async fn insert_stream_within<B: AsRef<Bytes> + Send>(
+        &self,
+        sql: String,
+        mut bodies: tokio::sync::mpsc::Receiver<B>,
+        settings: &[(String, String)],
+        timeout: Duration,
+    ) -> Result<(), InsertError> {
+        let t = Some(timeout);
+        let mut insert = self.http().insert_formatted_with(sql).with_timeouts(t, t);
+        for (k, v) in settings {
+            insert = insert.with_setting(k.clone(), v.clone());
+        }
+        let to_err = |e: clickhouse::error::Error| {
+            let (class, code, message) = map_error(&e);
+            InsertError {
+                class,
+                code,
+                message,
+            }
+        };
+        while let Some(held) = bodies.recv().await {
+            // In slices: see [`SEND_SLICE`]. `held` is dropped once sent
+            // (its buffer may go back to its worker).
+            let body = held.as_ref();
+            let mut at = 0;
+            while at < body.len() {
+                let end = (at + SEND_SLICE).min(body.len());
+                insert.send(body.slice(at..end)).await.map_err(to_err)?;
+                at = end;
+            }
+        }
+        insert.end().await.map_err(to_err)
+    }
+
     /// `SELECT 1`, for readiness.
     pub async fn ping(&self) -> Result<(), ClientError> {
         let query = self.http().query("SELECT 1").fetch_one::<u8>();

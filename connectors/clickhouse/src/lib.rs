@@ -59,7 +59,9 @@ pub use sink::{
     ReplicaSchema,
 };
 pub use sink::{ChRowEncoder, EncoderFactory, Encoders, PreparedSink};
-pub use sink::{RetryPolicy, SinkError, SinkPool, SinkSpec, TableRef, Takeover, IN_FLIGHT_COPIES};
+pub use sink::{
+    RetryPolicy, SinkError, SinkPool, SinkSpec, StreamBounds, TableRef, Takeover, IN_FLIGHT_COPIES,
+};
 pub use sink::{ShardSpec, Topology, TopologySource};
 pub use transport::{Secret, SharedSecret, TlsError, TlsFiles, TlsFlags, TlsSettings, Transport};
 pub use types::{parse_type, ChType, TypeError};

@@ -20,6 +20,8 @@ pub const METRIC_NAMES: &[&str] = &[
     "spate_schema_changes_total",
     "spate_schema_races_total",
     "spate_stalls",
+    "spate_insert_requests_total",
+    "spate_insert_request_batches_total",
 ];
 
 /// The per-replica series.
@@ -47,6 +49,14 @@ pub struct ChMetrics {
     /// longer than `--stall-timeout`, as `/readyz` lists them; set at each
     /// readiness probe.
     pub stalls: IntGaugeVec,
+    /// `spate_insert_requests_total{table,shard,outcome}`: streamed insert
+    /// requests (several batches in one request, `sink::worker::stream`)
+    /// by how they ended: `inserted`, or `failed` (their batches then
+    /// inserted one by one).
+    pub insert_requests: IntCounterVec,
+    /// `spate_insert_request_batches_total{table,shard}`: batches the
+    /// `inserted` streamed requests carried.
+    pub insert_request_batches: IntCounterVec,
 }
 
 impl ChMetrics {
@@ -123,6 +133,22 @@ impl ChMetrics {
                 &["table"],
             )
             .expect("valid metric"),
+            insert_requests: IntCounterVec::new(
+                Opts::new(
+                    "spate_insert_requests_total",
+                    "Streamed insert requests (several batches in one INSERT) by outcome: inserted, or failed (their batches then inserted one by one).",
+                ),
+                &["table", "shard", "outcome"],
+            )
+            .expect("valid metric"),
+            insert_request_batches: IntCounterVec::new(
+                Opts::new(
+                    "spate_insert_request_batches_total",
+                    "Batches carried by the streamed insert requests the server confirmed.",
+                ),
+                &["table", "shard"],
+            )
+            .expect("valid metric"),
         }
     }
 
@@ -134,7 +160,9 @@ impl ChMetrics {
         registry.register(Box::new(self.replica_failovers.clone()))?;
         registry.register(Box::new(self.schema_changes.clone()))?;
         registry.register(Box::new(self.schema_races.clone()))?;
-        registry.register(Box::new(self.stalls.clone()))
+        registry.register(Box::new(self.stalls.clone()))?;
+        registry.register(Box::new(self.insert_requests.clone()))?;
+        registry.register(Box::new(self.insert_request_batches.clone()))
     }
 }
 
@@ -185,6 +213,12 @@ mod tests {
         ch.schema_changes.with_label_values(&["db.t"]).inc();
         ch.schema_races.with_label_values(&["db.t"]).inc();
         ch.stalls.with_label_values(&["db.t"]).set(1);
+        ch.insert_requests
+            .with_label_values(&["db.t", "0", "inserted"])
+            .inc();
+        ch.insert_request_batches
+            .with_label_values(&["db.t", "0"])
+            .inc();
         let text = m.encode_text();
         for name in METRIC_NAMES {
             assert!(text.contains(&format!("# TYPE {name} ")), "{name} missing");

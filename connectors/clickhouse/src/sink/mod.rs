@@ -56,7 +56,7 @@ pub use start::encoder::{ChRowEncoder, EncoderFactory};
 pub use start::error::SinkError;
 pub use start::spec::{SinkSpec, TableRef};
 pub use start::topology::{ShardSpec, Topology, TopologySource};
-pub use worker::IN_FLIGHT_COPIES;
+pub use worker::{StreamBounds, IN_FLIGHT_COPIES};
 
 /// The settings every insert of the sink sends, for the dead-letter
 /// table's inserts on `client`'s server.

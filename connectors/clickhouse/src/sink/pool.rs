@@ -23,7 +23,7 @@ use super::start::encoder::EncoderFactory;
 use super::start::error::SinkError;
 use super::start::spec::SinkSpec;
 use super::start::topology::Topology;
-use super::worker::Worker;
+use super::worker::{StreamBounds, Worker};
 use crate::client::ChClient;
 use crate::encode::EncoderOptions;
 use crate::schema::Column;
@@ -163,6 +163,7 @@ impl SinkPool {
             intents,
             rejections: None,
             stalls: None,
+            stream: None,
         })
     }
 
@@ -298,9 +299,19 @@ pub struct PreparedSink {
     intents: Option<Arc<IntentLog>>,
     rejections: Option<Arc<spate_core::policy::Rejections>>,
     stalls: Option<Stalls>,
+    stream: Option<StreamBounds>,
 }
 
 impl PreparedSink {
+    /// Stream batches into long insert requests ended at `bounds`
+    /// (`super::worker::stream`; at-least-once Native inserts only, the
+    /// workers decide), instead of one request per batch.
+    #[must_use]
+    pub fn with_streaming(mut self, bounds: Option<StreamBounds>) -> Self {
+        self.stream = bounds;
+        self
+    }
+
     /// Make the readiness probe fail, naming the shard and the last error,
     /// while an insert has been retrying a transient error for longer than
     /// `after` (`--stall-timeout`).
@@ -383,6 +394,7 @@ impl PreparedSink {
                         self.stalls.as_ref().map(|s| s.table.clone()),
                         (&self.shared.table, &shard.label, index),
                     ),
+                    stream: self.stream,
                 };
                 workers.push(io.spawn(worker.run()));
             }

@@ -63,6 +63,12 @@ mod imp {
         })
     }
 
+    /// Whether a fault point is armed in this process (insert workers
+    /// then insert batch by batch, as the points count batches).
+    pub(crate) fn any_armed() -> bool {
+        armed().is_some()
+    }
+
     /// A worker took a chunk: whether `point` fires for it.
     pub(crate) fn chunk_taken() -> u64 {
         CHUNKS.fetch_add(1, Ordering::AcqRel) + 1
@@ -110,6 +116,10 @@ mod imp {
 mod imp {
     use super::Point;
 
+    pub(crate) fn any_armed() -> bool {
+        false
+    }
+
     pub(crate) fn chunk_taken() -> u64 {
         0
     }
@@ -125,4 +135,4 @@ mod imp {
     pub(crate) async fn hold_before_send(_: u64) {}
 }
 
-pub(crate) use imp::{chunk_taken, fires, hit, hold_before_intent, hold_before_send};
+pub(crate) use imp::{any_armed, chunk_taken, fires, hit, hold_before_intent, hold_before_send};

@@ -42,6 +42,12 @@ pub(crate) struct Prepared {
     pub(crate) keep: Option<(Arc<std::sync::Mutex<NativeScratch>>, usize)>,
 }
 
+impl AsRef<Bytes> for Prepared {
+    fn as_ref(&self) -> &Bytes {
+        &self.bytes
+    }
+}
+
 impl Drop for Prepared {
     fn drop(&mut self) {
         // The client's slices of the body are gone once the insert ended:

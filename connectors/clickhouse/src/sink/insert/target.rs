@@ -6,6 +6,7 @@
 
 use crate::client::{ChClient, ClientError, InsertError};
 use crate::schema::Column;
+use crate::sink::insert::outcome::Prepared;
 use bytes::Bytes;
 use std::future::Future;
 use std::time::Duration;
@@ -34,6 +35,30 @@ pub(crate) trait InsertTarget: Send + Sync + 'static {
         timeout: Duration,
     ) -> impl Future<Output = Result<(), InsertError>> + Send;
 
+    /// Send the bodies `bodies` yields as one request (a streamed insert,
+    /// `crate::sink::worker::stream`), ended when `bodies` closes; `Ok`
+    /// only once the server confirmed all of it. `timeout` bounds each
+    /// send and the wait for the answer. By default the bodies are
+    /// gathered and sent at once with [`insert_bytes`](Self::insert_bytes)
+    /// (what the tests' scripted replicas record as one attempt).
+    fn insert_stream(
+        &self,
+        query: &InsertQuery,
+        mut bodies: tokio::sync::mpsc::Receiver<Prepared>,
+        extra: &[(String, String)],
+        timeout: Duration,
+    ) -> impl Future<Output = Result<(), InsertError>> + Send {
+        let (query, extra) = (query.clone(), extra.to_vec());
+        async move {
+            let mut all = Vec::new();
+            while let Some(body) = bodies.recv().await {
+                all.extend_from_slice(&body.bytes);
+            }
+            self.insert_bytes(&query, Bytes::from(all), &extra, timeout)
+                .await
+        }
+    }
+
     /// `SELECT 1`, for readiness.
     fn ping(&self) -> impl Future<Output = Result<(), ClientError>> + Send;
 
@@ -60,6 +85,22 @@ impl InsertTarget for ChClient {
             let sql =
                 crate::client::insert_sql(&query.db, &query.table, &query.columns, query.format);
             self.insert_sql_within(sql, body, &settings, timeout).await
+        }
+    }
+
+    fn insert_stream(
+        &self,
+        query: &InsertQuery,
+        bodies: tokio::sync::mpsc::Receiver<Prepared>,
+        extra: &[(String, String)],
+        timeout: Duration,
+    ) -> impl Future<Output = Result<(), InsertError>> + Send {
+        let mut settings = query.settings.clone();
+        settings.extend_from_slice(extra);
+        let sql = crate::client::insert_sql(&query.db, &query.table, &query.columns, query.format);
+        async move {
+            self.insert_stream_within(sql, bodies, &settings, timeout)
+                .await
         }
     }
 

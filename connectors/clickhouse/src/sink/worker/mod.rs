@@ -50,6 +50,9 @@ use tracing::Instrument;
 mod attempt;
 mod body;
 mod reject;
+mod stream;
+
+pub use stream::StreamBounds;
 
 use body::in_flight_charge;
 
@@ -84,6 +87,9 @@ pub(crate) struct Worker<C, L = IntentLog> {
     /// How the worker waits: the drain deadline ends every wait, retried
     /// errors are reported in the stall table `/readyz` reads.
     pub(crate) pace: Pace,
+    /// Stream batches into long requests ([`stream`]), or `None`: one
+    /// request per batch.
+    pub(crate) stream: Option<StreamBounds>,
 }
 
 /// How the insert of a whole chunk ended.
@@ -103,6 +109,9 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
     pub(crate) async fn run(mut self) {
         let span = tracing::info_span!("shard_worker", table = %self.shared.table, shard = %self.shard.label, worker = self.index);
         async move {
+            if let Some(bounds) = self.streams() {
+                return self.run_streaming(bounds).await;
+            }
             while let Some(chunk) = self.next().await {
                 if self.pace.is_abandoned() || self.shared.failed.load(Ordering::Acquire) {
                     self.abandon_chunk(chunk);
@@ -114,27 +123,33 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
                     let _ = self.acks.send(AckEvent::Acked(chunk.acks));
                     continue;
                 }
-                match self.insert(&chunk).await {
-                    Outcome::Inserted { rejected } => self.acknowledge(chunk, rejected),
-                    Outcome::Failed(error) => {
-                        self.shared.failed.store(true, Ordering::Release);
-                        let _ = self.acks.send(AckEvent::Fatal {
-                            ranges: chunk.acks,
-                            error,
-                        });
-                    }
-                    Outcome::Abandoned => self.abandon_chunk(chunk),
-                    // Not the drain's abandonment: the rows replay on the
-                    // partition's new owner, this member has nothing to
-                    // answer for.
-                    Outcome::Fenced => {
-                        let _ = self.acks.send(AckEvent::Abandoned(chunk.acks));
-                    }
-                }
+                let outcome = self.insert(&chunk).await;
+                self.settle(chunk, outcome);
             }
         }
         .instrument(span)
         .await;
+    }
+
+    /// Acknowledge, fail or abandon `chunk` as its insert ended.
+    fn settle(&self, chunk: Chunk, outcome: Outcome) {
+        match outcome {
+            Outcome::Inserted { rejected } => self.acknowledge(chunk, rejected),
+            Outcome::Failed(error) => {
+                self.shared.failed.store(true, Ordering::Release);
+                let _ = self.acks.send(AckEvent::Fatal {
+                    ranges: chunk.acks,
+                    error,
+                });
+            }
+            Outcome::Abandoned => self.abandon_chunk(chunk),
+            // Not the drain's abandonment: the rows replay on the
+            // partition's new owner, this member has nothing to answer
+            // for.
+            Outcome::Fenced => {
+                let _ = self.acks.send(AckEvent::Abandoned(chunk.acks));
+            }
+        }
     }
 
     /// The next chunk, or `None` when the queue is closed and empty or the

@@ -150,6 +150,8 @@ struct Extras {
     stalls: Option<Arc<spate_core::health::TransientStalls>>,
     /// The sink's insert settings.
     settings: Vec<(String, String)>,
+    /// Stream batches into long requests.
+    stream: Option<StreamBounds>,
 }
 
 struct Harness {
@@ -199,6 +201,7 @@ impl Harness {
             poison,
             stalls,
             settings,
+            stream,
         } = extras;
         let poison = Arc::new(poison);
         let log = Arc::new(StdMutex::new(Vec::new()));
@@ -240,6 +243,7 @@ impl Harness {
             depths: queues.depth_view(),
             scratch: Arc::default(),
             pace: Pace::new(abandon_rx, retry, stalls, ("db.t", "1", 0)),
+            stream,
         };
         Harness {
             queues: Some(queues),
@@ -964,3 +968,171 @@ fn copies_within_the_workers_room_are_not_charged_to_the_depth() {
 
 #[path = "worker_fence_tests.rs"]
 mod fence;
+
+// ---- streamed requests (`super::stream`) ----
+
+fn streaming(max_rows: u64) -> Extras {
+    Extras {
+        stream: Some(StreamBounds {
+            max_age: Duration::from_secs(1),
+            max_rows,
+            max_bytes: 1 << 20,
+        }),
+        ..Extras::default()
+    }
+}
+
+fn requests(h: &Harness, outcome: &str) -> u64 {
+    (h.shared.ch_metrics.insert_requests)
+        .with_label_values(&["db.t", "1", outcome])
+        .get()
+}
+
+fn setting<'a>(a: &'a Attempt, name: &str) -> Option<&'a str> {
+    (a.extra.iter())
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+#[tokio::test(start_paused = true)]
+async fn streamed_batches_share_one_request_acknowledged_only_after_its_answer() {
+    let gate = Arc::new(Notify::new());
+    let script = vec![Answer::OkAfter(gate.clone())];
+    let mut h = Harness::start_with(vec![script], no_jitter(100, 400), streaming(1000));
+    let mut sent = h.push(0, 3);
+    sent.extend(h.push(1, 4));
+    sent.extend(h.push(2, 5));
+    // Past the request's second: it ended, its answer has not come.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let attempts = h.attempts();
+    assert_eq!(attempts.len(), 1, "one request for the three batches");
+    assert_eq!(
+        attempts[0].body.as_ref(),
+        sent.as_slice(),
+        "in order, whole"
+    );
+    assert!(
+        h.events().is_empty(),
+        "acknowledged before the request's 200"
+    );
+    // One part per request, whatever a profile says.
+    assert_eq!(
+        setting(&attempts[0], "min_insert_block_size_rows"),
+        Some("1000")
+    );
+    assert_eq!(
+        setting(&attempts[0], "min_insert_block_size_bytes"),
+        Some("0")
+    );
+    gate.notify_one();
+    h.finish().await;
+    assert_eq!(acked_seqs(&h.events()), [0, 1, 2]);
+    assert_eq!(requests(&h, "inserted"), 1);
+    let batches = (h.shared.ch_metrics.insert_request_batches).with_label_values(&["db.t", "1"]);
+    assert_eq!(batches.get(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_ends_before_its_row_bound_and_after_its_age() {
+    let mut h = Harness::start_with(vec![vec![]], no_jitter(100, 400), streaming(6));
+    h.push(0, 3);
+    h.push(1, 3);
+    // 3 + 3 reaches the bound: that request ends at once.
+    h.push(2, 4);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(h.attempts().len(), 1, "the full request ended at once");
+    assert!(h.attempts()[0].at < Instant::now());
+    // 4 + 3 would pass it: the next batch starts a request of its own.
+    h.push(3, 3);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rows: Vec<usize> = h.attempts().iter().map(|a| a.body.len()).collect();
+    assert_eq!(rows, [6, 4, 3]);
+    h.finish().await;
+    assert_eq!(acked_seqs(&h.events()), [0, 1, 2, 3]);
+    assert_eq!(requests(&h, "inserted"), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_request_is_inserted_again_batch_by_batch() {
+    let script = vec![server(TOO_MANY_QUERIES)];
+    let mut h = Harness::start_with(vec![script], no_jitter(100, 400), streaming(1000));
+    let a = h.push(0, 2);
+    let b = h.push(1, 3);
+    h.finish().await;
+    let bodies: Vec<Vec<u8>> = h.attempts().iter().map(|x| x.body.to_vec()).collect();
+    assert_eq!(bodies, [[a.clone(), b.clone()].concat(), a, b]);
+    assert_eq!(acked_seqs(&h.events()), [0, 1]);
+    assert_eq!(requests(&h, "failed"), 1);
+    assert_eq!(requests(&h, "inserted"), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hanging_request_is_given_up_at_the_insert_timeout() {
+    let retry = RetryPolicy {
+        insert_timeout: secs(10),
+        ..no_jitter(100, 400)
+    };
+    let mut h = Harness::start_with(vec![vec![Answer::Hang]], retry, streaming(1000));
+    h.push(0, 2);
+    h.push(1, 2);
+    // Open for its second, then unanswered for less than its timeout.
+    tokio::time::sleep(secs(12)).await;
+    assert_eq!(h.attempts().len(), 1);
+    assert!(h.events().is_empty());
+    h.finish().await;
+    let attempts = h.attempts();
+    assert_eq!(attempts.len(), 3, "the request, then each batch");
+    let gave_up = attempts[1].at - attempts[0].at;
+    assert!(gave_up >= secs(10) && gave_up <= secs(16), "{gave_up:?}");
+    assert_eq!(acked_seqs(&h.events()), [0, 1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_drain_deadline_abandons_an_unanswered_request() {
+    let mut h = Harness::start_with(
+        vec![vec![Answer::Hang]],
+        no_jitter(100, 400),
+        streaming(1000),
+    );
+    h.push(0, 2);
+    h.push(1, 3);
+    tokio::time::sleep(secs(3)).await;
+    h.abandon.send(true).unwrap();
+    let done = tokio::time::timeout(secs(1), &mut h.worker).await;
+    assert!(done.is_ok(), "the worker did not stop at the deadline");
+    let abandoned: Vec<u64> = (h.acks.try_iter())
+        .map(|e| match e {
+            AckEvent::Abandoned(r) => r[0].seq,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(abandoned, [0, 1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_carries_a_token_of_its_own_where_the_server_takes_one() {
+    let spans = |seq: i64| {
+        vec![ChunkSpan {
+            partition: spate_core::record::PartitionId::new("t", 0),
+            first: Offset(seq * 10),
+            last: Offset(seq * 10 + 9),
+            rows: 2,
+            epoch: None,
+        }]
+    };
+    let extras = Extras {
+        settings: vec![("insert_deduplicate".into(), "1".into())],
+        ..streaming(1000)
+    };
+    let mut h = Harness::start_with(vec![vec![]], no_jitter(100, 400), extras);
+    h.push_spans(0, 2, spans(0));
+    h.push_spans(1, 2, spans(1));
+    h.finish().await;
+    let attempts = h.attempts();
+    assert_eq!(attempts.len(), 1);
+    let first = dedup_token(0, &spans(0)).unwrap();
+    assert_eq!(
+        setting(&attempts[0], DEDUP_TOKEN),
+        Some(format!("{first}-request").as_str())
+    );
+}

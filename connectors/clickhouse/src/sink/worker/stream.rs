@@ -1,0 +1,349 @@
+//! Streamed inserts: one long `INSERT ... FORMAT Native` request per
+//! insert worker, each batch it takes streamed into it as one more Native
+//! block (chunked transfer), the request ended after about a second
+//! ([`StreamBounds::max_age`]) or at a row or byte bound, whichever comes
+//! first, or when the queue has nothing more for it.
+//!
+//! Why: the server's cost per row follows the size of the parts an
+//! insert makes, not of the blocks it is sent in. A request of several
+//! blocks is squashed by the server (`min_insert_block_size_rows`) into
+//! one part: 55 requests of 90,910 rows cost an 18.16 server 1.72x the
+//! CPU per row of 5 requests of 11 such blocks each, and those 0.91x its
+//! cost for the same rows sent by `clickhouse-client` (2026-12-06, 5M
+//! small events; bench/README.md "Streamed inserts").
+//!
+//! One part per request, so a request is all or nothing: the request
+//! sets `min_insert_block_size_rows` to its own row bound and
+//! `min_insert_block_size_bytes` to 0 (the byte criterion off), so the
+//! server squashes every block of the request into one block written at
+//! its end, whatever a profile says. A request holds at most
+//! `max_rows` rows unless one batch alone is larger (then it is that one
+//! block). A request that fails, or is refused, or hangs past the insert
+//! timeout, wrote nothing; the worker then inserts its batches one by one
+//! through the per-batch path ([`Worker::insert`]: retries with backoff,
+//! failover, the schema re-encoding, the isolation of rejected rows),
+//! so every failure is handled as before streaming. Only a request whose
+//! answer was lost after the server committed it can be in twice (its
+//! batches' own inserts carry other deduplication tokens): at-least-once.
+//!
+//! Acknowledgement, watermark and commit do not change: every batch of a
+//! request is acknowledged once the request's final 200 arrived (the
+//! server answers at the end of the query, `wait_end_of_query=1`), never
+//! before. The batches stay in memory until then, counted in their shard's
+//! queue depth like any batch not yet acknowledged, so the memory budget
+//! holds whatever the request's length: the byte bound is a share of the
+//! shard's high water (`spate::run::sinks`), so lanes keep feeding the
+//! queue while a request fills.
+//!
+//! Deduplication: on servers with tokens (22.2+) the request sends one
+//! token, of its first batch's offsets (each batch is in one request
+//! only), marked as a request's; older servers insert with
+//! `insert_deduplicate=0` as every at-least-once insert does (the block
+//! hash would otherwise drop a distinct request of equal bytes).
+//! Exactly-once keeps one request per block: its per-block tokens and
+//! intents name one block each, and a request of several blocks is one
+//! part under one token (see docs/delivery.md).
+//!
+//! Not streamed: RowBinary bodies (a type change mid-request could be
+//! stored misread; the per-batch path checks types around each insert),
+//! exactly-once, and, in test builds, a process with a fault point armed
+//! (the fault points count batches of the per-batch path).
+
+use super::{Outcome, Worker};
+use crate::client::InsertError;
+use crate::sink::exactly_once::stage::Intents;
+use crate::sink::insert::events::first_line;
+use crate::sink::insert::outcome::Prepared;
+use crate::sink::insert::settings::{dedup_token, takes_dedup_token, DEDUP_TOKEN};
+use crate::sink::insert::target::{InsertQuery, InsertTarget};
+use spate_core::sink::Chunk;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// When a streamed request ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamBounds {
+    /// After this long open (`--insert-request`).
+    pub max_age: Duration,
+    /// At this many rows (`--insert-request-rows`): the next batch that
+    /// would pass it goes into the next request.
+    pub max_rows: u64,
+    /// At this many bytes of batches held for it (`--insert-request-bytes`).
+    pub max_bytes: usize,
+}
+
+/// How much longer than the insert timeout the worker waits for a
+/// request's answer before it gives the request up: the client's own
+/// timeouts (per send, and for the answer) fire first.
+const ANSWER_GRACE: Duration = Duration::from_secs(5);
+
+/// One request while it is open.
+struct Request {
+    /// Closed to end the request.
+    bodies: Option<mpsc::Sender<Prepared>>,
+    /// The request, sending what `bodies` yields.
+    sending: JoinHandle<Result<(), InsertError>>,
+    /// The batches it carries, in order, kept until its answer.
+    chunks: Vec<Chunk>,
+    rows: u64,
+    bytes: usize,
+    /// When it ends at the latest.
+    due: Instant,
+    /// Its statement (a schema change starts a new request).
+    query: Arc<InsertQuery>,
+    /// A body could not be handed to the request (it ended early, or the
+    /// server stopped reading for longer than the insert timeout).
+    broken: Option<InsertError>,
+}
+
+/// What the worker waits for while a request is open.
+enum Next {
+    Chunk(Option<Chunk>),
+    Due,
+}
+
+impl<C: InsertTarget, L: Intents> Worker<C, L> {
+    /// Whether this worker streams its batches (see the module header).
+    pub(super) fn streams(&self) -> Option<StreamBounds> {
+        let bounds = self.stream?;
+        // RowBinary bodies are type-checked around every insert when the
+        // sink follows the table (always, outside these tests).
+        let checked = self.shared.native.is_none() && self.shared.live.get().is_some();
+        (!checked && self.intents.is_none() && !crate::sink::insert::fault::any_armed())
+            .then_some(bounds)
+    }
+
+    /// The worker's loop when it streams: batches go into the open
+    /// request, and are settled when it ends.
+    pub(super) async fn run_streaming(&mut self, bounds: StreamBounds) {
+        let mut open: Option<Request> = None;
+        loop {
+            let next = match &open {
+                None => Next::Chunk(self.next().await),
+                Some(r) => self.next_until(r.due).await,
+            };
+            let chunk = match next {
+                Next::Due => {
+                    self.finish(open.take()).await;
+                    continue;
+                }
+                Next::Chunk(None) => {
+                    self.finish(open.take()).await;
+                    return;
+                }
+                Next::Chunk(Some(chunk)) => chunk,
+            };
+            if self.pace.is_abandoned() || self.shared.failed.load(Ordering::Acquire) {
+                self.finish(open.take()).await;
+                self.abandon_chunk(chunk);
+                continue;
+            }
+            if chunk.rows == 0 {
+                let _ = self
+                    .acks
+                    .send(spate_core::sink::AckEvent::Acked(chunk.acks));
+                continue;
+            }
+            let body = match self.body(&chunk, &chunk.data) {
+                Ok(body) => body,
+                Err(e) => {
+                    self.finish(open.take()).await;
+                    self.settle(chunk, Outcome::Failed(e));
+                    continue;
+                }
+            };
+            if let Some(r) = &open {
+                let fits = r.rows + chunk.rows <= bounds.max_rows
+                    && r.bytes + chunk.data.len() <= bounds.max_bytes;
+                let same = Arc::ptr_eq(&r.query, &body.query) || r.query == body.query;
+                if !fits || !same {
+                    self.finish(open.take()).await;
+                }
+            }
+            let r = open.get_or_insert_with(|| self.open(&chunk, &body, bounds));
+            self.hand(r, body).await;
+            r.rows += chunk.rows;
+            r.bytes += chunk.data.len();
+            r.chunks.push(chunk);
+            let full = r.rows >= bounds.max_rows || r.bytes >= bounds.max_bytes;
+            if full || r.broken.is_some() {
+                self.finish(open.take()).await;
+            }
+        }
+    }
+
+    /// The next batch, or `Due` when `due` passed first. The wait for the
+    /// queue's lock is bounded too: the shard's other worker may hold it
+    /// while it waits for a batch, and none may come before this
+    /// request's batches are acknowledged (their bytes can hold the
+    /// shard's lanes paused).
+    async fn next_until(&mut self, due: Instant) -> Next {
+        let rx = self.rx.clone();
+        let mut rx = tokio::select! {
+            rx = rx.lock() => rx,
+            () = tokio::time::sleep_until(due) => return Next::Due,
+            () = self.pace.deadline() => return Next::Due,
+        };
+        if self.pace.is_abandoned() {
+            return Next::Chunk(rx.try_recv());
+        }
+        tokio::select! {
+            chunk = rx.recv() => Next::Chunk(chunk),
+            () = tokio::time::sleep_until(due) => Next::Due,
+            () = self.pace.deadline() => Next::Chunk(rx.try_recv()),
+        }
+    }
+
+    /// A new request on the shard's preferred replica, for batches
+    /// encoded as `first` was.
+    fn open(&self, chunk: &Chunk, first: &Prepared, bounds: StreamBounds) -> Request {
+        let replica = self.shard.preferred.load(Ordering::Relaxed);
+        let shard = self.shard.clone();
+        let mut extra = vec![
+            (
+                "min_insert_block_size_rows".to_string(),
+                bounds.max_rows.to_string(),
+            ),
+            ("min_insert_block_size_bytes".to_string(), "0".to_string()),
+        ];
+        if takes_dedup_token(&first.query.settings) {
+            if let Some(t) = dedup_token(chunk.shard, &chunk.spans) {
+                extra.push((DEDUP_TOKEN.to_string(), format!("{t}-request")));
+            }
+        }
+        // One body waiting: the next batch is encoded while this one is
+        // written, no more.
+        let (tx, rx) = mpsc::channel(1);
+        let query = first.query.clone();
+        let timeout = self.pace.retry.attempt_timeout(0);
+        let sending = tokio::spawn({
+            let query = query.clone();
+            async move {
+                shard.replicas[replica]
+                    .client
+                    .insert_stream(&query, rx, &extra, timeout)
+                    .await
+            }
+        });
+        Request {
+            bodies: Some(tx),
+            sending,
+            chunks: Vec::new(),
+            rows: 0,
+            bytes: 0,
+            due: Instant::now() + bounds.max_age,
+            query,
+            broken: None,
+        }
+    }
+
+    /// Hand `body` to the request, waiting at most the insert timeout for
+    /// it to be taken (a server that stopped reading).
+    async fn hand(&self, r: &mut Request, body: Prepared) {
+        if r.broken.is_some() {
+            return;
+        }
+        let Some(tx) = &r.bodies else { return };
+        let timeout = self.pace.retry.attempt_timeout(0);
+        let taken = tokio::time::timeout(timeout, tx.send(body)).await;
+        r.broken = match taken {
+            Ok(Ok(())) => None,
+            // The request ended early: its error comes with its end.
+            Ok(Err(_)) => Some(stream_error("the request ended early".into())),
+            Err(_) => Some(stream_error(format!(
+                "the server took no data for {timeout:?}"
+            ))),
+        };
+    }
+
+    /// End the request, if one is open, and settle its batches: all
+    /// acknowledged once the server confirmed the request; inserted one
+    /// by one when it failed; abandoned when the drain deadline passed.
+    async fn finish(&mut self, open: Option<Request>) {
+        let Some(mut r) = open else { return };
+        drop(r.bodies.take());
+        let timeout = self.pace.retry.attempt_timeout(0) + ANSWER_GRACE;
+        let started = Instant::now();
+        let answer = match r.broken.take() {
+            Some(e) => {
+                r.sending.abort();
+                Err(e)
+            }
+            None => tokio::select! {
+                a = tokio::time::timeout(timeout, &mut r.sending) => match a {
+                    Ok(Ok(result)) => result,
+                    Ok(Err(join)) => Err(stream_error(format!("the request's task ended: {join}"))),
+                    Err(_) => {
+                        r.sending.abort();
+                        Err(stream_error(format!("no answer within {timeout:?}")))
+                    }
+                },
+                () = self.pace.deadline() => {
+                    r.sending.abort();
+                    for chunk in r.chunks {
+                        self.abandon_chunk(chunk);
+                    }
+                    return;
+                }
+            },
+        };
+        let (site, shard) = (&self.shared.table, &self.shard.label);
+        let metrics = &self.shared.ch_metrics;
+        match answer {
+            Ok(()) => {
+                metrics
+                    .insert_requests
+                    .with_label_values(&[site, shard, "inserted"])
+                    .inc();
+                metrics
+                    .insert_request_batches
+                    .with_label_values(&[site, shard])
+                    .inc_by(r.chunks.len() as u64);
+                tracing::debug!(
+                    batches = r.chunks.len(),
+                    rows = r.rows,
+                    bytes = r.bytes,
+                    answered_in = ?started.elapsed(),
+                    "streamed insert request confirmed"
+                );
+                for chunk in r.chunks {
+                    self.acknowledge(chunk, 0);
+                }
+            }
+            Err(e) => {
+                metrics
+                    .insert_requests
+                    .with_label_values(&[site, shard, "failed"])
+                    .inc();
+                self.pace.failing(first_line(&e.message));
+                tracing::warn!(
+                    batches = r.chunks.len(),
+                    rows = r.rows,
+                    error = %first_line(&e.message),
+                    "a streamed insert request failed and wrote nothing; inserting its batches one by one"
+                );
+                for chunk in r.chunks {
+                    if self.pace.is_abandoned() || self.shared.failed.load(Ordering::Acquire) {
+                        self.abandon_chunk(chunk);
+                        continue;
+                    }
+                    let outcome = self.insert(&chunk).await;
+                    self.settle(chunk, outcome);
+                }
+            }
+        }
+    }
+}
+
+/// A streamed request's failure, retried batch by batch.
+fn stream_error(message: String) -> InsertError {
+    InsertError {
+        class: crate::classify::ErrorClass::Retriable,
+        code: None,
+        message: format!("streamed insert: {message}"),
+    }
+}
