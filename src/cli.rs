@@ -356,9 +356,11 @@ pub struct RunArgs {
     /// --max-buffered-bytes that keeps inserts overlapping consumption].
     #[arg(long, env = "SPATE_BATCH_BYTES", value_parser = parse_bytes)]
     pub batch_bytes: Option<usize>,
-    /// Insert a non-empty batch at the latest this long after its first row.
-    #[arg(long, env = "SPATE_FLUSH_INTERVAL", default_value = "1s", value_parser = parse_duration)]
-    pub flush_interval: Duration,
+    /// Insert a non-empty batch at the latest this long after its first row
+    /// [default: 250ms when inserts are streamed (--insert-request), so a
+    /// row waits at most about both; else 1s].
+    #[arg(long, env = "SPATE_FLUSH_INTERVAL", value_parser = parse_duration)]
+    pub flush_interval: Option<Duration>,
     /// Commit acknowledged offsets this often.
     #[arg(long, env = "SPATE_COMMIT_INTERVAL", default_value = "1s", value_parser = parse_duration)]
     pub commit_interval: Duration,
@@ -394,14 +396,14 @@ pub struct RunArgs {
     /// Concurrent inserts per shard.
     #[arg(long, env = "SPATE_INSERT_WORKERS", default_value_t = 2)]
     pub insert_workers: usize,
-    /// Keep each insert worker's INSERT request open up to this long,
-    /// streaming every batch into it as one more Native block, so the
-    /// server makes one part of many batches: less server CPU per row, but
-    /// the batches stay in memory until the request is confirmed, which
-    /// at the default budget costs rows/s (bench/README.md "Streamed
-    /// inserts"). 0, the default: one request per batch. At-least-once
-    /// Native inserts only.
-    #[arg(long, env = "SPATE_INSERT_REQUEST", default_value = "0s", value_parser = parse_duration)]
+    /// Stream batches into one INSERT request per shard, kept open up to
+    /// this long: each batch goes in as one more Native block and the
+    /// server makes one part of the request, at a fraction of its CPU per
+    /// row for one request per batch (bench/README.md "Streamed inserts").
+    /// A batch is acknowledged when its request is confirmed. 0: one
+    /// request per batch. At-least-once Native inserts only (exactly-once
+    /// and RowBinary insert batch by batch).
+    #[arg(long, env = "SPATE_INSERT_REQUEST", default_value = "500ms", value_parser = parse_duration)]
     pub insert_request: Duration,
     /// End a streamed request before it passes this many rows (keep it at
     /// or below the server's `min_insert_block_size_rows` default,
@@ -411,7 +413,7 @@ pub struct RunArgs {
     pub insert_request_rows: u64,
     /// End a streamed request at this many bytes of batches (K, M, G
     /// suffixes); they stay in memory until it is confirmed [default: a
-    /// share of --max-buffered-bytes that keeps lanes flowing].
+    /// quarter of --max-buffered-bytes, split over the shards].
     #[arg(long, env = "SPATE_INSERT_REQUEST_BYTES", value_parser = parse_bytes)]
     pub insert_request_bytes: Option<usize>,
     /// Memory budget for batches queued or in flight to ClickHouse; lanes
@@ -575,6 +577,16 @@ fn parse_on_error(s: &str) -> Result<spate_core::policy::OnError, String> {
 }
 
 impl RunArgs {
+    /// `--flush-interval`, or its default (see the flag).
+    #[must_use]
+    pub fn flush_interval(&self) -> Duration {
+        self.flush_interval
+            .unwrap_or(match crate::settings::streams(self) {
+                true => Duration::from_millis(250),
+                false => Duration::from_secs(1),
+            })
+    }
+
     /// The error policy these flags describe.
     #[must_use]
     pub fn error_policy(&self) -> spate_core::policy::ErrorPolicy {

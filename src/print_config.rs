@@ -234,7 +234,16 @@ fn pipeline_settings(out: &mut String, name: &str, p: &RunArgs) {
                 set,
             ),
         ),
-        ("flush_interval", set(duration(p.flush_interval))),
+        (
+            "flush_interval",
+            p.flush_interval.map_or(
+                Entry::Derived(
+                    Some(duration(p.flush_interval())),
+                    "250ms when inserts are streamed, else 1s",
+                ),
+                |d| set(duration(d)),
+            ),
+        ),
         ("insert_timeout", set(duration(p.insert_timeout))),
         ("insert_workers", set(p.insert_workers)),
         ("insert_request", set(duration(p.insert_request))),

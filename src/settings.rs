@@ -233,6 +233,15 @@ fn validate_error_policy(args: &RunArgs) -> Result<(), Exit> {
     Ok(())
 }
 
+/// Whether the pipeline's inserts are streamed (`--insert-request` not 0,
+/// at least once, Native): its sink streams them then (see
+/// `spate_clickhouse::StreamBounds`).
+pub(crate) fn streams(a: &RunArgs) -> bool {
+    !a.insert_request.is_zero()
+        && a.delivery == crate::cli::Delivery::AtLeastOnce
+        && a.insert_format == InsertFormat::Native
+}
+
 pub(crate) fn sink_spec(a: &RunArgs, v: &Validated) -> SinkSpec {
     SinkSpec {
         topology: v.topology.clone(),
@@ -249,7 +258,12 @@ pub(crate) fn sink_spec(a: &RunArgs, v: &Validated) -> SinkSpec {
             lz4: a.compression == Compression::Lz4,
         },
         retry: retry_policy(a, v),
-        workers_per_shard: a.insert_workers.max(1),
+        // Streamed: one long request per shard (several would split the
+        // requests' share of the budget, and make smaller parts).
+        workers_per_shard: match streams(a) {
+            true => 1,
+            false => a.insert_workers.max(1),
+        },
         native: a.insert_format == InsertFormat::Native,
         format: v.format.clone(),
         envelope: envelope_spec(a),

@@ -192,7 +192,7 @@ fn takeover(a: &RunArgs, v: &Validated) -> Option<spate_clickhouse::Takeover> {
     Some(spate_clickhouse::Takeover {
         partitions: partitions as u64,
         session_timeout: Duration::from_millis(v.kafka.session_timeout_ms().ok()?),
-        flush_interval: a.flush_interval,
+        flush_interval: a.flush_interval(),
     })
 }
 
@@ -263,7 +263,11 @@ pub(super) fn spawn_all(
         .max()
         .unwrap_or(1);
     let drivers = process.drivers.value;
-    let budget = Budget::split(process.max_buffered_bytes, drivers, total_shards, workers);
+    let streamed = pipelines.iter().any(|(_, a)| crate::settings::streams(a));
+    let budget = match streamed {
+        true => Budget::streamed(process.max_buffered_bytes, drivers, total_shards, workers),
+        false => Budget::split(process.max_buffered_bytes, drivers, total_shards, workers),
+    };
     let (queues, receivers) = ShardQueues::new(
         total_shards,
         budget.shard_high_water,
@@ -534,7 +538,7 @@ fn batch_limits(a: &RunArgs, budget: &Budget, drivers: usize, total_shards: usiz
     BatchLimits {
         rows: row_cap(a),
         bytes: batch_bytes,
-        interval: a.flush_interval,
+        interval: a.flush_interval(),
         jitter: 0.1,
         sizing,
     }
@@ -574,16 +578,21 @@ fn batch_limits(a: &RunArgs, budget: &Budget, drivers: usize, total_shards: usiz
 /// requests hold at most half of its high-water mark together, so lanes
 /// keep feeding the queue while requests fill and end.
 fn request_bounds(a: &RunArgs, budget: &Budget, workers: usize) -> Option<StreamBounds> {
-    if a.insert_request.is_zero() {
+    if !crate::settings::streams(a) {
         return None;
     }
-    let share = budget.shard_high_water / 2 / workers.max(1);
+    let share = budget.request_bytes / workers.max(1);
     Some(StreamBounds {
         max_age: a.insert_request,
         max_rows: a.insert_request_rows,
         max_bytes: a.insert_request_bytes.unwrap_or(share).max(1),
     })
 }
+
+/// Most bytes of a batch when inserts are streamed: the server makes one
+/// part of a request whatever its blocks, so small batches cost it
+/// nothing, and they leave the budget to the requests.
+const STREAMED_BATCH_BYTES: usize = 2 << 20;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Budget {
@@ -609,9 +618,33 @@ struct Budget {
     /// the 100k-row, ~10 MiB ones; a 2M-row A/B: 10.7 MiB at 0.58 of
     /// 10 MiB).
     flowing_batch_bytes: usize,
+    /// Streamed inserts: the bytes of batches one shard's requests may
+    /// hold until they are confirmed (0 otherwise).
+    request_bytes: usize,
 }
 
 impl Budget {
+    /// The split when inserts are streamed: batches of at most
+    /// [`STREAMED_BATCH_BYTES`], and of the shard's half (after the
+    /// workers' copies of a batch) one half for the batches queued (the
+    /// high water) and one for those the open requests hold, which are
+    /// out of the depth (`spate_clickhouse::StreamBounds`): lanes pause on
+    /// what is queued, and requests grow to tens of MiB at the default
+    /// budget.
+    fn streamed(total: usize, drivers: usize, shards: usize, workers: usize) -> Self {
+        let shards = shards.max(1);
+        let copies = workers.max(1) * IN_FLIGHT_COPIES;
+        let open = total / 4 / drivers.max(1) / shards;
+        let batch_bytes = open.clamp(64 << 10, STREAMED_BATCH_BYTES);
+        let left = (total / 2 / shards).saturating_sub(copies * batch_bytes);
+        Self {
+            batch_bytes,
+            shard_high_water: (left / 2).max(1),
+            flowing_batch_bytes: batch_bytes,
+            request_bytes: (left / 2).max(1),
+        }
+    }
+
     fn split(total: usize, drivers: usize, shards: usize, workers: usize) -> Self {
         let shards = shards.max(1);
         let copies = workers.max(1) * IN_FLIGHT_COPIES;
@@ -628,6 +661,7 @@ impl Budget {
             flowing_batch_bytes: (shard_high_water / 10 * 9 / per_insert)
                 .min(batch_bytes)
                 .max(64 << 10),
+            request_bytes: 0,
         }
     }
 }
@@ -648,6 +682,7 @@ mod tests {
                 batch_bytes: 16 << 20,
                 shard_high_water: 64 << 20,
                 flowing_batch_bytes: (64 << 20) / 10 * 9 / 6,
+                request_bytes: 0,
             }
         );
         let b = Budget::split(256 << 20, 64, 2, 2);
@@ -658,6 +693,39 @@ mod tests {
             128 << 20,
             "the queue half is split over the shards"
         );
+    }
+
+    #[test]
+    fn streamed_requests_and_the_queue_share_the_queue_half() {
+        // Two drivers, one shard, one worker (streamed: one per shard):
+        // 2 MiB batches, their two copies, and of the 124 MiB left half
+        // queued, half held by the request.
+        let b = Budget::streamed(256 << 20, 2, 1, 1);
+        assert_eq!(
+            b,
+            Budget {
+                batch_bytes: 2 << 20,
+                shard_high_water: 62 << 20,
+                flowing_batch_bytes: 2 << 20,
+                request_bytes: 62 << 20,
+            }
+        );
+        for total in [16 << 20, 256 << 20, 4 << 30] {
+            for (drivers, shards) in [(1, 1), (2, 1), (8, 4), (64, 2)] {
+                let b = Budget::streamed(total, drivers, shards, 1);
+                let queue_half =
+                    b.shard_high_water + b.request_bytes + IN_FLIGHT_COPIES * b.batch_bytes;
+                assert!(
+                    queue_half <= total / 2 / shards,
+                    "{total} {drivers} {shards}"
+                );
+                assert!(
+                    b.batch_bytes <= (total / 4 / drivers / shards).max(64 << 10),
+                    "open batches"
+                );
+                assert!(b.request_bytes > 0 && b.shard_high_water > 0);
+            }
+        }
     }
 
     #[test]

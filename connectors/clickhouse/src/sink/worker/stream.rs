@@ -166,6 +166,10 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
             }
             let r = open.get_or_insert_with(|| self.open(&chunk, &body, bounds));
             self.hand(r, body).await;
+            // Out of the queue's depth: held by the request, within its
+            // byte bound, so lanes pause on the batches queued alone.
+            let mut chunk = chunk;
+            drop(chunk.ticket.take());
             r.rows += chunk.rows;
             r.bytes += chunk.data.len();
             r.chunks.push(chunk);
