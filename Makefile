@@ -62,6 +62,7 @@ bench: prereqs services $(BENCH_VENV)/.ready ## micro + end-to-end benchmarks, c
 	source $(ENV_FILE) && python3 bench/cdc_ratio.py
 	source $(ENV_FILE) && python3 bench/routing_curve.py
 	source $(ENV_FILE) && python3 bench/freshness.py
+	source $(ENV_FILE) && python3 bench/insert_modes.py
 	source $(ENV_FILE) && $(BENCH_VENV)/bin/python bench/bench.py
 
 bench-levers: prereqs ## issue 20's encoder levers: spate's JSON scan against simd-json and sonic-rs, the Native transposition's share (criterion, no services)

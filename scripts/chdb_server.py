@@ -37,6 +37,13 @@ CONFIG = """<clickhouse>
   <http_port>{http}</http_port>
   <tcp_port>{tcp}</tcp_port>
   <users_config>users.xml</users_config>
+  <!-- when each part was committed: the freshness test's reference
+       (tests/e2e/e2e_freshness.rs) -->
+  <part_log>
+    <database>system</database>
+    <table>part_log</table>
+    <flush_interval_milliseconds>500</flush_interval_milliseconds>
+  </part_log>
 {extra}</clickhouse>
 """
 

@@ -405,6 +405,15 @@ pub struct RunArgs {
     /// and RowBinary insert batch by batch).
     #[arg(long, env = "SPATE_INSERT_REQUEST", default_value = "500ms", value_parser = parse_duration)]
     pub insert_request: Duration,
+    /// Insert each batch with the server's asynchronous inserts
+    /// (`async_insert=1`, `wait_for_async_insert=1`): the server buffers
+    /// the inserts of every client and writes them together, answering
+    /// each once its rows are written, so offsets still move only then.
+    /// Needs ClickHouse 21.11+; at-least-once only; one request per batch
+    /// (no --insert-request); no deduplication of retries. Measured
+    /// against streamed requests in bench/README.md.
+    #[arg(long, env = "SPATE_ASYNC_INSERT")]
+    pub async_insert: bool,
     /// End a streamed request before it passes this many rows (keep it at
     /// or below the server's `min_insert_block_size_rows` default,
     /// 1048576: spate sets that setting to it for its requests).

@@ -70,6 +70,7 @@ pub(crate) const PIPELINE_KEYS: &[&str] = &[
     "insert_timeout",
     "insert_workers",
     "insert_request",
+    "async_insert",
     "insert_request_rows",
     "insert_request_bytes",
     "compression",

@@ -247,6 +247,7 @@ fn pipeline_settings(out: &mut String, name: &str, p: &RunArgs) {
         ("insert_timeout", set(duration(p.insert_timeout))),
         ("insert_workers", set(p.insert_workers)),
         ("insert_request", set(duration(p.insert_request))),
+        ("async_insert", set(p.async_insert)),
         ("insert_request_rows", set(p.insert_request_rows)),
         (
             "insert_request_bytes",

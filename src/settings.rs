@@ -169,6 +169,11 @@ pub(crate) fn validate(args: &RunArgs) -> Result<Validated, Exit> {
     if args.drivers == Some(0) {
         return Err(Exit::usage("--drivers must be at least 1"));
     }
+    if args.async_insert && args.delivery == crate::cli::Delivery::ExactlyOnce {
+        return Err(Exit::usage(
+            "--async-insert is at-least-once only: exactly-once needs every block's own token and intent",
+        ));
+    }
     if !args.shard_weights.is_empty() && args.shards.is_empty() {
         return Err(Exit::usage(
             "--shard-weights needs --shard flags (with --cluster, weights come from system.clusters)",
@@ -238,6 +243,7 @@ fn validate_error_policy(args: &RunArgs) -> Result<(), Exit> {
 /// `spate_clickhouse::StreamBounds`).
 pub(crate) fn streams(a: &RunArgs) -> bool {
     !a.insert_request.is_zero()
+        && !a.async_insert
         && a.delivery == crate::cli::Delivery::AtLeastOnce
         && a.insert_format == InsertFormat::Native
 }
@@ -268,6 +274,7 @@ pub(crate) fn sink_spec(a: &RunArgs, v: &Validated) -> SinkSpec {
         format: v.format.clone(),
         envelope: envelope_spec(a),
         exactly_once: a.delivery == crate::cli::Delivery::ExactlyOnce,
+        async_insert: a.async_insert,
         topics: a.topics.len(),
         // Needs the partition count from Kafka metadata: not filled yet.
         takeover: None,

@@ -23,11 +23,17 @@
 //! This test stops the shared server, so it holds the exclusive ClickHouse
 //! lock (every other e2e test holds it shared).
 //!
-//! Twice: with one insert request per batch (the default), and with
-//! streamed requests (`--insert-request 1s`: several batches per request,
-//! `spate_clickhouse::sink::worker` `stream`), where the freeze and the
-//! kill land in the middle of open requests; a failed request is inserted
-//! again batch by batch, and its log line must show that path ran.
+//! Twice:
+//! - with one insert request per batch (`--insert-request 0`): spate waits
+//!   the outage out, as above;
+//! - with streamed requests (`--insert-request 1s`: several batches per
+//!   request, `spate_clickhouse::sink::worker` `stream`), where the freeze
+//!   lands in the middle of open requests (its log must show a request
+//!   that failed, to be sent again). While ClickHouse is down, spate is
+//!   killed (`kill -9`, its requests unanswered); once ClickHouse is back,
+//!   every offset the group committed must be in the table (offsets never
+//!   pass an acknowledged request), and a second run must finish the load
+//!   with every offset in.
 //!
 //! ClickHouse 18.16 only: the outage is driven by `scripts/services.sh`
 //! (SIGSTOP, SIGKILL, ch-start on the same data), and what is tested is
@@ -113,11 +119,12 @@ fn outage(streamed: bool) {
         ]
         .map(String::from),
     );
-    let mut running = spawn("outage", &args);
+    let mut running = Some(spawn("outage", &args));
+    let exited = |r: &mut Option<Running>| r.as_mut().is_none_or(Running::has_exited);
 
     let before = ch.wait_rows(&table, 1, Duration::from_secs(60));
     assert!(
-        !running.has_exited() && before < N as u64,
+        !exited(&mut running) && before < N as u64,
         "spate finished before ClickHouse could be stopped ({before} rows in): the outage tests nothing"
     );
     let mut guard = Undo::new(|| {
@@ -138,18 +145,46 @@ fn outage(streamed: bool) {
     services_sh(&script, "ch-stop");
     let stopped = Instant::now();
     eprintln!("[e2e_clickhouse_outage] ClickHouse down ({before} rows were in at the start of the outage)");
+    // Streamed: spate dies with its requests unanswered.
+    let killed = streamed.then(|| {
+        let fin = running.take().expect("spate").kill9();
+        (fin, committed(&svc.brokers, &group, &topic, PARTITIONS))
+    });
     // The outage itself: a fixed pause is the point of this test.
     std::thread::sleep(Duration::from_secs(5));
-    let still_running = !running.has_exited();
+    let still_running = streamed || !exited(&mut running);
     services_sh(&script, "ch-start");
     Ch::wait_up(&svc.clickhouse_url, Duration::from_secs(60));
     guard.disarm();
+    if let Some((fin, at_kill)) = killed {
+        let failed = "a streamed insert request failed";
+        assert!(
+            fin.stderr.contains(failed),
+            "no streamed request failed: the freeze did not meet an open request; stderr tail:\n{}",
+            fin.tail(30)
+        );
+        // Nothing has inserted since the kill: the table holds what the
+        // server confirmed (and perhaps requests it wrote unanswered).
+        let ch = Ch::connect(&svc.clickhouse_url);
+        for (p, c) in at_kill.iter().enumerate() {
+            let c = c.unwrap_or(0);
+            let have = ch.u64(&format!(
+                "SELECT uniqExact(_offset) FROM {table} WHERE _partition = {p} AND _offset < {c}"
+            ));
+            assert_eq!(
+                have, c as u64,
+                "partition {p}: committed {c}, but only {have} of the offsets before it are in the table"
+            );
+        }
+        eprintln!("[e2e_clickhouse_outage] committed at the kill {at_kill:?}, all in the table");
+        running = Some(spawn("outage-again", &args));
+    }
     eprintln!(
         "[e2e_clickhouse_outage] ClickHouse back after {:.1?} down",
         stopped.elapsed()
     );
     if !still_running {
-        let fin = running.wait(Duration::from_secs(1));
+        let fin = running.expect("spate").wait(Duration::from_secs(1));
         let rows = Ch::connect(&svc.clickhouse_url).u64(&format!("SELECT count() FROM {table}"));
         panic!(
             "spate exited ({:?}) before ClickHouse was back ({before} rows were in when the outage \
@@ -160,7 +195,7 @@ fn outage(streamed: bool) {
         );
     }
 
-    let fin = running.wait(Duration::from_secs(180));
+    let fin = running.expect("spate").wait(Duration::from_secs(180));
     fin.assert_code(0);
     // A fresh client: the old one's pooled connections died with the server.
     let ch = Ch::connect(&svc.clickhouse_url);
@@ -174,18 +209,9 @@ fn outage(streamed: bool) {
         fin.elapsed
     );
     assert_eq!(uniq, N as u64, "every (partition, offset) present");
-    let failed_requests = fin
-        .stderr
-        .matches("a streamed insert request failed and wrote nothing")
-        .count();
-    if streamed {
-        assert!(
-            failed_requests > 0,
-            "no streamed request failed: the outage did not meet an open request; stderr tail:\n{}",
-            fin.tail(30)
-        );
-    } else {
-        assert_eq!(failed_requests, 0, "--insert-request 0 streamed");
+    if !streamed {
+        let failed = "a streamed insert request failed";
+        assert!(!fin.stderr.contains(failed), "--insert-request 0 streamed");
     }
     let ends: Vec<Option<i64>> = produced.counts.iter().map(|&c| Some(c)).collect();
     assert_eq!(

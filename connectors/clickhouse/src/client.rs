@@ -488,30 +488,12 @@ impl ChClient {
         settings: &[(String, String)],
         timeout: Duration,
     ) -> Result<(), InsertError> {
-        let t = Some(timeout);
-        let mut insert = self.http().insert_formatted_with(sql).with_timeouts(t, t);
-        for (k, v) in settings {
-            insert = insert.with_setting(k.clone(), v.clone());
-        }
-        let to_err = |e: clickhouse::error::Error| {
-            let (class, code, message) = map_error(&e);
-            InsertError {
-                class,
-                code,
-                message,
-            }
-        };
+        let mut insert = self.open_insert(sql, settings, timeout);
         if body.is_empty() {
-            insert.send(Bytes::new()).await.map_err(to_err)?;
+            insert.send(Bytes::new()).await.map_err(insert_error)?;
         }
-        // In slices: see [`SEND_SLICE`].
-        let mut at = 0;
-        while at < body.len() {
-            let end = (at + SEND_SLICE).min(body.len());
-            insert.send(body.slice(at..end)).await.map_err(to_err)?;
-            at = end;
-        }
-        insert.end().await.map_err(to_err)
+        send_sliced(&mut insert, &body).await?;
+        insert.end().await.map_err(insert_error)
     }
 
     /// Stream the bodies `bodies` yields into one request of the statement
@@ -527,31 +509,29 @@ impl ChClient {
         settings: &[(String, String)],
         timeout: Duration,
     ) -> Result<(), InsertError> {
+        let mut insert = self.open_insert(sql, settings, timeout);
+        // `held` is dropped once sent (its buffer may go back to its
+        // worker).
+        while let Some(held) = bodies.recv().await {
+            send_sliced(&mut insert, held.as_ref()).await?;
+        }
+        insert.end().await.map_err(insert_error)
+    }
+
+    /// An insert of `sql` with `settings`, each send and the wait for the
+    /// answer bounded by `timeout`; nothing is sent yet.
+    fn open_insert(
+        &self,
+        sql: String,
+        settings: &[(String, String)],
+        timeout: Duration,
+    ) -> clickhouse::insert_formatted::InsertFormatted {
         let t = Some(timeout);
         let mut insert = self.http().insert_formatted_with(sql).with_timeouts(t, t);
         for (k, v) in settings {
             insert = insert.with_setting(k.clone(), v.clone());
         }
-        let to_err = |e: clickhouse::error::Error| {
-            let (class, code, message) = map_error(&e);
-            InsertError {
-                class,
-                code,
-                message,
-            }
-        };
-        while let Some(held) = bodies.recv().await {
-            // In slices: see [`SEND_SLICE`]. `held` is dropped once sent
-            // (its buffer may go back to its worker).
-            let body = held.as_ref();
-            let mut at = 0;
-            while at < body.len() {
-                let end = (at + SEND_SLICE).min(body.len());
-                insert.send(body.slice(at..end)).await.map_err(to_err)?;
-                at = end;
-            }
-        }
-        insert.end().await.map_err(to_err)
+        insert
     }
 
     /// `SELECT 1`, for readiness.
@@ -608,6 +588,33 @@ impl ChClient {
             .map_err(|_| timeout_error("fetching", timeout))?
             .map_err(|e| request_error("fetching", &e))?;
         Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+}
+
+/// Send `body` into `insert` in slices (see [`SEND_SLICE`]).
+async fn send_sliced(
+    insert: &mut clickhouse::insert_formatted::InsertFormatted,
+    body: &Bytes,
+) -> Result<(), InsertError> {
+    let mut at = 0;
+    while at < body.len() {
+        let end = (at + SEND_SLICE).min(body.len());
+        insert
+            .send(body.slice(at..end))
+            .await
+            .map_err(insert_error)?;
+        at = end;
+    }
+    Ok(())
+}
+
+/// An insert's failure, classified.
+fn insert_error(e: clickhouse::error::Error) -> InsertError {
+    let (class, code, message) = map_error(&e);
+    InsertError {
+        class,
+        code,
+        message,
     }
 }
 

@@ -78,6 +78,12 @@ impl SinkPool {
             return Err(SinkError::Config("no replica answered".into()));
         };
         let seed_url = &discovery.replicas[seed_at].url;
+        if spec.async_insert && !seed.features().async_insert {
+            return Err(SinkError::Config(format!(
+                "--async-insert needs ClickHouse 21.11 or later; {seed_url} runs {}",
+                seed.version()
+            )));
+        }
         let shards_n = discovery.topology.shards.len();
         let envelope =
             super::start::change::change_plan(spec, (seed, seed_url), &reference.columns, shards_n)
@@ -494,9 +500,10 @@ fn first_factory(
 /// The statement every version's inserts start from: the table, and the
 /// settings of the delivery on `seed`'s server.
 fn insert_template(spec: &SinkSpec, seed: &ChClient) -> InsertQuery {
-    let delivery = match spec.exactly_once {
-        true => Delivery::ExactlyOnce,
-        false => Delivery::AtLeastOnce,
+    let delivery = match (spec.exactly_once, spec.async_insert) {
+        (true, _) => Delivery::ExactlyOnce,
+        (false, true) => Delivery::AsyncInsert,
+        (false, false) => Delivery::AtLeastOnce,
     };
     InsertQuery {
         db: spec.table.db.clone(),

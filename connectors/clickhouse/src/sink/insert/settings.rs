@@ -52,6 +52,13 @@ pub(crate) enum Delivery {
     AtLeastOnce,
     /// Exactly-once: a replayed block must be dropped by the server.
     ExactlyOnce,
+    /// At-least-once through the server's asynchronous inserts
+    /// (`--async-insert`, 21.11+): `async_insert=1` with
+    /// `wait_for_async_insert=1`, so the 200 still comes only once the
+    /// rows are written (with the other clients' rows buffered beside
+    /// them); no token, and `async_insert_deduplicate=0`, so the server
+    /// never drops a batch as a repeat of another.
+    AsyncInsert,
 }
 
 /// The settings to send with every insert to a server with `features`.
@@ -61,6 +68,18 @@ pub(crate) fn insert_settings(
     delivery: Delivery,
 ) -> Vec<(String, String)> {
     let mut s = Vec::new();
+    if delivery == Delivery::AsyncInsert {
+        for (k, v) in [
+            ("async_insert", "1"),
+            ("wait_for_async_insert", "1"),
+            ("async_insert_deduplicate", "0"),
+            ("insert_deduplicate", "0"),
+            ("wait_end_of_query", "1"),
+        ] {
+            s.push((k.to_string(), v.to_string()));
+        }
+        return s;
+    }
     if features.async_insert {
         s.push(("async_insert".to_string(), "0".to_string()));
     }
@@ -139,6 +158,20 @@ impl Fnv128 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn async_inserts_wait_for_the_write_and_never_deduplicate() {
+        let f = ServerFeatures::from_version("26.9.1").unwrap();
+        let s = insert_settings(f, Delivery::AsyncInsert);
+        let get = |k: &str| s.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("async_insert"), Some("1"));
+        assert_eq!(get("wait_for_async_insert"), Some("1"));
+        assert_eq!(get("async_insert_deduplicate"), Some("0"));
+        assert!(
+            !takes_dedup_token(&s),
+            "a token would be ignored, or drop batches"
+        );
+    }
 
     fn settings(version: &str) -> Vec<(String, String)> {
         insert_settings(

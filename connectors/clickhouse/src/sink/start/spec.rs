@@ -77,6 +77,9 @@ pub struct SinkSpec {
     /// `--delivery exactly-once`: check the table deduplicates, record an
     /// intent before each block (see `sink::intent`).
     pub exactly_once: bool,
+    /// Insert through the server's asynchronous inserts, waiting for the
+    /// write (`--async-insert`; at-least-once only).
+    pub async_insert: bool,
     /// How many topics feed the table: exactly-once on a server without
     /// insert deduplication tokens needs `_topic` when more than one.
     pub topics: usize,

@@ -50,9 +50,10 @@
 //! (the fault points count batches of the per-batch path).
 
 use super::{Outcome, Worker};
+use crate::classify::ErrorClass;
 use crate::client::InsertError;
 use crate::sink::exactly_once::stage::Intents;
-use crate::sink::insert::events::first_line;
+use crate::sink::insert::events::{first_line, InsertAttemptFailed, InsertSucceeded};
 use crate::sink::insert::outcome::Prepared;
 use crate::sink::insert::settings::{dedup_token, takes_dedup_token, DEDUP_TOKEN};
 use crate::sink::insert::target::{InsertQuery, InsertTarget};
@@ -95,6 +96,10 @@ struct Request {
     due: Instant,
     /// Its statement (a schema change starts a new request).
     query: Arc<InsertQuery>,
+    /// The replica it goes to.
+    replica: usize,
+    /// Its settings beyond the statement's (the same on a retry).
+    extra: Vec<(String, String)>,
     /// A body could not be handed to the request (it ended early, or the
     /// server stopped reading for longer than the insert timeout).
     broken: Option<InsertError>,
@@ -206,7 +211,6 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
     /// encoded as `first` was.
     fn open(&self, chunk: &Chunk, first: &Prepared, bounds: StreamBounds) -> Request {
         let replica = self.shard.preferred.load(Ordering::Relaxed);
-        let shard = self.shard.clone();
         let mut extra = vec![
             (
                 "min_insert_block_size_rows".to_string(),
@@ -219,30 +223,42 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
                 extra.push((DEDUP_TOKEN.to_string(), format!("{t}-request")));
             }
         }
-        // One body waiting: the next batch is encoded while this one is
-        // written, no more.
-        let (tx, rx) = mpsc::channel(1);
         let query = first.query.clone();
-        let timeout = self.pace.retry.attempt_timeout(0);
-        let sending = tokio::spawn({
-            let query = query.clone();
-            async move {
-                shard.replicas[replica]
-                    .client
-                    .insert_stream(&query, rx, &extra, timeout)
-                    .await
-            }
-        });
+        let (bodies, sending) =
+            self.send_to(replica, &query, &extra, self.pace.retry.attempt_timeout(0));
         Request {
-            bodies: Some(tx),
+            bodies: Some(bodies),
             sending,
             chunks: Vec::new(),
             rows: 0,
             bytes: 0,
             due: Instant::now() + bounds.max_age,
             query,
+            replica,
+            extra,
             broken: None,
         }
+    }
+
+    /// A request of `query` with `extra` to `replica`, sending what the
+    /// returned channel yields. One body waits in it: the next batch is
+    /// encoded while one is written, no more.
+    fn send_to(
+        &self,
+        replica: usize,
+        query: &Arc<InsertQuery>,
+        extra: &[(String, String)],
+        timeout: Duration,
+    ) -> (mpsc::Sender<Prepared>, JoinHandle<Result<(), InsertError>>) {
+        let (tx, rx) = mpsc::channel(1);
+        let (shard, query, extra) = (self.shard.clone(), query.clone(), extra.to_vec());
+        let sending = tokio::spawn(async move {
+            shard.replicas[replica]
+                .client
+                .insert_stream(&query, rx, &extra, timeout)
+                .await
+        });
+        (tx, sending)
     }
 
     /// Hand `body` to the request, waiting at most the insert timeout for
@@ -265,14 +281,97 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
     }
 
     /// End the request, if one is open, and settle its batches: all
-    /// acknowledged once the server confirmed the request; inserted one
-    /// by one when it failed; abandoned when the drain deadline passed.
+    /// acknowledged once the server confirmed the request; the request
+    /// sent again while its fate is unknown; its batches inserted one by
+    /// one when the server refused it; abandoned when the drain deadline
+    /// passed.
     async fn finish(&mut self, open: Option<Request>) {
         let Some(mut r) = open else { return };
         drop(r.bodies.take());
-        let timeout = self.pace.retry.attempt_timeout(0) + ANSWER_GRACE;
         let started = Instant::now();
-        let answer = match r.broken.take() {
+        let mut timed_out = 0;
+        let mut answer = self.answer(&mut r, 0).await;
+        let mut attempt = 1;
+        let refused = loop {
+            let error = match answer {
+                None => return self.abandon_request(r),
+                Some(Ok(())) => return self.inserted(r, started, attempt),
+                Some(Err(e)) => e,
+            };
+            self.request_failed(&r, &error);
+            // No answer, or the connection failed: the server may have
+            // written the request (it runs on after the client gave up).
+            // Sent again, the same blocks under the same token are dropped
+            // as a repeat where the table deduplicates (22.2+), as a
+            // batch's retry is. An answer with an error wrote nothing: its
+            // batches go one by one (isolating rejected rows, re-encoding
+            // for a changed table).
+            if error.code.is_some() || error.class != ErrorClass::Retriable {
+                break error;
+            }
+            timed_out += 1;
+            attempt += 1;
+            if error.is_replica_failure() {
+                r.replica = (r.replica + 1) % self.shard.replicas.len();
+            }
+            let backoff = self.pace.retry.delay(attempt - 1, rand::random::<f64>());
+            tracing::warn!(
+                batches = r.chunks.len(),
+                rows = r.rows,
+                error = %first_line(&error.message),
+                backoff_ms = backoff.as_millis() as u64,
+                "a streamed insert request failed with no answer; sending it again"
+            );
+            if self.pace.pause(backoff).await.is_err() {
+                return self.abandon_request(r);
+            }
+            answer = self.resend(&mut r, timed_out).await;
+        };
+        tracing::warn!(
+            batches = r.chunks.len(),
+            rows = r.rows,
+            error = %first_line(&refused.message),
+            "a streamed insert request failed and wrote nothing; inserting its batches one by one"
+        );
+        for chunk in r.chunks {
+            if self.pace.is_abandoned() || self.shared.failed.load(Ordering::Acquire) {
+                self.abandon_chunk(chunk);
+                continue;
+            }
+            let outcome = self.insert(&chunk).await;
+            self.settle(chunk, outcome);
+        }
+    }
+
+    /// Send the request's batches again, in a new request with the same
+    /// settings, `timed_out` earlier attempts having timed out; its answer.
+    async fn resend(&mut self, r: &mut Request, timed_out: u32) -> Option<Result<(), InsertError>> {
+        let timeout = self.pace.retry.attempt_timeout(timed_out);
+        let (bodies, sending) = self.send_to(r.replica, &r.query, &r.extra, timeout);
+        (r.bodies, r.sending, r.broken) = (Some(bodies), sending, None);
+        for i in 0..r.chunks.len() {
+            match self.body(&r.chunks[i], &r.chunks[i].data) {
+                Ok(body) => self.hand(r, body).await,
+                Err(e) => r.broken = Some(stream_error(e.reason)),
+            }
+            if r.broken.is_some() {
+                break;
+            }
+        }
+        drop(r.bodies.take());
+        self.answer(r, timed_out).await
+    }
+
+    /// The request's answer, once its body ended; `None` when the drain
+    /// deadline passed first.
+    async fn answer(&mut self, r: &mut Request, timed_out: u32) -> Option<Result<(), InsertError>> {
+        let timeout = self.pace.retry.attempt_timeout(timed_out) + ANSWER_GRACE;
+        Some(match r.broken.take() {
+            // The request's own error, when it ended with one.
+            Some(e) if r.sending.is_finished() => match (&mut r.sending).await {
+                Ok(Err(own)) => Err(own),
+                _ => Err(e),
+            },
             Some(e) => {
                 r.sending.abort();
                 Err(e)
@@ -288,65 +387,77 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
                 },
                 () = self.pace.deadline() => {
                     r.sending.abort();
-                    for chunk in r.chunks {
-                        self.abandon_chunk(chunk);
-                    }
-                    return;
+                    return None;
                 }
             },
-        };
+        })
+    }
+
+    /// The server confirmed the request: every batch of it is in.
+    fn inserted(&mut self, r: Request, started: Instant, attempt: u32) {
+        self.pace.cleared();
         let (site, shard) = (&self.shared.table, &self.shard.label);
         let metrics = &self.shared.ch_metrics;
-        match answer {
-            Ok(()) => {
-                metrics
-                    .insert_requests
-                    .with_label_values(&[site, shard, "inserted"])
-                    .inc();
-                metrics
-                    .insert_request_batches
-                    .with_label_values(&[site, shard])
-                    .inc_by(r.chunks.len() as u64);
-                tracing::debug!(
-                    batches = r.chunks.len(),
-                    rows = r.rows,
-                    bytes = r.bytes,
-                    answered_in = ?started.elapsed(),
-                    "streamed insert request confirmed"
-                );
-                for chunk in r.chunks {
-                    self.acknowledge(chunk, 0);
-                }
-            }
-            Err(e) => {
-                metrics
-                    .insert_requests
-                    .with_label_values(&[site, shard, "failed"])
-                    .inc();
-                self.pace.failing(first_line(&e.message));
-                tracing::warn!(
-                    batches = r.chunks.len(),
-                    rows = r.rows,
-                    error = %first_line(&e.message),
-                    "a streamed insert request failed and wrote nothing; inserting its batches one by one"
-                );
-                for chunk in r.chunks {
-                    if self.pace.is_abandoned() || self.shared.failed.load(Ordering::Acquire) {
-                        self.abandon_chunk(chunk);
-                        continue;
-                    }
-                    let outcome = self.insert(&chunk).await;
-                    self.settle(chunk, outcome);
-                }
-            }
+        // The insert's duration: from the end of the request's body to its
+        // answer (the server writing its part), retries included.
+        InsertSucceeded {
+            site: self.shared.site(shard),
+            replica: &self.shard.replicas[r.replica].url,
+            rows: r.rows,
+            elapsed: started.elapsed(),
+            attempt,
+        }
+        .emit();
+        self.shard.preferred.store(r.replica, Ordering::Relaxed);
+        metrics
+            .insert_requests
+            .with_label_values(&[site, shard, "inserted"])
+            .inc();
+        metrics
+            .insert_request_batches
+            .with_label_values(&[site, shard])
+            .inc_by(r.chunks.len() as u64);
+        tracing::debug!(
+            batches = r.chunks.len(),
+            rows = r.rows,
+            bytes = r.bytes,
+            answered_in = ?started.elapsed(),
+            "streamed insert request confirmed"
+        );
+        for chunk in r.chunks {
+            self.acknowledge(chunk, 0);
+        }
+    }
+
+    /// One failed attempt of the request, counted and reported.
+    fn request_failed(&self, r: &Request, error: &InsertError) {
+        let (site, shard) = (&self.shared.table, &self.shard.label);
+        self.shared
+            .ch_metrics
+            .insert_requests
+            .with_label_values(&[site, shard, "failed"])
+            .inc();
+        InsertAttemptFailed {
+            site: self.shared.site(shard),
+            replica: &self.shard.replicas[r.replica].url,
+            error,
+        }
+        .emit();
+        self.pace.failing(first_line(&error.message));
+    }
+
+    /// The drain deadline passed: nothing of the request is acknowledged.
+    fn abandon_request(&mut self, r: Request) {
+        for chunk in r.chunks {
+            self.abandon_chunk(chunk);
         }
     }
 }
 
-/// A streamed request's failure, retried batch by batch.
+/// A streamed request's failure without the server's answer.
 fn stream_error(message: String) -> InsertError {
     InsertError {
-        class: crate::classify::ErrorClass::Retriable,
+        class: ErrorClass::Retriable,
         code: None,
         message: format!("streamed insert: {message}"),
     }

@@ -1067,24 +1067,49 @@ async fn a_failed_request_is_inserted_again_batch_by_batch() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_hanging_request_is_given_up_at_the_insert_timeout() {
+async fn a_request_without_an_answer_is_sent_again_whole_with_its_token() {
     let retry = RetryPolicy {
         insert_timeout: secs(10),
         ..no_jitter(100, 400)
     };
-    let mut h = Harness::start_with(vec![vec![Answer::Hang]], retry, streaming(1000));
-    h.push(0, 2);
-    h.push(1, 2);
+    let extras = Extras {
+        settings: vec![("insert_deduplicate".into(), "1".into())],
+        ..streaming(1000)
+    };
+    let mut h = Harness::start_with(vec![vec![Answer::Hang, network()]], retry, extras);
+    let spans = |seq: i64| {
+        vec![ChunkSpan {
+            partition: spate_core::record::PartitionId::new("t", 0),
+            first: Offset(seq * 10),
+            last: Offset(seq * 10 + 9),
+            rows: 2,
+            epoch: None,
+        }]
+    };
+    let mut sent = h.push_spans(0, 2, spans(0));
+    sent.extend(h.push_spans(1, 2, spans(1)));
     // Open for its second, then unanswered for less than its timeout.
     tokio::time::sleep(secs(12)).await;
     assert_eq!(h.attempts().len(), 1);
     assert!(h.events().is_empty());
     h.finish().await;
     let attempts = h.attempts();
-    assert_eq!(attempts.len(), 3, "the request, then each batch");
+    // Hung, refused by the network, then answered: the whole request
+    // each time, same bytes and token, so a copy that landed is dropped.
+    assert_eq!(attempts.len(), 3, "the request, sent again twice");
+    for a in &attempts {
+        assert_eq!(a.body.as_ref(), sent.as_slice());
+        assert_eq!(setting(a, DEDUP_TOKEN), setting(&attempts[0], DEDUP_TOKEN));
+        assert!(setting(a, DEDUP_TOKEN).is_some());
+    }
     let gave_up = attempts[1].at - attempts[0].at;
     assert!(gave_up >= secs(10) && gave_up <= secs(16), "{gave_up:?}");
+    // Each attempt without an answer doubles the next one's timeout.
+    let timeouts: Vec<Duration> = attempts.iter().map(|a| a.timeout).collect();
+    assert_eq!(timeouts, [secs(10), secs(20), secs(40)]);
     assert_eq!(acked_seqs(&h.events()), [0, 1]);
+    assert_eq!(requests(&h, "failed"), 2);
+    assert_eq!(requests(&h, "inserted"), 1);
 }
 
 #[tokio::test(start_paused = true)]
