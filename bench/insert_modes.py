@@ -16,15 +16,15 @@ alternated BENCH_MODES_REPEAT rounds (default 2), medians reported:
 Per run: rows over the run's wall time (start-up and the group join
 included, the same for all), spate's own CPU per million rows (getrusage
 of the child), the server's CPU per million rows (its process, from
-/proc/PID/stat around the run), the parts the load created (level-0
-parts in system.parts; merges are stopped on the table) and spate's peak
-RSS.
+/proc/PID/stat) during the load and until the merges the load set off
+have ended (parts cost the server twice: written, then merged), the parts
+the load created (level 0 in system.parts) and spate's peak RSS.
 
 Reads build/services.env's variables (eval "$(scripts/services.sh env)").
 Ends with one line:
   bench: insert_modes streamed_rows_per_s=<int> per_batch_rows_per_s=<int> async_rows_per_s=<int>
          streamed_server_cpu_ratio=<float> async_server_cpu_ratio=<float>
-         (ratios to per-batch's server CPU per row)
+         (ratios to per-batch's server CPU per row, merges included)
 """
 import os
 import resource
@@ -68,7 +68,6 @@ def load(topic, mode, n):
     ch("CREATE DATABASE IF NOT EXISTS spate_bench_modes")
     table = f"spate_bench_modes.{name}"
     ch(f"CREATE TABLE {table} ({COLUMNS}) ENGINE = MergeTree() ORDER BY (ts, user_id)")
-    ch(f"SYSTEM STOP MERGES {table}")
     group = f"bench_modes_{name}_{time.time_ns()}"
     s0 = server_cpu_s()
     t0 = time.monotonic()
@@ -79,21 +78,31 @@ def load(topic, mode, n):
     wall = time.monotonic() - t0
     s1 = server_cpu_s()
     assert os.waitstatus_to_exitcode(status) == 0, f"{mode}: spate exited {status}"
+    # The merges the load set off, to their end (at most a minute).
+    quiet, end = 0, time.monotonic() + 60
+    while quiet < 3 and time.monotonic() < end:
+        merging = int(ch(f"SELECT count() FROM system.merges WHERE database = 'spate_bench_modes' "
+                         f"AND table = '{name}'"))
+        quiet = quiet + 1 if merging == 0 else 0
+        time.sleep(0.5)
+    s2 = server_cpu_s()
     rows = int(ch(f"SELECT count() FROM {table}"))
     distinct = int(ch(f"SELECT uniqExact(session) FROM {table}"))
     assert distinct == MESSAGES, f"{mode}: {distinct} of {MESSAGES} messages arrived"
-    parts = int(ch(f"SELECT count() FROM system.parts WHERE database = 'spate_bench_modes' "
-                   f"AND table = '{name}' AND active"))
+    parts = int(ch(f"SELECT countIf(level = 0) FROM system.parts WHERE database = 'spate_bench_modes' "
+                   f"AND table = '{name}'"))
     ch(f"DROP TABLE {table}")
     r = {
         "rows_per_s": rows / wall,
         "cpu": (usage.ru_utime + usage.ru_stime) / (rows / 1e6),
         "server": (s1 - s0) / (rows / 1e6) if s0 is not None else None,
+        "merged": (s2 - s0) / (rows / 1e6) if s0 is not None else None,
         "parts": parts,
         "rss": usage.ru_maxrss / 1024,
     }
     print(f"{mode:9} round {n}: {r['rows_per_s']:,.0f} rows/s ({wall:.1f} s), spate {r['cpu']:.2f} CPU s/M, "
-          f"server {r['server'] if r['server'] is None else round(r['server'], 2)} CPU s/M, "
+          f"server {r['server'] if r['server'] is None else round(r['server'], 2)} CPU s/M "
+          f"({r['merged'] if r['merged'] is None else round(r['merged'], 2)} with the merges), "
           f"{parts} parts, {r['rss']:.0f} MiB", flush=True)
     return r
 
@@ -115,17 +124,19 @@ def main():
     def ratio(a, b):
         return f"{a / b:.3f}" if a is not None and b else "none"
 
-    print("\n| mode | rows/s | spate CPU s/M | server CPU s/M | parts | peak RSS MiB |\n|---|---|---|---|---|---|")
+    print("\n| mode | rows/s | spate CPU s/M | server CPU s/M, load | with its merges | parts | peak RSS MiB |"
+          "\n|---|---|---|---|---|---|---|")
     for mode in MODES:
-        server = med(mode, "server")
+        server, merged = med(mode, "server"), med(mode, "merged")
         print(f"| {mode} | {med(mode, 'rows_per_s'):,.0f} | {med(mode, 'cpu'):.2f} | "
-              f"{'—' if server is None else f'{server:.2f}'} | {med(mode, 'parts'):.0f} | {med(mode, 'rss'):.0f} |")
-    base = med("per-batch", "server")
+              f"{'—' if server is None else f'{server:.2f}'} | {'—' if merged is None else f'{merged:.2f}'} | "
+              f"{med(mode, 'parts'):.0f} | {med(mode, 'rss'):.0f} |")
+    base = med("per-batch", "merged")
     print(f"bench: insert_modes streamed_rows_per_s={med('streamed', 'rows_per_s'):.0f} "
           f"per_batch_rows_per_s={med('per-batch', 'rows_per_s'):.0f} "
           f"async_rows_per_s={med('async', 'rows_per_s'):.0f} "
-          f"streamed_server_cpu_ratio={ratio(med('streamed', 'server'), base)} "
-          f"async_server_cpu_ratio={ratio(med('async', 'server'), base)}")
+          f"streamed_server_cpu_ratio={ratio(med('streamed', 'merged'), base)} "
+          f"async_server_cpu_ratio={ratio(med('async', 'merged'), base)}")
 
 
 if __name__ == "__main__":
