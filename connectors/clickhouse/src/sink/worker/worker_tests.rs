@@ -982,6 +982,18 @@ fn streaming(max_rows: u64) -> Extras {
     }
 }
 
+/// The span of a two-row chunk of segment `seq` (offsets as `push` makes
+/// them) of partition `t`/0.
+fn spans(seq: i64) -> Vec<ChunkSpan> {
+    vec![ChunkSpan {
+        partition: spate_core::record::PartitionId::new("t", 0),
+        first: Offset(seq * 10),
+        last: Offset(seq * 10 + 9),
+        rows: 2,
+        epoch: None,
+    }]
+}
+
 fn requests(h: &Harness, outcome: &str) -> u64 {
     (h.shared.ch_metrics.insert_requests)
         .with_label_values(&["db.t", "1", outcome])
@@ -1077,15 +1089,6 @@ async fn a_request_without_an_answer_is_sent_again_whole_with_its_token() {
         ..streaming(1000)
     };
     let mut h = Harness::start_with(vec![vec![Answer::Hang, network()]], retry, extras);
-    let spans = |seq: i64| {
-        vec![ChunkSpan {
-            partition: spate_core::record::PartitionId::new("t", 0),
-            first: Offset(seq * 10),
-            last: Offset(seq * 10 + 9),
-            rows: 2,
-            epoch: None,
-        }]
-    };
     let mut sent = h.push_spans(0, 2, spans(0));
     sent.extend(h.push_spans(1, 2, spans(1)));
     // Open for its second, then unanswered for less than its timeout.
@@ -1136,15 +1139,6 @@ async fn the_drain_deadline_abandons_an_unanswered_request() {
 
 #[tokio::test(start_paused = true)]
 async fn a_request_carries_a_token_of_its_own_where_the_server_takes_one() {
-    let spans = |seq: i64| {
-        vec![ChunkSpan {
-            partition: spate_core::record::PartitionId::new("t", 0),
-            first: Offset(seq * 10),
-            last: Offset(seq * 10 + 9),
-            rows: 2,
-            epoch: None,
-        }]
-    };
     let extras = Extras {
         settings: vec![("insert_deduplicate".into(), "1".into())],
         ..streaming(1000)
