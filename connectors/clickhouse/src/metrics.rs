@@ -49,10 +49,11 @@ pub struct ChMetrics {
     /// longer than `--stall-timeout`, as `/readyz` lists them; set at each
     /// readiness probe.
     pub stalls: IntGaugeVec,
-    /// `spate_insert_requests_total{table,shard,outcome}`: streamed insert
-    /// requests (several batches in one request, `sink::worker::stream`)
-    /// by how they ended: `inserted`, or `failed` (their batches then
-    /// inserted one by one).
+    /// `spate_insert_requests_total{table,shard,outcome}`: attempts of
+    /// streamed insert requests (several batches in one request,
+    /// `sink::worker::stream`) by how they ended: `inserted`, or `failed`
+    /// (sent again whole when unanswered, or inserted batch by batch when
+    /// the server refused them).
     pub insert_requests: IntCounterVec,
     /// `spate_insert_request_batches_total{table,shard}`: batches the
     /// `inserted` streamed requests carried.
@@ -136,7 +137,7 @@ impl ChMetrics {
             insert_requests: IntCounterVec::new(
                 Opts::new(
                     "spate_insert_requests_total",
-                    "Streamed insert requests (several batches in one INSERT) by outcome: inserted, or failed (their batches then inserted one by one).",
+                    "Attempts of streamed insert requests (several batches in one INSERT) by outcome: inserted, or failed (sent again whole when unanswered, inserted batch by batch when refused).",
                 ),
                 &["table", "shard", "outcome"],
             )
