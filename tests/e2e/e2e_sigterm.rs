@@ -43,6 +43,12 @@ fn sigterm_drains_commits_and_resumes(svc: Services) {
             "20000",
             "--flush-interval",
             "200ms",
+            // Streamed, but in short requests: rows become visible at a
+            // request's end, and with the default 500 ms the first ones
+            // showed when spate had read every message already, so the
+            // SIGTERM came after the load (seen in CI).
+            "--insert-request",
+            "100ms",
         ]
         .map(String::from),
     );

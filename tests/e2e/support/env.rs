@@ -196,9 +196,25 @@ pub struct ChLock {
 }
 
 fn ch_lock(op: libc::c_int) -> ChLock {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    // Writers first: a test that wants the server to itself takes the
+    // `want` file exclusively before it waits for the lock, and every test
+    // passes through `want` (shared) before it takes the lock shared. So
+    // once a writer waits, no new reader gets in ahead of it, and the
+    // readers running end. Without it, two test threads running readers
+    // back to back (the gap between two tests is microseconds, the poll
+    // 100 ms) starved a writer for the whole 600 s.
+    let want = flock_by(&lock_file("ch-outage.want"), op, deadline);
+    let held = flock_by(&lock_file("ch-outage.lock"), op, deadline);
+    drop(want);
+    ChLock { _file: held }
+}
+
+/// `build/<name>`, opened for `flock`.
+fn lock_file(name: &str) -> (File, PathBuf) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("build");
     std::fs::create_dir_all(&dir).expect("create build dir");
-    let path = dir.join("ch-outage.lock");
+    let path = dir.join(name);
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -206,7 +222,12 @@ fn ch_lock(op: libc::c_int) -> ChLock {
         .write(true)
         .open(&path)
         .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
-    let deadline = Instant::now() + Duration::from_secs(600);
+    (file, path)
+}
+
+/// `flock(op)` on `file`, polled until `deadline`; the file, locked.
+fn flock_by((file, path): &(File, PathBuf), op: libc::c_int, deadline: Instant) -> File {
+    let file = file.try_clone().expect("dup the lock file");
     loop {
         // SAFETY: flock on a file descriptor we own.
         let rc = unsafe {
@@ -214,7 +235,7 @@ fn ch_lock(op: libc::c_int) -> ChLock {
             libc::flock(file.as_raw_fd(), op | libc::LOCK_NB)
         };
         if rc == 0 {
-            return ChLock { _file: file };
+            return file;
         }
         let err = std::io::Error::last_os_error();
         assert!(

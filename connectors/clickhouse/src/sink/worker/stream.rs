@@ -53,7 +53,9 @@ use super::{Outcome, Worker};
 use crate::classify::ErrorClass;
 use crate::client::InsertError;
 use crate::sink::exactly_once::stage::Intents;
-use crate::sink::insert::events::{first_line, InsertAttemptFailed, InsertSucceeded};
+use crate::sink::insert::events::{
+    first_line, InsertAttemptFailed, InsertFailedOver, InsertSucceeded,
+};
 use crate::sink::insert::outcome::Prepared;
 use crate::sink::insert::settings::{dedup_token, takes_dedup_token, DEDUP_TOKEN};
 use crate::sink::insert::target::{InsertQuery, InsertTarget};
@@ -311,8 +313,19 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
             }
             timed_out += 1;
             attempt += 1;
-            if error.is_replica_failure() {
-                r.replica = (r.replica + 1) % self.shard.replicas.len();
+            let replicas = self.shard.replicas.len();
+            if error.is_replica_failure() && replicas > 1 {
+                let next = (r.replica + 1) % replicas;
+                InsertFailedOver {
+                    site: self.shared.site(&self.shard.label),
+                    attempt: attempt - 1,
+                    error: &error,
+                    replica: &self.shard.replicas[r.replica].url,
+                    next: &self.shard.replicas[next].url,
+                    rows: r.rows,
+                }
+                .emit();
+                r.replica = next;
             }
             let backoff = self.pace.retry.delay(attempt - 1, rand::random::<f64>());
             tracing::warn!(
