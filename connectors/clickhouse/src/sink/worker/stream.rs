@@ -18,22 +18,25 @@
 //! server squashes every block of the request into one block written at
 //! its end, whatever a profile says. A request holds at most
 //! `max_rows` rows unless one batch alone is larger (then it is that one
-//! block). A request that fails, or is refused, or hangs past the insert
-//! timeout, wrote nothing; the worker then inserts its batches one by one
-//! through the per-batch path ([`Worker::insert`]: retries with backoff,
-//! failover, the schema re-encoding, the isolation of rejected rows),
-//! so every failure is handled as before streaming. Only a request whose
-//! answer was lost after the server committed it can be in twice (its
-//! batches' own inserts carry other deduplication tokens): at-least-once.
+//! block). A request without an answer (a timeout, a broken connection,
+//! a server that stops reading) may still be written by the server: it is
+//! sent again whole, same blocks and token, with a doubled timeout (and to
+//! the shard's next replica after a replica failure), so a table that
+//! deduplicates drops the copy. A request the server refused with an
+//! error wrote nothing: its batches then go one by one through the
+//! per-batch path ([`Worker::insert`]: retries with backoff, failover, the
+//! schema re-encoding, the isolation of rejected rows). Where the table
+//! does not deduplicate, a resent request that had been written is in
+//! twice: at-least-once.
 //!
 //! Acknowledgement, watermark and commit do not change: every batch of a
 //! request is acknowledged once the request's final 200 arrived (the
 //! server answers at the end of the query, `wait_end_of_query=1`), never
-//! before. The batches stay in memory until then, counted in their shard's
-//! queue depth like any batch not yet acknowledged, so the memory budget
-//! holds whatever the request's length: the byte bound is a share of the
-//! shard's high water (`spate::run::sinks`), so lanes keep feeding the
-//! queue while a request fills.
+//! before. The batches stay in memory until then, out of their shard's
+//! queue depth once sent (lanes pause on what is queued alone) and
+//! bounded by the request's byte bound, a share of the budget of its own
+//! (`Budget::streamed` in the binary's `run::sinks`), so the memory budget
+//! holds whatever the request's length.
 //!
 //! Deduplication: on servers with tokens (22.2+) the request sends one
 //! token, of its first batch's offsets (each batch is in one request
