@@ -113,22 +113,35 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
                 return self.run_streaming(bounds).await;
             }
             while let Some(chunk) = self.next().await {
-                if self.pace.is_abandoned() || self.shared.failed.load(Ordering::Acquire) {
-                    self.abandon_chunk(chunk);
-                    continue;
+                if let Some(chunk) = self.to_insert(chunk) {
+                    let outcome = self.insert(&chunk).await;
+                    self.settle(chunk, outcome);
                 }
-                if chunk.rows == 0 {
-                    // Offsets the error policy skipped, with no row to
-                    // insert: done with as soon as they arrive here.
-                    let _ = self.acks.send(AckEvent::Acked(chunk.acks));
-                    continue;
-                }
-                let outcome = self.insert(&chunk).await;
-                self.settle(chunk, outcome);
             }
         }
         .instrument(span)
         .await;
+    }
+
+    /// Whether the batches taken now are to be abandoned: the drain's
+    /// deadline passed or the sink failed.
+    fn giving_up(&self) -> bool {
+        self.pace.is_abandoned() || self.shared.failed.load(Ordering::Acquire)
+    }
+
+    /// `chunk`, if it is to be inserted. Abandoned when giving up; with no
+    /// row (offsets the error policy skipped), acknowledged as soon as it
+    /// arrives here.
+    fn to_insert(&self, chunk: Chunk) -> Option<Chunk> {
+        if self.giving_up() {
+            self.abandon_chunk(chunk);
+            return None;
+        }
+        if chunk.rows == 0 {
+            let _ = self.acks.send(AckEvent::Acked(chunk.acks));
+            return None;
+        }
+        Some(chunk)
     }
 
     /// Acknowledge, fail or abandon `chunk` as its insert ended.

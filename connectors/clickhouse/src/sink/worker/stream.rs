@@ -147,17 +147,12 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
                 }
                 Next::Chunk(Some(chunk)) => chunk,
             };
-            if self.pace.is_abandoned() || self.shared.failed.load(Ordering::Acquire) {
+            if self.giving_up() {
                 self.finish(open.take()).await;
-                self.abandon_chunk(chunk);
-                continue;
             }
-            if chunk.rows == 0 {
-                let _ = self
-                    .acks
-                    .send(spate_core::sink::AckEvent::Acked(chunk.acks));
+            let Some(chunk) = self.to_insert(chunk) else {
                 continue;
-            }
+            };
             let body = match self.body(&chunk, &chunk.data) {
                 Ok(body) => body,
                 Err(e) => {
@@ -350,12 +345,10 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
             "a streamed insert request failed and wrote nothing; inserting its batches one by one"
         );
         for chunk in r.chunks {
-            if self.pace.is_abandoned() || self.shared.failed.load(Ordering::Acquire) {
-                self.abandon_chunk(chunk);
-                continue;
+            if let Some(chunk) = self.to_insert(chunk) {
+                let outcome = self.insert(&chunk).await;
+                self.settle(chunk, outcome);
             }
-            let outcome = self.insert(&chunk).await;
-            self.settle(chunk, outcome);
         }
     }
 
