@@ -15,7 +15,10 @@ Suites (BENCH_SUITE, comma-separated; default "e2e,formats,delivery", so
      - spate: `spate run --until-end` with its default flags into a fresh
        MergeTree table;
      - the insert ceiling: `clickhouse-client` inserting the same rows from a
-       RowBinary file encoded beforehand.
+       RowBinary file encoded beforehand;
+     - spate with one insert request per batch (`--insert-request 0`);
+     - spate on BENCH_WIDE_MESSAGES wide events (default a quarter of
+       BENCH_MESSAGES; 0 for none), for their rows per spate core.
   4. Peers (BENCH_PEERS, default "kafka-engine"; "" for none): ClickHouse's
      Kafka engine + a materialized view consuming the same topic.
   5. Throughput against --batch-rows 10k, 50k, 100k, 500k (a PNG plot).
@@ -29,10 +32,12 @@ Suites (BENCH_SUITE, comma-separated; default "e2e,formats,delivery", so
 - backpressure: the default memory budget against one too large to ever
   pause a lane (the ratio of steady rates; issue: within 5%).
 
-- delivery: `--delivery exactly-once` against at-least-once, alternated in
-  one run on the same data, both into a fresh ReplicatedMergeTree table
-  (what exactly-once needs on 18.16; the suite's ZooKeeper): the ratio of
-  steady rows/s and of CPU seconds per million rows (issue 19).
+- delivery: `--delivery exactly-once` against at-least-once (streamed
+  requests, the default) and at-least-once with one request per batch
+  (`--insert-request 0`), alternated in one run on the same data, all into
+  a fresh ReplicatedMergeTree table with the `_partition` and `_offset`
+  columns (what exactly-once needs on 18.16; the suite's ZooKeeper): the ratios of steady rows/s, of CPU seconds per
+  million rows and of the server's CPU per million rows (issues 19, 33).
 - formats: the same small events as JSON, as Avro and as Protobuf
   (Confluent wire format, `spate gen --format avro|protobuf` through
   scripts/schema_registry.py), alternated BENCH_REPEAT times in one run:
@@ -99,6 +104,8 @@ CH_PID_FILE = os.environ.get("SPATE_TEST_CLICKHOUSE_PID_FILE")
 MESSAGES = int(os.environ.get("BENCH_MESSAGES", "5000000"))
 PARTITIONS = int(os.environ.get("BENCH_PARTITIONS", "8"))
 REPEAT = int(os.environ.get("BENCH_REPEAT", "3"))
+# The e2e suite's wide events, for their rows per spate core (0: none).
+E2E_WIDE_MESSAGES = int(os.environ.get("BENCH_WIDE_MESSAGES", str(MESSAGES // 4)))
 MICRO = os.environ.get("BENCH_MICRO", "1") != "0"
 PEERS = [p for p in os.environ.get("BENCH_PEERS", "kafka-engine").split(",") if p]
 SWEEP = [int(x) for x in os.environ.get("BENCH_BATCH_ROWS", "10000,50000,100000,500000").split(",") if x]
@@ -144,6 +151,10 @@ class Schema:
 
 
 SMALL = Schema("small", SMALL_COLUMNS, "session")
+# With the columns spate fills with each row's Kafka coordinates: what
+# exactly-once needs on 18.16 (block hashes of distinct batches must
+# differ); the delivery suite gives them to every mode alike.
+SMALL_COORDINATES = Schema("small", SMALL_COLUMNS + [("_partition", "Int32"), ("_offset", "UInt64")], "session")
 # The wide event has no per-event string like `session`, but (ts, user_id)
 # is unique per event in both schemas (src/events.rs): ts = 1.7e9 + i / 100
 # and user_id = i * 2654435761 mod 100000, a bijection of i mod 100000
@@ -515,7 +526,14 @@ def suite_e2e(topic, date):
     micro = run_micro() if MICRO else []
     micro_table = micro_rows(micro)
     payload_bytes = None
-    consume, spate, insert, per_batch = [], [], [], []
+    consume, spate, insert, per_batch, wide = [], [], [], [], []
+    # Wide events (50 columns, ~1 KB) for their rows per spate core
+    # (issue 33): a quarter of the rows, as in the scaling suite.
+    wide_topic = None
+    if E2E_WIDE_MESSAGES:
+        wide_topic = f"{topic}_wide"
+        secs = preload(wide_topic, E2E_WIDE_MESSAGES, PARTITIONS, WIDE)
+        log(f"  preloaded {E2E_WIDE_MESSAGES:,} wide events in {secs:.1f}s")
     rowbinary = os.path.join(tempfile.gettempdir(), f"spate-bench-{os.getpid()}.rowbinary")
     try:
         for i in range(REPEAT):
@@ -527,6 +545,8 @@ def suite_e2e(topic, date):
             # The same with one insert request per batch, as before inserts
             # were streamed (issue 33): before/after, one run.
             per_batch.append(run_spate(topic, f"spate-insert-request-0-{i}", ["--insert-request", "0"]))
+            if wide_topic:
+                wide.append(run_spate(wide_topic, f"spate-wide-{i}", [], schema=WIDE, messages=E2E_WIDE_MESSAGES))
             if i == 0:
                 size = export_rowbinary(s["table"], rowbinary)
                 drop_table(s["table"])
@@ -610,7 +630,7 @@ def suite_e2e(topic, date):
     for r in consume:
         md.append(f"| {r['label']} | {r['rows_per_s']:,.0f} | {r['rows_per_s'] * avg_bytes / 1e6:.0f} | "
                   f"{r['cpu_s_per_million']:.2f} | — | {r['peak_rss_mib']:.0f} | — | — |")
-    for r in spate + per_batch:
+    for r in spate + per_batch + wide:
         md.append(f"| {r['label']} | {r['rows_per_s']:,.0f} | {r['rows_per_s'] * avg_bytes / 1e6:.0f} | "
                   f"{r['cpu_s_per_million']:.2f} | {fmt(r['server_cpu_s_per_million'], '.2f')} | "
                   f"{r['peak_rss_mib']:.0f} | {r['wall_s']:.1f} | {r['inserts']} |")
@@ -628,7 +648,12 @@ def suite_e2e(topic, date):
               f"{med(per_batch, 'wall_s'):.1f}; spate CPU s / M rows {cpu:.2f} / "
               f"{med(per_batch, 'cpu_s_per_million'):.2f}; server CPU s / M rows {fmt(server_cpu, '.2f')} / "
               f"{fmt(b_server, '.2f')}; parts {med(spate, 'inserts'):.0f} / {med(per_batch, 'inserts'):.0f}.\n")
-    md.append(f"Rows per spate core (its own CPU only, small events): {1e6 / cpu:,.0f} rows per CPU second.\n")
+    per_core = f"small events (~{avg_bytes:.0f} B, 10 columns) {1e6 / cpu:,.0f}"
+    if wide:
+        wide_cpu = med(wide, "cpu_s_per_million")
+        per_core += (f"; wide events (~1 KB, 50 columns, {E2E_WIDE_MESSAGES:,} per run) {1e6 / wide_cpu:,.0f} "
+                     f"({wide_cpu / cpu:.2f}x the small event's CPU per row)")
+    md.append(f"Rows per spate core (its own CPU only, rows per CPU second): {per_core}.\n")
     if peers:
         md.append("## Peers, same topic, same run\n")
         md.append("| connector | steady rows/s | own CPU s / M rows | server CPU s / M rows | total CPU s / M rows |")
@@ -768,33 +793,57 @@ def suite_backpressure(topic, date):
 
 
 def suite_delivery(topic, date):
+    """Exactly-once against at-least-once, streamed (the default) and with
+    one request per batch: exactly-once keeps one request per block (its
+    tokens and intents name one block each), so since at-least-once
+    streams (issue 33) its cost is measured against both."""
     configs = [
         ("at-least-once", []),
+        ("at-least-once-per-batch", ["--insert-request", "0"]),
         ("exactly-once", ["--delivery", "exactly-once"]),
     ]
     results = []
     for i in range(REPEAT):
         for label, extra in configs:
-            r = run_spate(topic, f"{label}-{i}", extra, replicated=True)
+            r = run_spate(topic, f"{label}-{i}", extra, replicated=True, schema=SMALL_COORDINATES)
             log(f"  {r['label']}: {r['rows_per_s']:,.0f} rows/s steady, {r['cpu_s_per_million']:.2f} CPU s/M, "
+                f"server {fmt(r['server_cpu_s_per_million'], '.2f')} CPU s/M, {r['inserts']} parts, "
                 f"{r['duplicates']} duplicates")
             results.append(r)
 
     def median(label, key):
-        return statistics.median(r[key] for r in results if r["label"].startswith(label))
-    rate = {label: median(label, "rows_per_s") for label, _ in configs}
-    cpu = {label: median(label, "cpu_s_per_million") for label, _ in configs}
-    ratio = rate["exactly-once"] / rate["at-least-once"]
-    cpu_ratio = cpu["exactly-once"] / cpu["at-least-once"]
-    summary = (f"bench delivery: rows_per_s_ratio={ratio:.3f} cpu_ratio={cpu_ratio:.3f} "
-               f"exactly_once_rows_per_s={rate['exactly-once']:.0f} "
-               f"at_least_once_rows_per_s={rate['at-least-once']:.0f}")
+        vals = [r[key] for r in results
+                if r["label"].rsplit("-", 1)[0] == label and r.get(key) is not None]
+        return statistics.median(vals) if vals else None
+
+    keys = ("rows_per_s", "cpu_s_per_million", "server_cpu_s_per_million", "inserts")
+    m = {label: {k: median(label, k) for k in keys} for label, _ in configs}
+
+    def ratio(label, base, key):
+        a, b = m[label][key], m[base][key]
+        return a / b if a is not None and b else None
+
+    eo, alo, pb = "exactly-once", "at-least-once", "at-least-once-per-batch"
+    ratio_rate, ratio_cpu = ratio(eo, alo, "rows_per_s"), ratio(eo, alo, "cpu_s_per_million")
+    summary = (f"bench delivery: rows_per_s_ratio={ratio_rate:.3f} cpu_ratio={ratio_cpu:.3f} "
+               f"server_cpu_ratio={fmt(ratio(eo, alo, 'server_cpu_s_per_million'), '.3f')} "
+               f"rows_per_s_ratio_vs_per_batch={ratio(eo, pb, 'rows_per_s'):.3f} "
+               f"exactly_once_rows_per_s={m[eo]['rows_per_s']:.0f} "
+               f"at_least_once_rows_per_s={m[alo]['rows_per_s']:.0f}")
     server = ch("SELECT version()")
+    lines = ["| exactly-once against | rows/s | spate CPU / row | server CPU / row | parts |",
+             "|---|---:|---:|---:|---:|"]
+    for base in (alo, pb):
+        lines.append(f"| {base} | {fmt(ratio(eo, base, 'rows_per_s'), '.2f')} | "
+                     f"{fmt(ratio(eo, base, 'cpu_s_per_million'), '.2f')} | "
+                     f"{fmt(ratio(eo, base, 'server_cpu_s_per_million'), '.2f')} | "
+                     f"{fmt(ratio(eo, base, 'inserts'), '.2f')} |")
     md = (f"# spate bench: delivery\n\n{date}, {os.cpu_count()} cores, ClickHouse {server}, "
           f"{MESSAGES} events on {PARTITIONS} partitions, ReplicatedMergeTree, {REPEAT} runs per mode "
-          f"(alternated; ratios of each mode's median steady rows/s and median CPU s per million rows; "
-          f"exactly-once cuts one partition per block and records an intent per block)."
-          f"\n\n{table_md(results)}\n\n`{summary}`\n")
+          f"(alternated; ratios of each mode's medians; exactly-once cuts one partition per block, records an "
+          f"intent per block and sends one request per block; at-least-once streams its batches into one "
+          f"request per shard unless `--insert-request 0`)."
+          f"\n\n{table_md(results)}\n\n" + "\n".join(lines) + f"\n\n`{summary}`\n")
     return md, summary, []
 
 
