@@ -420,9 +420,13 @@ pub struct RunArgs {
     #[arg(long, env = "SPATE_INSERT_REQUEST_ROWS", default_value_t = 1_000_000,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub insert_request_rows: u64,
-    /// End a streamed request at this many bytes of batches (K, M, G
-    /// suffixes); they stay in memory until it is confirmed [default: a
-    /// quarter of --max-buffered-bytes, split over the shards].
+    /// Keep up to this many bytes of a streamed request's batches in
+    /// memory until it is confirmed, to send it again whole if its answer
+    /// is lost (K, M, G suffixes). Past it the request goes on, its
+    /// batches' buffers reused once sent; if it then fails, its
+    /// partitions are read again from Kafka from their acknowledged
+    /// offsets [default: a quarter of --max-buffered-bytes, split over
+    /// the shards].
     #[arg(long, env = "SPATE_INSERT_REQUEST_BYTES", value_parser = parse_bytes)]
     pub insert_request_bytes: Option<usize>,
     /// Memory budget for batches queued or in flight to ClickHouse; lanes

@@ -73,6 +73,9 @@ pub struct Metrics {
     pub tables_created: IntCounterVec,
     /// `spate_rebalances_total{kind}`.
     pub rebalances: IntCounterVec,
+    /// `spate_partition_rewinds_total`: partitions read again from their
+    /// acknowledged watermark (the sink lost rows it could not insert).
+    pub rewinds: IntCounter,
     /// `spate_commits_total{result}`.
     pub commits: IntCounterVec,
     /// `spate_high_watermark{topic,partition}`: the partition's end offset
@@ -128,6 +131,7 @@ pub const METRIC_NAMES: &[&str] = &[
     "spate_messages_skipped_total",
     "spate_tables_created_total",
     "spate_rebalances_total",
+    "spate_partition_rewinds_total",
     "spate_commits_total",
     "spate_high_watermark",
     "spate_insert_batch_rows",
@@ -215,6 +219,7 @@ impl Metrics {
             messages_skipped: cv("spate_messages_skipped_total", "Messages done with without a row, none being owed (a change stream's tombstone, a skipped operation).", &["topic", "reason"]),
             tables_created: cv("spate_tables_created_total", "Routed tables created from the --create-table-like template.", &["table"]),
             rebalances: cv("spate_rebalances_total", "Partition assignments and revocations.", &["kind"]),
+            rewinds: c("spate_partition_rewinds_total", "Partitions read again from their acknowledged watermark: a failed streamed insert request whose batches were no longer held."),
             commits: cv("spate_commits_total", "Offset commits by result.", &["result"]),
             high_watermark: gv("spate_high_watermark", "End offset of the partition as the broker last reported it.", tp),
             insert_batch_rows: hv("spate_insert_batch_rows", "Rows per inserted batch.", ts, vec![100.0, 1e3, 5e3, 1e4, 2.5e4, 5e4, 1e5, 2.5e5, 5e5, 1e6]),

@@ -573,10 +573,11 @@ fn batch_limits(a: &RunArgs, budget: &Budget, drivers: usize, total_shards: usiz
 /// (`spate_core::sink::ShardQueues`).
 /// When the streamed insert requests of a pipeline end
 /// (`spate_clickhouse::StreamBounds`), or `None` with `--insert-request 0`.
-/// The batches of a request stay in memory, counted in their shard's
-/// depth, until the server confirmed it: by default the shard's workers'
-/// requests hold at most half of its high-water mark together, so lanes
-/// keep feeding the queue while requests fill and end.
+/// The batches of a request stay in memory until the server confirmed
+/// it, up to its byte bound (past it they are released once sent, and a
+/// failed request is read again from Kafka): by default the shard's
+/// workers' requests hold at most half of its high-water mark together,
+/// so lanes keep feeding the queue while requests fill and end.
 fn request_bounds(a: &RunArgs, budget: &Budget, workers: usize) -> Option<StreamBounds> {
     if !crate::settings::streams(a) {
         return None;

@@ -23,7 +23,7 @@
 //! This test stops the shared server, so it holds the exclusive ClickHouse
 //! lock (every other e2e test holds it shared).
 //!
-//! Twice:
+//! Three times:
 //! - with one insert request per batch (`--insert-request 0`): spate waits
 //!   the outage out, as above;
 //! - with streamed requests (`--insert-request 1s`: several batches per
@@ -33,7 +33,12 @@
 //!   killed (`kill -9`, its requests unanswered); once ClickHouse is back,
 //!   every offset the group committed must be in the table (offsets never
 //!   pass an acknowledged request), and a second run must finish the load
-//!   with every offset in.
+//!   with every offset in;
+//! - with streamed requests whose batches are released once sent
+//!   (`--insert-request-bytes 64KiB`, far below a request's size): a
+//!   request the outage fails cannot be sent again, so its partitions are
+//!   read again from Kafka from their acknowledged offsets (the log must
+//!   say so), and the run must end with every offset in and committed.
 //!
 //! ClickHouse 18.16 only: the outage is driven by `scripts/services.sh`
 //! (SIGSTOP, SIGKILL, ch-start on the same data), and what is tested is
@@ -74,22 +79,43 @@ fn signal_clickhouse(pid_file: Option<&str>, sig: libc::c_int) -> bool {
 
 #[test]
 fn clickhouse_outage_mid_run() {
-    outage(false);
+    outage(Mode::PerBatch);
 }
 
 #[test]
 fn clickhouse_outage_mid_streamed_requests() {
-    outage(true);
+    outage(Mode::Streamed);
 }
 
-fn outage(streamed: bool) {
+#[test]
+fn clickhouse_outage_mid_released_requests_reads_them_again() {
+    outage(Mode::Released);
+}
+
+/// How spate inserts during the outage.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// `--insert-request 0`: one request per batch.
+    PerBatch,
+    /// Streamed requests that keep their batches (sent again whole).
+    Streamed,
+    /// Streamed requests past their byte bound (`--insert-request-bytes
+    /// 64KiB`): their batches are released once sent, and a failed one
+    /// is read again from Kafka.
+    Released,
+}
+
+fn outage(mode: Mode) {
     let Some(svc) = services() else { return };
     let script = svc.script();
-    let _timer = Timer::start(if streamed {
-        "e2e_clickhouse_outage_streamed"
-    } else {
-        "e2e_clickhouse_outage"
+    let _timer = Timer::start(match mode {
+        Mode::PerBatch => "e2e_clickhouse_outage",
+        Mode::Streamed => "e2e_clickhouse_outage_streamed",
+        Mode::Released => "e2e_clickhouse_outage_released",
     });
+    // Streamed: spate is killed during the outage, its requests
+    // unanswered (see the module header).
+    let streamed = mode == Mode::Streamed;
     let _lock = ch_exclusive_lock();
     let ch = Ch::connect(&svc.clickhouse_url);
     let topic = unique("t_outage");
@@ -115,10 +141,13 @@ fn outage(streamed: bool) {
             "--insert-timeout",
             "5s",
             "--insert-request",
-            if streamed { "1s" } else { "0" },
+            if mode == Mode::PerBatch { "0" } else { "1s" },
         ]
         .map(String::from),
     );
+    if mode == Mode::Released {
+        args.extend(["--insert-request-bytes", "64KiB"].map(String::from));
+    }
     let mut running = Some(spawn("outage", &args));
     let exited = |r: &mut Option<Running>| r.as_mut().is_none_or(Running::has_exited);
 
@@ -209,9 +238,24 @@ fn outage(streamed: bool) {
         fin.elapsed
     );
     assert_eq!(uniq, N as u64, "every (partition, offset) present");
-    if !streamed {
-        let failed = "a streamed insert request failed";
-        assert!(!fin.stderr.contains(failed), "--insert-request 0 streamed");
+    let failed = "a streamed insert request failed";
+    match mode {
+        Mode::PerBatch => assert!(!fin.stderr.contains(failed), "--insert-request 0 streamed"),
+        Mode::Streamed => {}
+        Mode::Released => {
+            // The outage met released requests, and their partitions
+            // were read again (the rows above came back that way).
+            for line in [
+                "failed after its batches were released",
+                "partition read again from its acknowledged watermark",
+            ] {
+                assert!(
+                    fin.stderr.contains(line),
+                    "no \"{line}\" in spate's log; tail:\n{}",
+                    fin.tail(40)
+                );
+            }
+        }
     }
     let ends: Vec<Option<i64>> = produced.counts.iter().map(|&c| Some(c)).collect();
     assert_eq!(

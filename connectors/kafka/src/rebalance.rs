@@ -183,7 +183,7 @@ impl SpateContext {
 
 /// The consumer group generation librdkafka joined with (during the
 /// assign callback: the generation of this assignment), if it has one.
-fn generation(consumer: &BaseConsumer<SpateContext>) -> Option<u64> {
+pub(crate) fn generation(consumer: &BaseConsumer<SpateContext>) -> Option<u64> {
     use rdkafka::bindings as rdsys;
     let rk = consumer.client().native_ptr();
     // SAFETY: `rk` is the live client; the metadata is a copy we own and

@@ -55,6 +55,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{BorrowedMessage, Message as _};
 use rdkafka::topic_partition_list::TopicPartitionList;
+use rdkafka::Offset as KafkaOffset;
 use spate_core::error::SourceError;
 use spate_core::record::{Offset, PartitionId, Watermark};
 use spate_core::source::{LaneId, Revoker, Source, SourceEvent};
@@ -429,6 +430,37 @@ impl KafkaSource {
     }
 }
 
+/// The longest a rewind waits for librdkafka's seek, or for the group
+/// coordinator's committed offset of a partition none of whose rows was
+/// acknowledged yet.
+const REWIND_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl KafkaSource {
+    /// Where a lane that had nothing acknowledged began: the group's
+    /// committed offset of `partition`, or, with none committed, the
+    /// beginning (read again rather than skipped: with
+    /// `auto.offset.reset=latest` that re-reads the partition's history,
+    /// duplicates, never a gap).
+    fn start_of(&self, partition: &PartitionId) -> Result<KafkaOffset, SourceError> {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(&partition.topic, partition.partition);
+        let committed = self
+            .consumer
+            .committed_offsets(tpl, REWIND_TIMEOUT)
+            .map_err(|e| SourceError::Fatal(format!("committed offset of {partition}: {e}")))?;
+        let offset = committed
+            .find_partition(&partition.topic, partition.partition)
+            .map(|e| e.offset());
+        Ok(match offset {
+            Some(KafkaOffset::Offset(o)) => KafkaOffset::Offset(o),
+            _ => {
+                tracing::warn!(%partition, "no committed offset to read the partition again from; reading it from the beginning");
+                KafkaOffset::Beginning
+            }
+        })
+    }
+}
+
 /// Fail on a broker connection failure that cannot clear by itself (a
 /// wrong CA, a wrong password, TLS against a plain listener), unless a
 /// broker answers; warn once if none answers within [`STARTUP_PROBE`].
@@ -473,6 +505,71 @@ impl Source for KafkaSource {
         let polled = self.poll_client(timeout, revoker)?;
         self.check_polled(polled)?;
         self.gather_events()
+    }
+
+    fn rewind(
+        &mut self,
+        lane: LaneId,
+        from: Option<Watermark>,
+    ) -> Result<Option<KafkaLane>, SourceError> {
+        let partition = {
+            let mut shared = lock(&self.consumer.context().shared);
+            let Some(partition) = shared.by_id.remove(&lane) else {
+                return Ok(None);
+            };
+            // No take of the old lane runs past here: the seek below must
+            // not straddle one (see `Fence`).
+            if let Some(fence) = shared.fences.remove(&lane) {
+                fence.end();
+            }
+            shared.lanes.remove(&partition);
+            partition
+        };
+        self.ended.remove(&lane);
+        self.retired.remove(&lane);
+        let offset = match from {
+            Some(w) => KafkaOffset::Offset(w.0),
+            None => self.start_of(&partition)?,
+        };
+        let (topic, p) = (&*partition.topic, partition.partition);
+        // Messages fetched before the seek are of an older version of the
+        // partition's fetch state: librdkafka drops them from its queue.
+        self.consumer
+            .seek(topic, p, offset, REWIND_TIMEOUT)
+            .map_err(|e| SourceError::Fatal(format!("seek of {partition} to {offset:?}: {e}")))?;
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(topic, p);
+        // The old lane may have been paused; a new lane starts resumed.
+        self.consumer
+            .resume(&tpl)
+            .map_err(|e| SourceError::Fatal(format!("resume of {partition}: {e}")))?;
+        let queue = self
+            .consumer
+            .split_partition_queue(topic, p)
+            .ok_or_else(|| {
+                SourceError::Fatal(format!("could not split the queue of {partition}"))
+            })?;
+        let ctx = self.consumer.context();
+        let id = ctx.next_lane_id();
+        let fence = Arc::new(crate::fence::Fence::new());
+        {
+            let mut shared = lock(&ctx.shared);
+            shared.lanes.insert(partition.clone(), id);
+            shared.by_id.insert(id, partition.clone());
+            shared.fences.insert(id, fence.clone());
+        }
+        let generation = crate::rebalance::generation(&self.consumer);
+        KafkaLane::new(
+            id,
+            partition.clone(),
+            &self.consumer,
+            queue,
+            self.until_end,
+            self.ended_tx.clone(),
+            fence,
+        )
+        .map(|lane| Some(lane.with_epoch(generation)))
+        .ok_or_else(|| SourceError::Fatal(format!("no fetch queue for {partition}")))
     }
 
     fn pause(&mut self, lanes: &[LaneId]) -> Result<(), SourceError> {

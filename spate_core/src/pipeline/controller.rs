@@ -47,7 +47,7 @@ use crate::record::{PartitionId, Watermark};
 use crate::sink::{AckEvent, AckReceiver, DrainReport};
 use crate::source::{BarrierOutcome, DrainBarrier, Lane, LaneId, Revoker, Source, SourceEvent};
 use crossbeam_channel::{never, select, Receiver, Sender};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -144,6 +144,9 @@ pub(crate) struct Core<L> {
     /// later owner fenced the partition): their watermark cannot move
     /// until the lane is revoked. Reported in `/readyz` and a gauge.
     blocked: BTreeMap<LaneId, PartitionId>,
+    /// Lanes whose rows the sink lost (`AckEvent::Rewind`), to be read
+    /// again from their acknowledged watermark on the controller's turn.
+    rewinds: BTreeSet<LaneId>,
     /// The shutdown deadline, once draining began: what is left of it
     /// bounds the waits of revocations and losses while draining.
     stop_by: Option<Instant>,
@@ -189,6 +192,7 @@ impl<S: Source> Controller<S> {
                 gauged: HashSet::new(),
                 idle_since: None,
                 blocked: BTreeMap::new(),
+                rewinds: BTreeSet::new(),
                 stop_by: None,
                 metrics: env.metrics,
                 readiness: links.readiness,
@@ -260,6 +264,7 @@ impl<S: Source> Controller<S> {
             self.core.apply_driver_events(&mut self.source);
             self.core.retry_resumes(&mut self.source);
             self.core.apply_acks();
+            self.core.rewind_lanes(&mut self.source);
             let now = self.core.clock.now();
             if now >= next_commit {
                 self.core.commit(&mut self.source, false);
@@ -540,6 +545,80 @@ impl<L: Lane> Core<L> {
         }
     }
 
+    /// Stop `lanes` on their drivers (each flushes its chain and drops
+    /// them), waiting for the drivers until `deadline`.
+    fn stop_lanes(&mut self, lanes: &[LaneId], deadline: Instant) {
+        let by_driver = self.group_by_driver(lanes);
+        let expected: usize = by_driver.values().map(Vec::len).sum();
+        let barrier = DrainBarrier::new(expected);
+        self.checkpointer.stopping(lanes);
+        for (driver, ids) in by_driver {
+            let _ = self.drivers[driver].send(ThreadControl::StopLanes {
+                lanes: ids,
+                barrier: barrier.clone(),
+                deadline,
+            });
+        }
+        // The barrier sleeps in real time: give it what is left on our clock.
+        let real_deadline = Instant::now() + clock::until(&*self.clock, deadline);
+        if let BarrierOutcome::TimedOut { missing } = barrier.wait_until(real_deadline) {
+            tracing::warn!(missing, "drivers did not stop lanes before the deadline");
+        }
+    }
+
+    /// Read again the partitions of the lanes whose rows the sink lost
+    /// ([`AckEvent::Rewind`]): stop each lane on its driver, forget it
+    /// (acknowledgements of it are ignored from then on), and start a new
+    /// lane of the partition from the old one's acknowledged watermark.
+    /// Rows of the old lane past the watermark that the sink still
+    /// inserts are read again too: duplicates, never a gap.
+    fn rewind_lanes<S: Source<Lane = L>>(&mut self, source: &mut S) {
+        if self.rewinds.is_empty() {
+            return;
+        }
+        let lanes: Vec<LaneId> = std::mem::take(&mut self.rewinds)
+            .into_iter()
+            .filter(|l| self.home.contains_key(l))
+            .collect();
+        if lanes.is_empty() || self.failure.is_some() {
+            return;
+        }
+        let deadline = self.clock.now() + self.config.revoke_timeout;
+        self.stop_lanes(&lanes, deadline);
+        for lane in lanes {
+            let Some((partition, acked)) = self.hand_over(lane, deadline) else {
+                continue;
+            };
+            if self.failure.is_some() {
+                // A poll outlived its lane: stopping, the rest replays.
+                return;
+            }
+            match source.rewind(lane, acked) {
+                Ok(Some(new)) => {
+                    self.metrics.rewinds.inc();
+                    tracing::warn!(
+                        %partition,
+                        lane = %lane,
+                        new_lane = %new.id(),
+                        from = ?acked.map(|w| w.0),
+                        "partition read again from its acknowledged watermark: the sink lost rows of it it could not insert"
+                    );
+                    self.add_lane(new);
+                }
+                Ok(None) => {
+                    tracing::info!(%partition, lane = %lane, "partition to read again is no longer owned; its next owner reads it from the committed offset");
+                }
+                Err(e) => {
+                    let reason = format!(
+                        "{partition}: reading it again from its acknowledged watermark failed: {e}"
+                    );
+                    self.fail(FatalError::new("source", reason, Fault::External));
+                    return;
+                }
+            }
+        }
+    }
+
     /// The blocked lanes, to `/readyz` and the gauge.
     fn publish_blocked(&self) {
         self.metrics.lanes_blocked.set(self.blocked.len() as i64);
@@ -656,6 +735,22 @@ impl<L: Lane> Core<L> {
                 }
                 self.given_up(&ranges);
             }
+            AckEvent::Rewind(ranges) => {
+                // Never committed past, whatever follows: the lane is read
+                // again under a new one, or (stopping) replays from the
+                // committed offsets on the next start.
+                for r in &ranges {
+                    self.checkpointer.fail(r);
+                }
+                if self.draining || self.stop_by.is_some() || self.failure.is_some() {
+                    return;
+                }
+                let owned = ranges
+                    .iter()
+                    .map(|r| r.lane)
+                    .filter(|l| self.home.contains_key(l));
+                self.rewinds.extend(owned);
+            }
             AckEvent::Fatal { ranges, error } => {
                 for r in &ranges {
                     self.checkpointer.fail(r);
@@ -712,25 +807,7 @@ impl<L: Lane> Revoker for Core<L> {
             return out;
         }
         let deadline = self.clock.now() + self.config.revoke_timeout;
-        let by_driver = self.group_by_driver(lanes);
-        let expected: usize = by_driver.values().map(Vec::len).sum();
-        let barrier = DrainBarrier::new(expected);
-        self.checkpointer.stopping(lanes);
-        for (driver, ids) in by_driver {
-            let _ = self.drivers[driver].send(ThreadControl::StopLanes {
-                lanes: ids,
-                barrier: barrier.clone(),
-                deadline,
-            });
-        }
-        // The barrier sleeps in real time: give it what is left on our clock.
-        let real_deadline = Instant::now() + clock::until(&*self.clock, deadline);
-        if let BarrierOutcome::TimedOut { missing } = barrier.wait_until(real_deadline) {
-            tracing::warn!(
-                missing,
-                "drivers did not stop revoked lanes before the revoke deadline"
-            );
-        }
+        self.stop_lanes(lanes, deadline);
         // Wait for the sink to acknowledge what the revoked lanes sent.
         loop {
             self.apply_acks();

@@ -120,6 +120,8 @@ pub(crate) struct SourceLog {
     pub failed_commits: Vec<(PartitionId, Watermark)>,
     /// Polls that blocked on `FakeSource::block_first`.
     pub blocked_polls: usize,
+    /// Lanes read again ([`Source::rewind`]), with where from.
+    pub rewinds: Vec<(LaneId, Option<Watermark>)>,
 }
 
 pub(crate) struct FakeSource {
@@ -368,6 +370,42 @@ impl Source for FakeSource {
         Ok(events)
     }
 
+    fn rewind(
+        &mut self,
+        lane: LaneId,
+        from: Option<Watermark>,
+    ) -> Result<Option<FakeLane>, SourceError> {
+        let Some(partition) = self.lanes.remove(&lane) else {
+            return Ok(None);
+        };
+        self.ended.remove(&lane);
+        self.retired.remove(&lane);
+        let data = (self.partitions.iter())
+            .find(|(p, _)| *p == partition)
+            .map(|(_, d)| d.clone())
+            .expect("a partition of this source");
+        let start = from.map_or_else(
+            || self.committed.get(&partition).copied().unwrap_or(0),
+            |w| w.0,
+        );
+        self.next_lane += 1;
+        let id = LaneId(self.next_lane);
+        self.lanes.insert(id, partition.clone());
+        self.log.lock().rewinds.push((lane, from));
+        Ok(Some(FakeLane {
+            id,
+            partition,
+            data,
+            pos: start as usize,
+            bounded: self.bounded,
+            ended_tx: self.ended_tx.clone(),
+            told: false,
+            log: self.log.clone(),
+            hold: None,
+            block: None,
+        }))
+    }
+
     fn pause(&mut self, lanes: &[LaneId]) -> Result<(), SourceError> {
         let mut log = self.log.lock();
         log.pause_calls += 1;
@@ -493,6 +531,10 @@ pub(crate) struct RecordingSink {
     pub log: Arc<Watched<SinkLog>>,
     pub stall: Arc<AtomicBool>,
     pub give_up_first: Arc<AtomicBool>,
+    /// While above zero, each chunk taken is lost instead of recorded
+    /// (`AckEvent::Rewind`, as a failed streamed request whose batches
+    /// were released), and the count goes down by one.
+    pub lose_next: Arc<AtomicUsize>,
 }
 
 pub(crate) fn recording_sink(io: &tokio::runtime::Handle, high_water: usize) -> RecordingSink {
@@ -501,11 +543,13 @@ pub(crate) fn recording_sink(io: &tokio::runtime::Handle, high_water: usize) -> 
     let log: Arc<Watched<SinkLog>> = Arc::default();
     let stall = Arc::new(AtomicBool::new(false));
     let give_up_first = Arc::new(AtomicBool::new(false));
+    let lose_next = Arc::new(AtomicUsize::new(0));
     let held: Arc<Mutex<BTreeMap<usize, Chunk>>> = Arc::default();
     let mut tasks = Vec::new();
     for mut rx in receivers {
         let (log, stall, held, ack_tx) = (log.clone(), stall.clone(), held.clone(), ack_tx.clone());
         let give_up = give_up_first.clone();
+        let lose = lose_next.clone();
         tasks.push(io.spawn(async move {
             let mut n = 0usize;
             while let Some(chunk) = rx.recv().await {
@@ -530,6 +574,13 @@ pub(crate) fn recording_sink(io: &tokio::runtime::Handle, high_water: usize) -> 
                         .any(|r| r.starts_with(b"0-"))
                 {
                     let _ = ack_tx.send(AckEvent::Abandoned(chunk.acks.clone()));
+                    continue;
+                }
+                if lose
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+                    .is_ok()
+                {
+                    let _ = ack_tx.send(AckEvent::Rewind(chunk.acks.clone()));
                     continue;
                 }
                 let mut l = log.lock();
@@ -582,5 +633,6 @@ pub(crate) fn recording_sink(io: &tokio::runtime::Handle, high_water: usize) -> 
         log,
         stall,
         give_up_first,
+        lose_next,
     }
 }

@@ -124,6 +124,39 @@ fn bounded_run_completes_with_every_row_and_final_watermarks() {
 }
 
 #[test]
+fn rows_the_sink_lost_are_read_again_from_the_acknowledged_watermark() {
+    let io = io();
+    let source = FakeSource::new(data(3, 1000), true);
+    let source_log = source.log.clone();
+    let sink = recording_sink(io.handle(), 1 << 20);
+    let sink_log = sink.log.clone();
+    // The sink loses its first four chunks (a failed streamed request
+    // whose batches were released): their rows must come back.
+    sink.lose_next.store(4, Ordering::Release);
+    // Without the rewind the lost segments would hold the watermarks and
+    // the run would never complete: a shutdown bounds the test.
+    let deadline = async { tokio::time::sleep(Duration::from_secs(30)).await };
+    let report = start(source, sink, options(&io), 100).run(deadline);
+    assert_eq!(report.state, ExitState::Completed, "{report:?}");
+    let by = offsets(&sink_log.lock().rows);
+    for p in 0..3 {
+        let mut got = by[&p].clone();
+        got.dedup();
+        assert_eq!(
+            got,
+            (0..1000).collect::<Vec<i64>>(),
+            "partition {p}: every row, the lost ones read again"
+        );
+    }
+    let rewinds = source_log.lock().rewinds.clone();
+    assert!(!rewinds.is_empty(), "no lane was read again");
+    let mut wms = report.final_watermarks.clone();
+    wms.sort();
+    let wms: Vec<_> = wms.iter().map(|(p, w)| (p.partition, *w)).collect();
+    assert_eq!(wms, vec![(0, 1000), (1, 1000), (2, 1000)]);
+}
+
+#[test]
 fn shutdown_flushes_drivers_then_drains_sink_then_commits() {
     let io = io();
     // Unbounded source: only a shutdown stops it.

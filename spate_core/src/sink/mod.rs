@@ -237,6 +237,13 @@ pub enum AckEvent {
     /// These ranges will never be acknowledged (abandoned at the shutdown
     /// deadline): their offsets must never be committed.
     Abandoned(Vec<AckRange>),
+    /// The sink failed to insert these ranges and no longer holds their
+    /// rows (a streamed request that failed after its batches' buffers
+    /// were reused): read them again from the source. The controller
+    /// rewinds each of their lanes to its acknowledged watermark
+    /// ([`Source::rewind`](crate::source::Source::rewind)) under a new
+    /// lane; their offsets are never committed before that.
+    Rewind(Vec<AckRange>),
     /// The sink cannot go on (non-retriable error); the ranges it was
     /// inserting are failed and the pipeline must stop.
     Fatal {

@@ -214,6 +214,26 @@ pub trait Source: Send + 'static {
         Vec::new()
     }
 
+    /// Read `lane`'s partition again from `from` (its acknowledged
+    /// watermark; `None`: nothing of the lane was acknowledged, so from
+    /// where the lane began, the group's committed offset), under a new
+    /// lane that replaces it: the sink lost rows of it that it could not
+    /// insert ([`AckEvent::Rewind`](crate::sink::AckEvent::Rewind)). The
+    /// old lane is already stopped on its driver and forgotten by the
+    /// checkpointer. The new lane starts resumed, like an assigned one.
+    /// `Ok(None)`: the source no longer owns the partition (its next
+    /// owner reads it from the committed offset). Default: this source
+    /// cannot read again, an error.
+    fn rewind(
+        &mut self,
+        lane: LaneId,
+        _from: Option<Watermark>,
+    ) -> Result<Option<Self::Lane>, SourceError> {
+        Err(SourceError::Fatal(format!(
+            "{lane}: this source cannot read a partition again, so the rows the sink lost cannot be replayed"
+        )))
+    }
+
     /// Payload bytes the source holds prefetched beyond what lanes took
     /// (librdkafka's fetch queues), for the `spate_prefetch_bytes` gauge.
     /// Default: not known.

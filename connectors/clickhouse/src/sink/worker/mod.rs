@@ -179,11 +179,18 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
     }
 
     fn acknowledge(&self, chunk: Chunk, rejected: u64) {
+        let bytes = chunk.data.len();
+        self.acknowledge_sized(chunk, rejected, bytes);
+    }
+
+    /// [`acknowledge`](Self::acknowledge) a chunk of `bytes` as inserted
+    /// (its buffer may have been released already: a streamed request's).
+    fn acknowledge_sized(&self, chunk: Chunk, rejected: u64, bytes: usize) {
         let rows = chunk.rows - rejected;
         ChunkInserted {
             site: self.shared.site(&self.shard.label),
             rows,
-            bytes: chunk.data.len(),
+            bytes,
         }
         .emit();
         // Every row of the chunk, those the server rejected (handled by

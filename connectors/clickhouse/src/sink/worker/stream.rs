@@ -32,11 +32,20 @@
 //! Acknowledgement, watermark and commit do not change: every batch of a
 //! request is acknowledged once the request's final 200 arrived (the
 //! server answers at the end of the query, `wait_end_of_query=1`), never
-//! before. The batches stay in memory until then, out of their shard's
-//! queue depth once sent (lanes pause on what is queued alone) and
-//! bounded by the request's byte bound, a share of the budget of its own
-//! (`Budget::streamed` in the binary's `run::sinks`), so the memory budget
-//! holds whatever the request's length.
+//! before. The batches leave their shard's queue depth once sent (lanes
+//! pause on what is queued alone). Up to the request's byte bound, a
+//! share of the budget of its own (`Budget::streamed` in the binary's
+//! `run::sinks`), they stay in memory until the answer, for the resend
+//! above. Past it the request goes on and its batches are released once
+//! sent (their buffers reused for the shard's next batches), keeping
+//! only what acknowledges them; if such a request fails, in either way,
+//! its ranges go back to the controller as [`AckEvent::Rewind`], which
+//! reads their partitions again from their acknowledged watermarks, and
+//! the next request waits a backoff (after a refusal the shard inserts
+//! batch by batch for a while, to isolate the rows the server rejects).
+//! So memory stays within the budget whatever the request's length.
+//!
+//! [`AckEvent::Rewind`]: spate_core::sink::AckEvent::Rewind
 //!
 //! Deduplication: on servers with tokens (22.2+) the request sends one
 //! token, of its first batch's offsets (each batch is in one request
@@ -62,7 +71,7 @@ use crate::sink::insert::events::{
 use crate::sink::insert::outcome::Prepared;
 use crate::sink::insert::settings::{dedup_token, takes_dedup_token, DEDUP_TOKEN};
 use crate::sink::insert::target::{InsertQuery, InsertTarget};
-use spate_core::sink::Chunk;
+use spate_core::sink::{Chunk, Spare};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -78,8 +87,30 @@ pub struct StreamBounds {
     /// At this many rows (`--insert-request-rows`): the next batch that
     /// would pass it goes into the next request.
     pub max_rows: u64,
-    /// At this many bytes of batches held for it (`--insert-request-bytes`).
+    /// Bytes of batches a request keeps whole, to be sent again if its
+    /// answer is lost (`--insert-request-bytes`). Past it the request goes
+    /// on, its batches' buffers reused as soon as they are sent, and if it
+    /// fails its partitions are read again from the source (a rewind).
     pub max_bytes: usize,
+}
+
+/// How long a shard inserts batch by batch after the server refused a
+/// request whose batches were no longer held: the refused rows come back
+/// read again from the source, and one by one is how the rows the server
+/// rejects are isolated. Doubled for each such refusal in a row, up to
+/// [`PER_BATCH_MAX`].
+pub(super) const PER_BATCH_AFTER_REFUSAL: Duration = Duration::from_secs(10);
+const PER_BATCH_MAX: Duration = Duration::from_secs(300);
+
+/// What a streaming worker remembers of the requests it read again.
+#[derive(Default)]
+struct Rewinds {
+    /// Requests in a row that failed after their batches were released.
+    failed: u32,
+    /// Refused requests in a row (sizes the per-batch window).
+    refused: u32,
+    /// Insert batch by batch until then (see [`PER_BATCH_AFTER_REFUSAL`]).
+    per_batch_until: Option<Instant>,
 }
 
 /// How much longer than the insert timeout the worker waits for a
@@ -93,8 +124,15 @@ struct Request {
     bodies: Option<mpsc::Sender<Prepared>>,
     /// The request, sending what `bodies` yields.
     sending: JoinHandle<Result<(), InsertError>>,
-    /// The batches it carries, in order, kept until its answer.
+    /// The batches it carries, in order, kept until its answer: whole
+    /// while `held`, else only what acknowledges them (their buffers were
+    /// reused once sent).
     chunks: Vec<Chunk>,
+    /// Each batch's size as sent.
+    sizes: Vec<usize>,
+    /// Whether its batches are kept whole, to be sent again (within
+    /// [`StreamBounds::max_bytes`]).
+    held: bool,
     rows: u64,
     bytes: usize,
     /// When it ends at the latest.
@@ -131,6 +169,7 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
     /// request, and are settled when it ends.
     pub(super) async fn run_streaming(&mut self, bounds: StreamBounds) {
         let mut open: Option<Request> = None;
+        let mut rewinds = Rewinds::default();
         loop {
             let next = match &open {
                 None => Next::Chunk(self.next().await),
@@ -138,51 +177,85 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
             };
             let chunk = match next {
                 Next::Due => {
-                    self.finish(open.take()).await;
+                    self.finish(open.take(), &mut rewinds).await;
                     continue;
                 }
                 Next::Chunk(None) => {
-                    self.finish(open.take()).await;
+                    self.finish(open.take(), &mut rewinds).await;
                     return;
                 }
                 Next::Chunk(Some(chunk)) => chunk,
             };
             if self.giving_up() {
-                self.finish(open.take()).await;
+                self.finish(open.take(), &mut rewinds).await;
             }
             let Some(chunk) = self.to_insert(chunk) else {
                 continue;
             };
+            if rewinds.per_batch_until.is_some_and(|t| Instant::now() < t) {
+                // After a refused request read again: one by one, so the
+                // rows the server rejects are isolated.
+                self.finish(open.take(), &mut rewinds).await;
+                let outcome = self.insert(&chunk).await;
+                self.settle(chunk, outcome);
+                continue;
+            }
             let body = match self.body(&chunk, &chunk.data) {
                 Ok(body) => body,
                 Err(e) => {
-                    self.finish(open.take()).await;
+                    self.finish(open.take(), &mut rewinds).await;
                     self.settle(chunk, Outcome::Failed(e));
                     continue;
                 }
             };
             if let Some(r) = &open {
-                let fits = r.rows + chunk.rows <= bounds.max_rows
-                    && r.bytes + chunk.data.len() <= bounds.max_bytes;
+                let fits = r.rows + chunk.rows <= bounds.max_rows;
                 let same = Arc::ptr_eq(&r.query, &body.query) || r.query == body.query;
                 if !fits || !same {
-                    self.finish(open.take()).await;
+                    self.finish(open.take(), &mut rewinds).await;
                 }
             }
             let r = open.get_or_insert_with(|| self.open(&chunk, &body, bounds));
             self.hand(r, body).await;
-            // Out of the queue's depth: held by the request, within its
-            // byte bound, so lanes pause on the batches queued alone.
+            // Out of the queue's depth once sent, so lanes pause on the
+            // batches queued alone: held by the request within its byte
+            // bound, past it released (a failure then reads the request's
+            // rows again from the source).
             let mut chunk = chunk;
             drop(chunk.ticket.take());
             r.rows += chunk.rows;
             r.bytes += chunk.data.len();
+            r.sizes.push(chunk.data.len());
+            if r.held && r.bytes > bounds.max_bytes {
+                r.held = false;
+                for held in &mut r.chunks {
+                    self.release(held);
+                }
+            }
+            if !r.held {
+                self.release(&mut chunk);
+            }
             r.chunks.push(chunk);
-            let full = r.rows >= bounds.max_rows || r.bytes >= bounds.max_bytes;
-            if full || r.broken.is_some() {
-                self.finish(open.take()).await;
+            if r.rows >= bounds.max_rows || r.broken.is_some() {
+                self.finish(open.take(), &mut rewinds).await;
             }
         }
+    }
+
+    /// Give `chunk`'s buffers back for the shard's next batches, keeping
+    /// what acknowledges it (its ranges, rows and timestamps).
+    fn release(&self, chunk: &mut Chunk) {
+        let data = std::mem::take(&mut chunk.data);
+        let rows = std::mem::take(&mut chunk.index.rows);
+        chunk.index.originals = Default::default();
+        self.depths.recycle(
+            chunk.shard,
+            Spare {
+                data,
+                rows,
+                stamps: Default::default(),
+            },
+        );
     }
 
     /// The next batch, or `Due` when `due` passed first. The wait for the
@@ -230,6 +303,8 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
             bodies: Some(bodies),
             sending,
             chunks: Vec::new(),
+            sizes: Vec::new(),
+            held: true,
             rows: 0,
             bytes: 0,
             due: Instant::now() + bounds.max_age,
@@ -285,7 +360,7 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
     /// sent again while its fate is unknown; its batches inserted one by
     /// one when the server refused it; abandoned when the drain deadline
     /// passed.
-    async fn finish(&mut self, open: Option<Request>) {
+    async fn finish(&mut self, open: Option<Request>, rewinds: &mut Rewinds) {
         let Some(mut r) = open else { return };
         drop(r.bodies.take());
         let started = Instant::now();
@@ -295,10 +370,16 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
         let refused = loop {
             let error = match answer {
                 None => return self.abandon_request(r),
-                Some(Ok(())) => return self.inserted(r, started, attempt),
+                Some(Ok(())) => {
+                    (rewinds.failed, rewinds.refused) = (0, 0);
+                    return self.inserted(r, started, attempt);
+                }
                 Some(Err(e)) => e,
             };
             self.request_failed(&r, &error);
+            if !r.held {
+                return self.read_again(r, &error, rewinds).await;
+            }
             // No answer, or the connection failed: the server may have
             // written the request (it runs on after the client gave up).
             // Sent again, the same blocks under the same token are dropped
@@ -433,8 +514,8 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
             answered_in = ?started.elapsed(),
             "streamed insert request confirmed"
         );
-        for chunk in r.chunks {
-            self.acknowledge(chunk, 0);
+        for (chunk, bytes) in r.chunks.into_iter().zip(r.sizes) {
+            self.acknowledge_sized(chunk, 0, bytes);
         }
     }
 
@@ -453,6 +534,49 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
         }
         .emit();
         self.pace.failing(first_line(&error.message));
+    }
+
+    /// A request whose batches were released failed: nothing of it is
+    /// acknowledged, and its partitions are read again from their
+    /// acknowledged watermarks ([`AckEvent::Rewind`]). The next request
+    /// opens after a backoff that grows with such failures in a row (an
+    /// outage must not turn into a loop of re-reads); after a refusal
+    /// the shard inserts batch by batch for a while, so that the rows
+    /// the server rejects come back one batch at a time.
+    async fn read_again(&mut self, r: Request, error: &InsertError, rewinds: &mut Rewinds) {
+        let refused = error.code.is_some() || error.class != ErrorClass::Retriable;
+        rewinds.failed += 1;
+        if refused {
+            let window = PER_BATCH_AFTER_REFUSAL
+                .saturating_mul(1 << rewinds.refused.min(8))
+                .min(PER_BATCH_MAX);
+            rewinds.refused += 1;
+            rewinds.per_batch_until = Some(Instant::now() + window);
+        }
+        let backoff = self
+            .pace
+            .retry
+            .delay(rewinds.failed - 1, rand::random::<f64>());
+        let (site, shard) = (&self.shared.table, &self.shard.label);
+        self.shared
+            .ch_metrics
+            .insert_requests
+            .with_label_values(&[site, shard, "read_again"])
+            .inc();
+        tracing::warn!(
+            batches = r.chunks.len(),
+            rows = r.rows,
+            bytes = r.bytes,
+            error = %first_line(&error.message),
+            refused,
+            backoff_ms = backoff.as_millis() as u64,
+            "a streamed insert request failed after its batches were released; reading its partitions again from their acknowledged offsets"
+        );
+        let ranges: Vec<_> = r.chunks.into_iter().flat_map(|c| c.acks).collect();
+        let _ = self.acks.send(spate_core::sink::AckEvent::Rewind(ranges));
+        // Within the drain deadline only: once it passed, the next
+        // request's batches are abandoned anyway.
+        let _ = self.pace.pause(backoff).await;
     }
 
     /// The drain deadline passed: nothing of the request is acknowledged.

@@ -24,6 +24,7 @@ use spate_core::source::LaneId;
 use std::collections::VecDeque;
 use std::sync::Mutex as StdMutex;
 use std::time::Duration;
+use stream::PER_BATCH_AFTER_REFUSAL;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
@@ -1154,4 +1155,95 @@ async fn a_request_carries_a_token_of_its_own_where_the_server_takes_one() {
         setting(&attempts[0], DEDUP_TOKEN),
         Some(format!("{first}-request").as_str())
     );
+}
+
+/// [`streaming`] with a byte bound of `max_bytes`: past it, a request's
+/// batches are released once sent.
+fn streaming_held(max_rows: u64, max_bytes: usize) -> Extras {
+    Extras {
+        stream: Some(StreamBounds {
+            max_age: Duration::from_secs(1),
+            max_rows,
+            max_bytes,
+        }),
+        ..Extras::default()
+    }
+}
+
+/// The sequence numbers of the ranges sent to be read again, in order.
+fn rewound_seqs(events: &[AckEvent]) -> Vec<u64> {
+    (events.iter())
+        .filter_map(|e| match e {
+            AckEvent::Rewind(r) => Some(r.iter().map(|r| r.seq).collect::<Vec<_>>()),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_past_its_byte_bound_is_read_again_when_its_answer_is_lost() {
+    // 4 bytes held: the second 3-byte batch passes it, so both are
+    // released once sent; the request's connection then fails.
+    let script = vec![network()];
+    let mut h = Harness::start_with(vec![script], no_jitter(100, 400), streaming_held(1000, 4));
+    let mut first = h.push(0, 3);
+    first.extend(h.push(1, 3));
+    tokio::time::sleep(secs(2)).await;
+    let events = h.events();
+    assert_eq!(rewound_seqs(&events), [0, 1], "read again, both");
+    assert!(acked_seqs(&events).is_empty());
+    // The next batch goes in a request of its own, which is answered.
+    let next = h.push(2, 3);
+    h.finish().await;
+    let bodies: Vec<Vec<u8>> = h.attempts().iter().map(|x| x.body.to_vec()).collect();
+    assert_eq!(
+        bodies,
+        [first, next],
+        "the released batches were not sent again"
+    );
+    assert_eq!(acked_seqs(&h.events()), [2]);
+    assert_eq!(requests(&h, "read_again"), 1);
+    assert_eq!(requests(&h, "inserted"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_within_its_byte_bound_is_still_sent_again_whole() {
+    // The same failure with 6 bytes held: nothing was released.
+    let script = vec![network()];
+    let mut h = Harness::start_with(vec![script], no_jitter(100, 400), streaming_held(1000, 6));
+    let mut sent = h.push(0, 3);
+    sent.extend(h.push(1, 3));
+    h.finish().await;
+    let bodies: Vec<Vec<u8>> = h.attempts().iter().map(|x| x.body.to_vec()).collect();
+    assert_eq!(bodies, [sent.clone(), sent]);
+    assert_eq!(acked_seqs(&h.events()), [0, 1]);
+    assert_eq!(requests(&h, "read_again"), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_a_refused_request_is_read_again_the_shard_inserts_batch_by_batch() {
+    let script = vec![server(THROW_IF)];
+    let mut h = Harness::start_with(vec![script], no_jitter(100, 400), streaming_held(1000, 4));
+    h.push(0, 3);
+    h.push(1, 3);
+    tokio::time::sleep(secs(2)).await;
+    assert_eq!(rewound_seqs(&h.events()), [0, 1]);
+    // Within the window that follows a refusal: one request per batch.
+    let a = h.push(2, 2);
+    let b = h.push(3, 2);
+    tokio::time::sleep(secs(1)).await;
+    // Past it: streamed again.
+    tokio::time::sleep(PER_BATCH_AFTER_REFUSAL).await;
+    let c = h.push(4, 2);
+    let d = h.push(5, 2);
+    h.finish().await;
+    let bodies: Vec<Vec<u8>> = h
+        .attempts()
+        .iter()
+        .skip(1)
+        .map(|x| x.body.to_vec())
+        .collect();
+    assert_eq!(bodies, [a, b, [c, d].concat()]);
+    assert_eq!(acked_seqs(&h.events()), [2, 3, 4, 5]);
 }
