@@ -174,8 +174,16 @@ fn outage(mode: Mode) {
     services_sh(&script, "ch-stop");
     let stopped = Instant::now();
     eprintln!("[e2e_clickhouse_outage] ClickHouse down ({before} rows were in at the start of the outage)");
-    // Streamed: spate dies with its requests unanswered.
+    // Streamed: spate dies with its requests unanswered, once one of
+    // them was seen failing (the kill raced the log line of the request
+    // the SIGKILL broke, seen under load).
     let killed = streamed.then(|| {
+        let failed = "a streamed insert request failed";
+        let by = Instant::now() + Duration::from_secs(15);
+        let spate = running.as_mut().expect("spate");
+        while !spate.stderr_so_far().contains(failed) && Instant::now() < by {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let fin = running.take().expect("spate").kill9();
         (fin, committed(&svc.brokers, &group, &topic, PARTITIONS))
     });

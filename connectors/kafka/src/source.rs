@@ -72,6 +72,9 @@ pub struct KafkaSource {
     /// Lanes that reached their end: next offset after their last message.
     ended: HashMap<LaneId, Option<i64>>,
     retired: HashSet<LaneId>,
+    /// Where lanes made by [`Source::rewind`] began reading: what they
+    /// are read again from should nothing of them be acknowledged.
+    starts: HashMap<LaneId, i64>,
     until_end: bool,
     drained_reported: bool,
     topics: Vec<String>,
@@ -161,6 +164,7 @@ impl KafkaSource {
             ended_rx,
             ended: HashMap::new(),
             retired: HashSet::new(),
+            starts: HashMap::new(),
             until_end: config.until_end,
             drained_reported: false,
             topics: config.topics.clone(),
@@ -281,6 +285,7 @@ impl KafkaSource {
         for lane in revoked.iter().chain(lost.iter()) {
             self.ended.remove(lane);
             self.retired.remove(lane);
+            self.starts.remove(lane);
         }
         let mut events: Vec<SourceEvent<KafkaLane>> = refused
             .into_iter()
@@ -527,9 +532,12 @@ impl Source for KafkaSource {
         };
         self.ended.remove(&lane);
         self.retired.remove(&lane);
-        let offset = match from {
-            Some(w) => KafkaOffset::Offset(w.0),
-            None => self.start_of(&partition)?,
+        let began = self.starts.remove(&lane);
+        let offset = match (from, began) {
+            (Some(w), _) => KafkaOffset::Offset(w.0),
+            // A lane made by a rewind, nothing of it acknowledged.
+            (None, Some(o)) => KafkaOffset::Offset(o),
+            (None, None) => self.start_of(&partition)?,
         };
         let (topic, p) = (&*partition.topic, partition.partition);
         // Messages fetched before the seek are of an older version of the
@@ -557,6 +565,9 @@ impl Source for KafkaSource {
             shared.lanes.insert(partition.clone(), id);
             shared.by_id.insert(id, partition.clone());
             shared.fences.insert(id, fence.clone());
+        }
+        if let KafkaOffset::Offset(o) = offset {
+            self.starts.insert(id, o);
         }
         let generation = crate::rebalance::generation(&self.consumer);
         KafkaLane::new(

@@ -22,6 +22,11 @@
 //! [`Revoker`]: stop the lanes on their drivers, wait for their
 //! acknowledgements until the revoke deadline, hand back their watermarks
 //! for the source to commit before it gives the partitions up.
+//! Rows the sink lost (`AckEvent::Rewind`: a failed streamed request
+//! whose batches were released) are read again: on its next turn the
+//! controller stops their lanes the same way, forgets them, and starts a
+//! new lane of each partition from its acknowledged watermark
+//! (`Source::rewind`).
 //!
 //! A bounded run (`idle_exit`) ends as drained once the member, joined,
 //! has held no lane for the whole grace period.

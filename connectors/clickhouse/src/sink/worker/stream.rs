@@ -107,6 +107,10 @@ const PER_BATCH_MAX: Duration = Duration::from_secs(300);
 struct Rewinds {
     /// Requests in a row that failed after their batches were released.
     failed: u32,
+    /// Of those, the ones without an answer: the next request's timeout
+    /// doubles for each, as a held request's resend does, so a server
+    /// slower than `--insert-timeout` is given the time to answer.
+    timed_out: u32,
     /// Refused requests in a row (sizes the per-batch window).
     refused: u32,
     /// Insert batch by batch until then (see [`PER_BATCH_AFTER_REFUSAL`]).
@@ -215,7 +219,8 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
                     self.finish(open.take(), &mut rewinds).await;
                 }
             }
-            let r = open.get_or_insert_with(|| self.open(&chunk, &body, bounds));
+            let timed_out = rewinds.timed_out;
+            let r = open.get_or_insert_with(|| self.open(&chunk, &body, bounds, timed_out));
             self.hand(r, body).await;
             // Out of the queue's depth once sent, so lanes pause on the
             // batches queued alone: held by the request within its byte
@@ -281,8 +286,15 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
     }
 
     /// A new request on the shard's preferred replica, for batches
-    /// encoded as `first` was.
-    fn open(&self, chunk: &Chunk, first: &Prepared, bounds: StreamBounds) -> Request {
+    /// encoded as `first` was; `timed_out` requests before it went
+    /// unanswered (its timeout doubles for each).
+    fn open(
+        &self,
+        chunk: &Chunk,
+        first: &Prepared,
+        bounds: StreamBounds,
+        timed_out: u32,
+    ) -> Request {
         let replica = self.shard.preferred.load(Ordering::Relaxed);
         let mut extra = vec![
             (
@@ -293,12 +305,24 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
         ];
         if takes_dedup_token(&first.query.settings) {
             if let Some(t) = dedup_token(chunk.shard, &chunk.spans) {
-                extra.push((DEDUP_TOKEN.to_string(), format!("{t}-request")));
+                // The first batch's token names only that batch, and the
+                // server drops a block whose token it has seen whatever
+                // its rows: a later request opening with the same batch
+                // (rows read again after a rewind or a restart, cut the
+                // same way) but carrying more would be dropped whole,
+                // those rows lost. So each request's token is its own; a
+                // resend of the same request keeps it (`extra`).
+                let nonce: u64 = rand::random();
+                extra.push((DEDUP_TOKEN.to_string(), format!("{t}-request-{nonce:016x}")));
             }
         }
         let query = first.query.clone();
-        let (bodies, sending) =
-            self.send_to(replica, &query, &extra, self.pace.retry.attempt_timeout(0));
+        let (bodies, sending) = self.send_to(
+            replica,
+            &query,
+            &extra,
+            self.pace.retry.attempt_timeout(timed_out),
+        );
         Request {
             bodies: Some(bodies),
             sending,
@@ -371,7 +395,7 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
             let error = match answer {
                 None => return self.abandon_request(r),
                 Some(Ok(())) => {
-                    (rewinds.failed, rewinds.refused) = (0, 0);
+                    (rewinds.failed, rewinds.timed_out, rewinds.refused) = (0, 0, 0);
                     return self.inserted(r, started, attempt);
                 }
                 Some(Err(e)) => e,
@@ -546,12 +570,8 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
     async fn read_again(&mut self, r: Request, error: &InsertError, rewinds: &mut Rewinds) {
         let refused = error.code.is_some() || error.class != ErrorClass::Retriable;
         rewinds.failed += 1;
-        if refused {
-            let window = PER_BATCH_AFTER_REFUSAL
-                .saturating_mul(1 << rewinds.refused.min(8))
-                .min(PER_BATCH_MAX);
-            rewinds.refused += 1;
-            rewinds.per_batch_until = Some(Instant::now() + window);
+        if !refused {
+            rewinds.timed_out += 1;
         }
         let backoff = self
             .pace
@@ -577,6 +597,14 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
         // Within the drain deadline only: once it passed, the next
         // request's batches are abandoned anyway.
         let _ = self.pace.pause(backoff).await;
+        if refused {
+            // From now, after the backoff: the rows read again come later.
+            let window = PER_BATCH_AFTER_REFUSAL
+                .saturating_mul(1 << rewinds.refused.min(8))
+                .min(PER_BATCH_MAX);
+            rewinds.refused += 1;
+            rewinds.per_batch_until = Some(Instant::now() + window);
+        }
     }
 
     /// The drain deadline passed: nothing of the request is acknowledged.
