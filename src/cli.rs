@@ -420,15 +420,19 @@ pub struct RunArgs {
     #[arg(long, env = "SPATE_INSERT_REQUEST_ROWS", default_value_t = 1_000_000,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub insert_request_rows: u64,
-    /// Keep up to this many bytes of a streamed request's batches in
-    /// memory until it is confirmed, to send it again whole if its answer
-    /// is lost (K, M, G suffixes). Past it the request goes on, its
-    /// batches' buffers reused once sent; if it then fails, its
-    /// partitions are read again from Kafka from their acknowledged
-    /// offsets [default: a quarter of --max-buffered-bytes, split over
-    /// the shards].
+    /// End a streamed request at this many bytes of batches (K, M, G
+    /// suffixes); they stay in memory until it is confirmed, to send it
+    /// again whole if its answer is lost [default: a quarter of
+    /// --max-buffered-bytes, split over the shards].
     #[arg(long, env = "SPATE_INSERT_REQUEST_BYTES", value_parser = parse_bytes)]
     pub insert_request_bytes: Option<usize>,
+    /// Let a streamed request run past --insert-request-bytes: its
+    /// batches are released once sent, and if it fails its partitions
+    /// are read again from Kafka from their acknowledged offsets (more
+    /// duplicates than a resend, never a gap). Long requests then cost no
+    /// memory.
+    #[arg(long, env = "SPATE_INSERT_REQUEST_RELEASE")]
+    pub insert_request_release: bool,
     /// Memory budget for batches queued or in flight to ClickHouse; lanes
     /// pause above it and resume below half of it.
     #[arg(long, env = "SPATE_MAX_BUFFERED_BYTES", default_value = "256MiB", value_parser = parse_bytes)]

@@ -73,6 +73,7 @@ pub(crate) const PIPELINE_KEYS: &[&str] = &[
     "async_insert",
     "insert_request_rows",
     "insert_request_bytes",
+    "insert_request_release",
     "compression",
     "insert_format",
     "delivery",

@@ -254,6 +254,7 @@ fn pipeline_settings(out: &mut String, name: &str, p: &RunArgs) {
             p.insert_request_bytes
                 .map_or(Entry::Derived(None, "a share of the memory budget"), set),
         ),
+        ("insert_request_release", set(p.insert_request_release)),
         (
             "insert_format",
             set(quoted(match p.insert_format {

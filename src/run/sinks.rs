@@ -574,7 +574,8 @@ fn batch_limits(a: &RunArgs, budget: &Budget, drivers: usize, total_shards: usiz
 /// When the streamed insert requests of a pipeline end
 /// (`spate_clickhouse::StreamBounds`), or `None` with `--insert-request 0`.
 /// The batches of a request stay in memory until the server confirmed
-/// it, up to its byte bound (past it they are released once sent, and a
+/// it, up to its byte bound, where it ends (with
+/// `--insert-request-release` it goes on, releasing them once sent, and a
 /// failed request is read again from Kafka): by default the shard's
 /// workers' requests hold at most half of its high-water mark together,
 /// so lanes keep feeding the queue while requests fill and end.
@@ -587,6 +588,7 @@ fn request_bounds(a: &RunArgs, budget: &Budget, workers: usize) -> Option<Stream
         max_age: a.insert_request,
         max_rows: a.insert_request_rows,
         max_bytes: a.insert_request_bytes.unwrap_or(share).max(1),
+        release: a.insert_request_release,
     })
 }
 

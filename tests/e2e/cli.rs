@@ -46,6 +46,11 @@ const RUN_FLAGS: &[(&str, &str, Option<&str>)] = &[
         "SPATE_INSERT_REQUEST_BYTES",
         Some(""),
     ),
+    (
+        "--insert-request-release",
+        "SPATE_INSERT_REQUEST_RELEASE",
+        None,
+    ),
     ("--admin-addr", "SPATE_ADMIN_ADDR", None),
     ("--probe-interval", "SPATE_PROBE_INTERVAL", Some("5s")),
     ("--stats-interval", "SPATE_STATS_INTERVAL", Some("30s")),

@@ -35,7 +35,8 @@
 //!   pass an acknowledged request), and a second run must finish the load
 //!   with every offset in;
 //! - with streamed requests whose batches are released once sent
-//!   (`--insert-request-bytes 64KiB`, far below a request's size): a
+//!   (`--insert-request-release`, `--insert-request-bytes 64KiB`, far
+//!   below a request's size): a
 //!   request the outage fails cannot be sent again, so its partitions are
 //!   read again from Kafka from their acknowledged offsets (the log must
 //!   say so), and the run must end with every offset in and committed.
@@ -100,8 +101,8 @@ enum Mode {
     /// Streamed requests that keep their batches (sent again whole).
     Streamed,
     /// Streamed requests past their byte bound (`--insert-request-bytes
-    /// 64KiB`): their batches are released once sent, and a failed one
-    /// is read again from Kafka.
+    /// 64KiB --insert-request-release`): their batches are released once
+    /// sent, and a failed one is read again from Kafka.
     Released,
 }
 
@@ -146,7 +147,14 @@ fn outage(mode: Mode) {
         .map(String::from),
     );
     if mode == Mode::Released {
-        args.extend(["--insert-request-bytes", "64KiB"].map(String::from));
+        args.extend(
+            [
+                "--insert-request-bytes",
+                "64KiB",
+                "--insert-request-release",
+            ]
+            .map(String::from),
+        );
     }
     let mut running = Some(spawn("outage", &args));
     let exited = |r: &mut Option<Running>| r.as_mut().is_none_or(Running::has_exited);

@@ -36,14 +36,18 @@
 //! pause on what is queued alone). Up to the request's byte bound, a
 //! share of the budget of its own (`Budget::streamed` in the binary's
 //! `run::sinks`), they stay in memory until the answer, for the resend
-//! above. Past it the request goes on and its batches are released once
-//! sent (their buffers reused for the shard's next batches), keeping
-//! only what acknowledges them; if such a request fails, in either way,
+//! above, and the request ends there. With [`StreamBounds::release`]
+//! (`--insert-request-release`) the request goes on past it and its
+//! batches are released once sent (their buffers reused for the shard's
+//! next batches), keeping only what acknowledges them; if such a request
+//! fails, in either way,
 //! its ranges go back to the controller as [`AckEvent::Rewind`], which
 //! reads their partitions again from their acknowledged watermarks, and
 //! the next request waits a backoff (after a refusal the shard inserts
-//! batch by batch for a while, to isolate the rows the server rejects).
-//! So memory stays within the budget whatever the request's length.
+//! batch by batch for a while, to isolate the rows the server rejects),
+//! and requests are held again until one succeeds. So memory stays
+//! within the budget whatever the request's length. Not the default: a
+//! read again also re-inserts the old lane's batches still queued.
 //!
 //! [`AckEvent::Rewind`]: spate_core::sink::AckEvent::Rewind
 //!
@@ -88,10 +92,13 @@ pub struct StreamBounds {
     /// would pass it goes into the next request.
     pub max_rows: u64,
     /// Bytes of batches a request keeps whole, to be sent again if its
-    /// answer is lost (`--insert-request-bytes`). Past it the request goes
-    /// on, its batches' buffers reused as soon as they are sent, and if it
-    /// fails its partitions are read again from the source (a rewind).
+    /// answer is lost (`--insert-request-bytes`): it ends there, unless
+    /// `release`.
     pub max_bytes: usize,
+    /// Past `max_bytes` the request goes on, its batches' buffers reused
+    /// as soon as they are sent, and if it fails its partitions are read
+    /// again from the source (a rewind; `--insert-request-release`).
+    pub release: bool,
 }
 
 /// How long a shard inserts batch by batch after the server refused a
@@ -212,8 +219,17 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
                     continue;
                 }
             };
+            // Requests keep their batches and end at the byte bound unless
+            // they may release them; after a released request failed, and
+            // until one succeeds, they keep them too: an outage then costs
+            // one read again, and the
+            // requests after it are sent again from memory, not read
+            // again from Kafka over and over (each time adding the
+            // partitions' rows to the other shards once more).
+            let hold = !bounds.release || rewinds.failed > 0;
             if let Some(r) = &open {
-                let fits = r.rows + chunk.rows <= bounds.max_rows;
+                let fits = r.rows + chunk.rows <= bounds.max_rows
+                    && (!hold || r.bytes + chunk.data.len() <= bounds.max_bytes);
                 let same = Arc::ptr_eq(&r.query, &body.query) || r.query == body.query;
                 if !fits || !same {
                     self.finish(open.take(), &mut rewinds).await;
@@ -231,7 +247,7 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
             r.rows += chunk.rows;
             r.bytes += chunk.data.len();
             r.sizes.push(chunk.data.len());
-            if r.held && r.bytes > bounds.max_bytes {
+            if r.held && !hold && r.bytes > bounds.max_bytes {
                 r.held = false;
                 for held in &mut r.chunks {
                     self.release(held);
@@ -241,7 +257,8 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
                 self.release(&mut chunk);
             }
             r.chunks.push(chunk);
-            if r.rows >= bounds.max_rows || r.broken.is_some() {
+            let full = r.rows >= bounds.max_rows || (hold && r.bytes >= bounds.max_bytes);
+            if full || r.broken.is_some() {
                 self.finish(open.take(), &mut rewinds).await;
             }
         }

@@ -978,6 +978,7 @@ fn streaming(max_rows: u64) -> Extras {
             max_age: Duration::from_secs(1),
             max_rows,
             max_bytes: 1 << 20,
+            release: false,
         }),
         ..Extras::default()
     }
@@ -1171,45 +1172,60 @@ async fn a_request_opening_with_the_same_batch_as_an_earlier_one_has_a_token_of_
     h.push_spans(1, 3, spans(1));
     tokio::time::sleep(secs(2)).await;
     assert_eq!(rewound_seqs(&h.events()), [0, 1]);
-    h.push_spans(0, 3, spans(0));
+    let again = h.push_spans(0, 3, spans(0));
     h.push_spans(1, 3, spans(1));
     h.push_spans(2, 3, spans(2));
     h.finish().await;
     let attempts = h.attempts();
-    assert_eq!(attempts.len(), 2);
+    assert!(
+        attempts[1].body.starts_with(&again),
+        "opens with the same batch"
+    );
     let tokens: Vec<_> = attempts.iter().map(|a| setting(a, DEDUP_TOKEN)).collect();
     assert!(tokens[0].is_some() && tokens[0] != tokens[1], "{tokens:?}");
 }
 
 #[tokio::test(start_paused = true)]
-async fn released_requests_without_an_answer_give_the_next_one_a_doubled_timeout() {
+async fn after_a_released_request_failed_the_next_ones_are_held_until_one_succeeds() {
+    // An outage: the released request is read again once; the requests
+    // after it keep their batches, end at the byte bound, and are sent
+    // again from memory (with a doubled timeout), not read again.
     let retry = RetryPolicy {
         insert_timeout: secs(10),
         ..no_jitter(100, 400)
     };
     let script = vec![network(), network()];
     let mut h = Harness::start_with(vec![script], retry, streaming_held(1000, 4));
-    h.push(0, 3);
-    h.push(1, 3);
+    let mut first = h.push(0, 3);
+    first.extend(h.push(1, 3));
     tokio::time::sleep(secs(2)).await;
-    h.push(2, 3);
-    h.push(3, 3);
-    tokio::time::sleep(secs(2)).await;
-    h.push(4, 3);
+    assert_eq!(rewound_seqs(&h.events()), [0, 1]);
+    let c = h.push(2, 3);
+    let d = h.push(3, 3);
     h.finish().await;
-    let timeouts: Vec<Duration> = h.attempts().iter().map(|a| a.timeout).collect();
-    assert_eq!(timeouts, [secs(10), secs(20), secs(40)]);
-    assert_eq!(acked_seqs(&h.events()), [4]);
+    let attempts = h.attempts();
+    let bodies: Vec<Vec<u8>> = attempts.iter().map(|x| x.body.to_vec()).collect();
+    assert_eq!(
+        bodies,
+        [first, c.clone(), c, d],
+        "ended at the bound, sent again whole"
+    );
+    let timeouts: Vec<Duration> = attempts.iter().map(|a| a.timeout).collect();
+    assert_eq!(timeouts, [secs(10), secs(20), secs(20), secs(10)]);
+    let events = h.events();
+    assert!(rewound_seqs(&events).is_empty(), "read again once only");
+    assert_eq!(acked_seqs(&events), [2, 3]);
 }
 
 /// [`streaming`] with a byte bound of `max_bytes`: past it, a request's
-/// batches are released once sent.
+/// batches are released once sent (`--insert-request-release`).
 fn streaming_held(max_rows: u64, max_bytes: usize) -> Extras {
     Extras {
         stream: Some(StreamBounds {
             max_age: Duration::from_secs(1),
             max_rows,
             max_bytes,
+            release: true,
         }),
         ..Extras::default()
     }
@@ -1291,4 +1307,24 @@ async fn after_a_refused_request_is_read_again_the_shard_inserts_batch_by_batch(
         .collect();
     assert_eq!(bodies, [a, b, [c, d].concat()]);
     assert_eq!(acked_seqs(&h.events()), [2, 3, 4, 5]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_release_a_request_ends_at_its_byte_bound() {
+    let extras = Extras {
+        stream: Some(StreamBounds {
+            max_age: Duration::from_secs(1),
+            max_rows: 1000,
+            max_bytes: 4,
+            release: false,
+        }),
+        ..Extras::default()
+    };
+    let mut h = Harness::start_with(vec![vec![]], no_jitter(100, 400), extras);
+    let a = h.push(0, 3);
+    let b = h.push(1, 3);
+    h.finish().await;
+    let bodies: Vec<Vec<u8>> = h.attempts().iter().map(|x| x.body.to_vec()).collect();
+    assert_eq!(bodies, [a, b], "3 + 3 bytes would pass the bound of 4");
+    assert!(rewound_seqs(&h.events()).is_empty());
 }
