@@ -20,7 +20,8 @@
 //!   partitions.
 
 use crate::context::{
-    commit_list, forget, lock, record_commit_answer, record_max, SpateContext, SplitPartition,
+    commit_list, forget, lock, record_commit_answer, record_max, Shared, SpateContext,
+    SplitPartition,
 };
 use crate::rendezvous::ask;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
@@ -29,7 +30,7 @@ use rdkafka::topic_partition_list::TopicPartitionList;
 use spate_core::record::{PartitionId, Watermark};
 use spate_core::source::LaneId;
 use std::sync::atomic::Ordering;
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 
 impl ConsumerContext for SpateContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -71,25 +72,40 @@ impl SpateContext {
         let mut shared = lock(&self.shared);
         shared.joined = true;
         for partition in partitions(tpl) {
-            let Some(queue) = consumer.split_partition_queue(&partition.topic, partition.partition)
+            let Some(split) = self.split(&consumer, &mut shared, partition.clone(), generation)
             else {
                 shared.fatal = Some(format!("could not split the queue of {partition}"));
                 continue;
             };
-            let id = self.next_lane_id();
-            tracing::info!(%partition, lane = %id, ?generation, "partition assigned");
-            shared.lanes.insert(partition.clone(), id);
-            shared.by_id.insert(id, partition.clone());
-            let fence = std::sync::Arc::new(crate::fence::Fence::new());
-            shared.fences.insert(id, fence.clone());
-            shared.new_lanes.push(SplitPartition {
-                id,
-                partition,
-                queue,
-                fence,
-                generation,
-            });
+            tracing::info!(%partition, lane = %split.id, ?generation, "partition assigned");
+            shared.new_lanes.push(split);
         }
+    }
+
+    /// Split `partition`'s fetch queue off the consumer's main queue and
+    /// register it as the partition's lane under a new ID, with a new
+    /// tenure: for an assignment, and for a partition read again
+    /// (`Source::rewind`). `None` if librdkafka has no queue for it.
+    pub(crate) fn split(
+        &self,
+        consumer: &Arc<BaseConsumer<SpateContext>>,
+        shared: &mut Shared,
+        partition: PartitionId,
+        generation: Option<u64>,
+    ) -> Option<SplitPartition> {
+        let queue = consumer.split_partition_queue(&partition.topic, partition.partition)?;
+        let id = self.next_lane_id();
+        shared.lanes.insert(partition.clone(), id);
+        shared.by_id.insert(id, partition.clone());
+        let fence = Arc::new(crate::fence::Fence::new());
+        shared.fences.insert(id, fence.clone());
+        Some(SplitPartition {
+            id,
+            partition,
+            queue,
+            fence,
+            generation,
+        })
     }
 
     fn on_revoke(&self, consumer: &BaseConsumer<SpateContext>, tpl: &TopicPartitionList) {

@@ -309,23 +309,23 @@ impl KafkaSource {
 
     /// Lanes of the partitions the callbacks split off.
     fn make_lanes(&self, split: Vec<SplitPartition>) -> Result<Vec<KafkaLane>, SourceError> {
-        split
-            .into_iter()
-            .map(|s| {
-                let partition = s.partition.clone();
-                KafkaLane::new(
-                    s.id,
-                    s.partition,
-                    &self.consumer,
-                    s.queue,
-                    self.until_end,
-                    self.ended_tx.clone(),
-                    s.fence,
-                )
-                .map(|lane| lane.with_epoch(s.generation))
-                .ok_or_else(|| SourceError::Fatal(format!("no fetch queue for {partition}")))
-            })
-            .collect()
+        split.into_iter().map(|s| self.lane_of(s)).collect()
+    }
+
+    /// The lane of a partition the callbacks (or a rewind) split off.
+    fn lane_of(&self, s: SplitPartition) -> Result<KafkaLane, SourceError> {
+        let partition = s.partition.clone();
+        KafkaLane::new(
+            s.id,
+            s.partition,
+            &self.consumer,
+            s.queue,
+            self.until_end,
+            self.ended_tx.clone(),
+            s.fence,
+        )
+        .map(|lane| lane.with_epoch(s.generation))
+        .ok_or_else(|| SourceError::Fatal(format!("no fetch queue for {partition}")))
     }
 
     /// End of input: lanes that ended (`CommitReady`), lanes whose end is
@@ -551,36 +551,22 @@ impl Source for KafkaSource {
         self.consumer
             .resume(&tpl)
             .map_err(|e| SourceError::Fatal(format!("resume of {partition}: {e}")))?;
-        let queue = self
-            .consumer
-            .split_partition_queue(topic, p)
+        let generation = crate::rebalance::generation(&self.consumer);
+        let ctx = self.consumer.context();
+        let split = ctx
+            .split(
+                &self.consumer,
+                &mut lock(&ctx.shared),
+                partition.clone(),
+                generation,
+            )
             .ok_or_else(|| {
                 SourceError::Fatal(format!("could not split the queue of {partition}"))
             })?;
-        let ctx = self.consumer.context();
-        let id = ctx.next_lane_id();
-        let fence = Arc::new(crate::fence::Fence::new());
-        {
-            let mut shared = lock(&ctx.shared);
-            shared.lanes.insert(partition.clone(), id);
-            shared.by_id.insert(id, partition.clone());
-            shared.fences.insert(id, fence.clone());
-        }
         if let KafkaOffset::Offset(o) = offset {
-            self.starts.insert(id, o);
+            self.starts.insert(split.id, o);
         }
-        let generation = crate::rebalance::generation(&self.consumer);
-        KafkaLane::new(
-            id,
-            partition.clone(),
-            &self.consumer,
-            queue,
-            self.until_end,
-            self.ended_tx.clone(),
-            fence,
-        )
-        .map(|lane| Some(lane.with_epoch(generation)))
-        .ok_or_else(|| SourceError::Fatal(format!("no fetch queue for {partition}")))
+        self.lane_of(split).map(Some)
     }
 
     fn pause(&mut self, lanes: &[LaneId]) -> Result<(), SourceError> {
