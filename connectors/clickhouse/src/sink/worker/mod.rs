@@ -114,8 +114,7 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
             }
             while let Some(chunk) = self.next().await {
                 if let Some(chunk) = self.to_insert(chunk) {
-                    let outcome = self.insert(&chunk).await;
-                    self.settle(chunk, outcome);
+                    self.insert_and_settle(chunk).await;
                 }
             }
         }
@@ -142,6 +141,12 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
             return None;
         }
         Some(chunk)
+    }
+
+    /// Insert `chunk` by itself and settle it.
+    async fn insert_and_settle(&mut self, chunk: Chunk) {
+        let outcome = self.insert(&chunk).await;
+        self.settle(chunk, outcome);
     }
 
     /// Acknowledge, fail or abandon `chunk` as its insert ended.

@@ -40,8 +40,8 @@
 //! (`--insert-request-release`) the request goes on past it and its
 //! batches are released once sent (their buffers reused for the shard's
 //! next batches), keeping only what acknowledges them; if such a request
-//! fails, in either way,
-//! its ranges go back to the controller as [`AckEvent::Rewind`], which
+//! fails, in either way, its ranges go back to the controller as
+//! [`AckEvent::Rewind`], which
 //! reads their partitions again from their acknowledged watermarks, and
 //! the next request waits a backoff (after a refusal the shard inserts
 //! batch by batch for a while, to isolate the rows the server rejects),
@@ -52,8 +52,10 @@
 //! [`AckEvent::Rewind`]: spate_core::sink::AckEvent::Rewind
 //!
 //! Deduplication: on servers with tokens (22.2+) the request sends one
-//! token, of its first batch's offsets (each batch is in one request
-//! only), marked as a request's; older servers insert with
+//! token, of its first batch's offsets marked as a request's and made
+//! its own by a random suffix (a resend of the request keeps it; a later
+//! request opening with the same batch must not be taken for a repeat,
+//! see `open`); older servers insert with
 //! `insert_deduplicate=0` as every at-least-once insert does (the block
 //! hash would otherwise drop a distinct request of equal bytes).
 //! Exactly-once keeps one request per block: its per-block tokens and
@@ -207,8 +209,7 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
                 // After a refused request read again: one by one, so the
                 // rows the server rejects are isolated.
                 self.finish(open.take(), &mut rewinds).await;
-                let outcome = self.insert(&chunk).await;
-                self.settle(chunk, outcome);
+                self.insert_and_settle(chunk).await;
                 continue;
             }
             let body = match self.body(&chunk, &chunk.data) {
@@ -222,10 +223,10 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
             // Requests keep their batches and end at the byte bound unless
             // they may release them; after a released request failed, and
             // until one succeeds, they keep them too: an outage then costs
-            // one read again, and the
-            // requests after it are sent again from memory, not read
-            // again from Kafka over and over (each time adding the
-            // partitions' rows to the other shards once more).
+            // one read again, and the requests after it are sent again
+            // from memory, not read again from Kafka over and over (each
+            // time adding the partitions' rows to the other shards once
+            // more).
             let hold = !bounds.release || rewinds.failed > 0;
             if let Some(r) = &open {
                 let fits = r.rows + chunk.rows <= bounds.max_rows
@@ -468,8 +469,7 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
         );
         for chunk in r.chunks {
             if let Some(chunk) = self.to_insert(chunk) {
-                let outcome = self.insert(&chunk).await;
-                self.settle(chunk, outcome);
+                self.insert_and_settle(chunk).await;
             }
         }
     }
