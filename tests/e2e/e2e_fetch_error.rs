@@ -72,3 +72,53 @@ fn no_start_position_with_reset_forbidden_fails_the_bounded_run() {
     );
     ch.drop_database_of(&table);
 }
+
+/// librdkafka has delivered a partition's messages a second time after a
+/// resume around a cooperative rebalance (confluentinc/librdkafka#4637; the
+/// rebalance storm once found 180 rows of one partition twice in a member
+/// that kept the partition throughout). The lane drops offsets below the
+/// next one it expects, so a re-fetch costs no duplicate. Here a lane seeks
+/// its own partition back once it has delivered 3,000 messages (test-only
+/// `SPATE_FAULT=refetch`): every row once, and the repeats reported.
+#[test]
+fn messages_the_consumer_delivers_again_are_dropped_by_the_lane() {
+    let Some(svc) = services_on(Server::V18) else {
+        return;
+    };
+    let _lock = ch_shared_lock();
+    let _timer = Timer::start("e2e_refetch");
+    const PARTITIONS: i32 = 2;
+    const N: usize = 20_000;
+    let ch = Ch::connect(&svc.clickhouse_url);
+    let table = ch.fresh_offsets_table("e2e_refetch");
+    let (topic, group) = (unique("t_refetch"), unique("g_refetch"));
+    create_topic(&svc.brokers, &topic, PARTITIONS);
+    produce(&svc.brokers, &topic, PARTITIONS, N, numbered(PARTITIONS));
+
+    let mut args = run_args(&svc, &topic, &group, &table);
+    args.extend(["--until-end", "--batch-rows", "1000"].map(String::from));
+    let fin = spawn_with_env(
+        "refetch",
+        &args,
+        &[("SPATE_FAULT", "refetch"), ("SPATE_FAULT_AT", "3000")],
+    )
+    .wait(Duration::from_secs(90));
+    fin.assert_code(0);
+    assert!(
+        fin.stderr.contains("fault: lane seeks its partition back"),
+        "the fault did not fire:\n{}",
+        fin.tail(20)
+    );
+    let count = ch.u64(&format!("SELECT count() FROM {table}"));
+    let uniq = ch.u64(&format!(
+        "SELECT uniqExact(_partition, _offset) FROM {table}"
+    ));
+    assert_eq!(uniq, N as u64, "every offset present");
+    assert_eq!(count, N as u64, "{} rows delivered twice", count - uniq);
+    assert!(
+        fin.stderr.contains("dropped the repeats"),
+        "no repeat reported after the seek back:\n{}",
+        fin.tail(20)
+    );
+    ch.drop_database_of(&table);
+}

@@ -439,6 +439,21 @@ fn storm(svc: &Services, ch: &Ch, table: &str, extra: &[&str]) -> u64 {
         })
         .sum();
     let clean_dups = dups - kill_dups.min(dups);
+    // Where the duplicates are, per partition, and how often a lane dropped
+    // messages librdkafka delivered again: for the reader of a failure.
+    let dup_ranges = ch.text(&format!(
+        "SELECT _partition, min(_offset), max(_offset), count() FROM \
+         (SELECT _partition, _offset FROM {table} GROUP BY _partition, _offset \
+          HAVING count() > 1) GROUP BY _partition ORDER BY _partition"
+    ), "TSV");
+    let repeats: usize = finished
+        .iter()
+        .map(|f| f.stderr.matches("dropped the repeats").count())
+        .sum();
+    eprintln!(
+        "[rebalance_storm] duplicated offsets (partition, first, last, count):\n{dup_ranges}\
+         [rebalance_storm] {repeats} re-fetches dropped by lanes"
+    );
     eprintln!(
         "[rebalance_storm] {count} rows, {uniq} distinct, {dups} duplicates: \
          {kill_dups} after {} SIGKILL (bound: {kill_bound} rows at or above the committed \

@@ -10,7 +10,10 @@
 //! source, which reports `CommitReady`. An error on the queue instead of a
 //! message fails the lane when it cannot clear, or when it keeps coming
 //! with no message in between (see [`fetch_error`](crate::fetch_error)),
-//! in one line naming the topic, the partition and the offset.
+//! in one line naming the topic, the partition and the offset. Within a
+//! lane offsets only grow: a message below the lane's next offset is a
+//! repeat of one it delivered (librdkafka has re-fetched from an older
+//! position), dropped with a warning.
 
 use crate::context::SpateContext;
 use crate::fetch_error::{disposition, Disposition, FetchErrors, FETCH_ERROR_PERSIST};
@@ -18,13 +21,15 @@ use crossbeam_channel::Sender;
 use rdkafka::bindings as rdsys;
 use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::Offset;
 use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use spate_core::error::SourceError;
 use spate_core::record::{Headers, Message, PartitionId};
 use spate_core::source::{Deliver, Lane, LaneError, LaneId, LanePoll};
 use std::ffi::CString;
 use std::ptr::NonNull;
-use std::time::Instant;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 /// A lane reached the end of its partition.
 #[derive(Clone, Copy, Debug)]
@@ -53,6 +58,9 @@ pub struct KafkaLane {
     fence: std::sync::Arc<crate::fence::Fence>,
     /// The consumer group generation the partition was assigned in.
     epoch: Option<u64>,
+    /// For the test-only re-fetch (`crate::fault`).
+    consumer: Weak<BaseConsumer<SpateContext>>,
+    first_offset: Option<i64>,
 }
 
 impl KafkaLane {
@@ -60,7 +68,7 @@ impl KafkaLane {
     pub(crate) fn new(
         id: LaneId,
         partition: PartitionId,
-        consumer: &BaseConsumer<SpateContext>,
+        consumer: &Arc<BaseConsumer<SpateContext>>,
         split: PartitionQueue<SpateContext>,
         until_end: bool,
         ended_tx: Sender<LaneEnd>,
@@ -79,6 +87,8 @@ impl KafkaLane {
             fetch_errors: FetchErrors::default(),
             fence,
             epoch: None,
+            consumer: Arc::downgrade(consumer),
+            first_offset: None,
         })
     }
 
@@ -107,6 +117,8 @@ impl Lane for KafkaLane {
             return Ok(LanePoll::Ended);
         }
         let mut n = 0;
+        // (first offset, count) of messages delivered again by librdkafka.
+        let mut repeated: Option<(i64, u64)> = None;
         while n < max {
             let Some(tenure) = self.fence.hold() else {
                 // Revoked or lost: the partition is no longer this lane's.
@@ -135,6 +147,15 @@ impl Lane for KafkaLane {
                     }
                     continue;
                 }
+                if self.next_offset.is_some_and(|next| m.offset < next) {
+                    // Within one tenure a partition's offsets only grow
+                    // (a rewind starts a new lane). librdkafka has re-fetched
+                    // from an older position before (confluentinc/librdkafka
+                    // #4637, a resume around a cooperative rebalance); the
+                    // copy was delivered already, so it is dropped here.
+                    repeated.get_or_insert((m.offset, 0)).1 += 1;
+                    continue;
+                }
                 let msg = Message {
                     topic: &self.partition.topic,
                     partition: m.partition,
@@ -147,18 +168,50 @@ impl Lane for KafkaLane {
                 deliver(&msg)?;
                 self.fetch_errors.on_message();
                 self.next_offset = Some(m.offset + 1);
+                self.first_offset.get_or_insert(m.offset);
                 n += 1;
             }
             drop(batch);
             if at_end {
+                self.report_repeats(repeated);
                 return Ok(self.end(n));
             }
+        }
+        self.report_repeats(repeated);
+        if crate::fault::refetch_now(n as u64) {
+            self.refetch();
         }
         Ok(LanePoll::Delivered(n))
     }
 }
 
 impl KafkaLane {
+    /// Test-only (`crate::fault`): seek the partition back to the first
+    /// offset this lane delivered, without a new lane.
+    fn refetch(&self) {
+        let (Some(consumer), Some(first)) = (self.consumer.upgrade(), self.first_offset) else {
+            return;
+        };
+        let at = &self.partition;
+        match consumer.seek(&at.topic, at.partition, Offset::Offset(first), Duration::from_secs(5)) {
+            Ok(()) => tracing::warn!(partition = %at, offset = first, "fault: lane seeks its partition back"),
+            Err(e) => tracing::error!(partition = %at, error = %e, "fault: seek back failed"),
+        }
+    }
+
+    fn report_repeats(&self, repeated: Option<(i64, u64)>) {
+        if let Some((from, count)) = repeated {
+            tracing::warn!(
+                topic = %self.partition.topic,
+                partition = self.partition.partition,
+                offset = from,
+                count,
+                next_offset = ?self.next_offset,
+                "the consumer delivered messages this lane had already delivered; dropped the repeats"
+            );
+        }
+    }
+
     fn end(&mut self, delivered: usize) -> LanePoll {
         self.ended = true;
         tracing::info!(partition = %self.partition, next_offset = ?self.next_offset, "lane reached the end of its partition");

@@ -32,6 +32,7 @@ pub mod connect;
 mod context;
 pub mod credentials;
 mod dead_letter;
+mod fault;
 mod fence;
 mod fetch_error;
 mod lane;
