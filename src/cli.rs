@@ -430,8 +430,10 @@ pub struct RunArgs {
     /// batches are released once sent, and if it fails its partitions
     /// are read again from Kafka from their acknowledged offsets (more
     /// duplicates than a resend, never a gap). Long requests then cost no
-    /// memory.
-    #[arg(long, env = "SPATE_INSERT_REQUEST_RELEASE")]
+    /// memory. `--insert-request-release=false` ends each request at the
+    /// byte bound instead and keeps its batches to send it again whole.
+    #[arg(long, env = "SPATE_INSERT_REQUEST_RELEASE", default_value_t = true,
+          num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub insert_request_release: bool,
     /// Memory budget for batches queued or in flight to ClickHouse; lanes
     /// pause above it and resume below half of it.

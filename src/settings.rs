@@ -517,6 +517,16 @@ mod tests {
         }
     }
 
+    /// Streamed requests release their batches past the byte bound unless
+    /// told not to; the bare flag (stop 46's opt-in) still means on.
+    #[test]
+    fn requests_release_their_batches_by_default() {
+        assert!(run_args(&["--topic", "t"]).insert_request_release);
+        assert!(run_args(&["--topic", "t", "--insert-request-release"]).insert_request_release);
+        let off = run_args(&["--topic", "t", "--insert-request-release=false"]);
+        assert!(!off.insert_request_release);
+    }
+
     /// The bad-message flags: a policy per pipeline, dead-letter needs a
     /// destination, a destination needs dead-letter, limits in range.
     #[test]

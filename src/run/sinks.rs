@@ -573,12 +573,13 @@ fn batch_limits(a: &RunArgs, budget: &Budget, drivers: usize, total_shards: usiz
 /// (`spate_core::sink::ShardQueues`).
 /// When the streamed insert requests of a pipeline end
 /// (`spate_clickhouse::StreamBounds`), or `None` with `--insert-request 0`.
-/// The batches of a request stay in memory until the server confirmed
-/// it, up to its byte bound, where it ends (with
-/// `--insert-request-release` it goes on, releasing them once sent, and a
-/// failed request is read again from Kafka): by default the shard's
-/// workers' requests hold at most half of its high-water mark together,
-/// so lanes keep feeding the queue while requests fill and end.
+/// By default (`--insert-request-release`) a request goes on past its
+/// byte bound, releasing its batches once sent, and a failed request is
+/// read again from Kafka. With `--insert-request-release=false` its
+/// batches stay in memory until the server confirmed it, up to the byte
+/// bound, where it ends. Either way the shard's workers' held batches
+/// come to at most half of its high-water mark together, so lanes keep
+/// feeding the queue while requests fill.
 fn request_bounds(a: &RunArgs, budget: &Budget, workers: usize) -> Option<StreamBounds> {
     if !crate::settings::streams(a) {
         return None;

@@ -441,11 +441,14 @@ fn storm(svc: &Services, ch: &Ch, table: &str, extra: &[&str]) -> u64 {
     let clean_dups = dups - kill_dups.min(dups);
     // Where the duplicates are, per partition, and how often a lane dropped
     // messages librdkafka delivered again: for the reader of a failure.
-    let dup_ranges = ch.text(&format!(
-        "SELECT _partition, min(_offset), max(_offset), count() FROM \
+    let dup_ranges = ch.text(
+        &format!(
+            "SELECT _partition, min(_offset), max(_offset), count() FROM \
          (SELECT _partition, _offset FROM {table} GROUP BY _partition, _offset \
           HAVING count() > 1) GROUP BY _partition ORDER BY _partition"
-    ), "TSV");
+        ),
+        "TSV",
+    );
     let repeats: usize = finished
         .iter()
         .map(|f| f.stderr.matches("dropped the repeats").count())

@@ -21,8 +21,8 @@ use crossbeam_channel::Sender;
 use rdkafka::bindings as rdsys;
 use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
-use rdkafka::Offset;
 use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
+use rdkafka::Offset;
 use spate_core::error::SourceError;
 use spate_core::record::{Headers, Message, PartitionId};
 use spate_core::source::{Deliver, Lane, LaneError, LaneId, LanePoll};
@@ -193,8 +193,15 @@ impl KafkaLane {
             return;
         };
         let at = &self.partition;
-        match consumer.seek(&at.topic, at.partition, Offset::Offset(first), Duration::from_secs(5)) {
-            Ok(()) => tracing::warn!(partition = %at, offset = first, "fault: lane seeks its partition back"),
+        match consumer.seek(
+            &at.topic,
+            at.partition,
+            Offset::Offset(first),
+            Duration::from_secs(5),
+        ) {
+            Ok(()) => {
+                tracing::warn!(partition = %at, offset = first, "fault: lane seeks its partition back")
+            }
             Err(e) => tracing::error!(partition = %at, error = %e, "fault: seek back failed"),
         }
     }

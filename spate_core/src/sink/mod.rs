@@ -4,6 +4,7 @@
 //! driver k: chain ──Chunk──▶ ShardQueues[shard] ──▶ insert worker (tokio, sink crate)
 //!                                                     │ success: AckEvent::Acked(ranges)
 //! controller ◀──────────── AckSender (crossbeam) ◀────┘ give-up:  AckEvent::Abandoned / Fatal
+//!                                                       lost rows: AckEvent::Rewind (lanes retired)
 //! ```
 //!
 //! The chain's terminal stage (the [`ShardWriter`]) encodes rows with a
@@ -25,12 +26,14 @@
 //! The runtime sees the sink only as a [`SinkRuntime`](crate::pipeline::SinkRuntime):
 //! queue handles for capacity introspection, a drain hook and a probe.
 
+mod acks;
 mod blocks;
 mod queue;
 mod sizing;
 mod stamps;
 mod writer;
 
+pub use acks::AckSender;
 pub use blocks::{block_shard, BlockPlans, Replay};
 pub use queue::{shard_bit, QueueDepths, QueueTicket, ShardQueues, ShardReceiver, Spare};
 pub use sizing::{auto_rows, RateSizer, RowSizing, AUTO_MAX_ROWS, AUTO_MIN_ROWS};
@@ -254,15 +257,14 @@ pub enum AckEvent {
     },
 }
 
-/// Sending side of the acknowledgement channel (sink workers → controller).
-pub type AckSender = crossbeam_channel::Sender<AckEvent>;
 /// Receiving side of the acknowledgement channel (owned by the controller).
 pub type AckReceiver = crossbeam_channel::Receiver<AckEvent>;
 
 /// A new acknowledgement channel.
 #[must_use]
 pub fn ack_channel() -> (AckSender, AckReceiver) {
-    crossbeam_channel::unbounded()
+    let (tx, rx) = crossbeam_channel::unbounded();
+    (AckSender::new(tx), rx)
 }
 
 /// Why a row could not be encoded, as the sink's encoder reports it.

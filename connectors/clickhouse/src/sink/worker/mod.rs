@@ -173,14 +173,48 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
     /// The next chunk, or `None` when the queue is closed and empty or the
     /// drain deadline passed.
     async fn next(&mut self) -> Option<Chunk> {
-        let mut rx = self.rx.lock().await;
-        if self.pace.is_abandoned() {
-            return rx.try_recv();
+        loop {
+            let chunk = {
+                let mut rx = self.rx.lock().await;
+                if self.pace.is_abandoned() {
+                    rx.try_recv()
+                } else {
+                    tokio::select! {
+                        chunk = rx.recv() => chunk,
+                        () = self.pace.deadline() => rx.try_recv(),
+                    }
+                }
+            };
+            match chunk {
+                Some(chunk) if self.acks.all_retired(&chunk.acks) => self.discard_retired(chunk),
+                other => return other,
+            }
         }
-        tokio::select! {
-            chunk = rx.recv() => chunk,
-            () = self.pace.deadline() => rx.try_recv(),
-        }
+    }
+
+    /// A chunk whose every lane was retired (their partitions are being
+    /// read again, see [`AckSender`]): not inserted, or its rows would land
+    /// twice; its ranges are reported as rewound (never committed past),
+    /// its buffers go back to the shard.
+    fn discard_retired(&self, chunk: Chunk) {
+        tracing::debug!(
+            shard = %self.shard.label,
+            rows = chunk.rows,
+            "batch of lanes being read again discarded"
+        );
+        let Chunk {
+            shard,
+            data,
+            acks,
+            ticket,
+            index,
+            stamps,
+            ..
+        } = chunk;
+        let _ = self.acks.send(AckEvent::Rewind(acks));
+        drop(ticket);
+        let rows = index.rows;
+        self.depths.recycle(shard, Spare { data, rows, stamps });
     }
 
     fn acknowledge(&self, chunk: Chunk, rejected: u64) {

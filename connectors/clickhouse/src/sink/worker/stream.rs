@@ -46,8 +46,12 @@
 //! the next request waits a backoff (after a refusal the shard inserts
 //! batch by batch for a while, to isolate the rows the server rejects),
 //! and requests are held again until one succeeds. So memory stays
-//! within the budget whatever the request's length. Not the default: a
-//! read again also re-inserts the old lane's batches still queued.
+//! within the budget whatever the request's length. The rewind retires
+//! the old lanes as it is sent ([`AckSender`]): every worker of the
+//! pipeline discards their batches still queued rather than insert them
+//! beside the rows read again. The binary turns release on by default.
+//!
+//! [`AckSender`]: spate_core::sink::AckSender
 //!
 //! [`AckEvent::Rewind`]: spate_core::sink::AckEvent::Rewind
 //!
@@ -287,6 +291,18 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
     /// request's batches are acknowledged (their bytes can hold the
     /// shard's lanes paused).
     async fn next_until(&mut self, due: Instant) -> Next {
+        loop {
+            let next = self.next_or_due(due).await;
+            match next {
+                Next::Chunk(Some(chunk)) if self.acks.all_retired(&chunk.acks) => {
+                    self.discard_retired(chunk);
+                }
+                next => return next,
+            }
+        }
+    }
+
+    async fn next_or_due(&mut self, due: Instant) -> Next {
         let rx = self.rx.clone();
         let mut rx = tokio::select! {
             rx = rx.lock() => rx,

@@ -163,6 +163,9 @@ struct Harness {
     shared: Arc<PoolShared>,
     log: Arc<StdMutex<Vec<Attempt>>>,
     worker: tokio::task::JoinHandle<()>,
+    /// The lane of the chunks `push` queues: a new one after a rewind, as
+    /// the controller reads the partition again under a new lane.
+    lane: std::cell::Cell<u64>,
 }
 
 impl Harness {
@@ -254,7 +257,14 @@ impl Harness {
             shared,
             log,
             worker: spawn(worker),
+            lane: std::cell::Cell::new(1),
         }
+    }
+
+    /// The partition is read again under a new lane: what `push` queues
+    /// from here on is of it.
+    fn read_again(&self) {
+        self.lane.set(self.lane.get() + 1);
     }
 
     /// Queue a chunk of `rows` rows from segment `seq`; returns its bytes.
@@ -266,7 +276,7 @@ impl Harness {
     fn push_spans(&self, seq: u64, rows: u64, spans: Vec<ChunkSpan>) -> Vec<u8> {
         let data: Vec<u8> = (0..rows).map(|i| (seq * 31 + i) as u8).collect();
         let ack = AckRange {
-            lane: LaneId(1),
+            lane: LaneId(self.lane.get()),
             seq,
             parts: 1,
             part: 0,
@@ -1172,6 +1182,7 @@ async fn a_request_opening_with_the_same_batch_as_an_earlier_one_has_a_token_of_
     h.push_spans(1, 3, spans(1));
     tokio::time::sleep(secs(2)).await;
     assert_eq!(rewound_seqs(&h.events()), [0, 1]);
+    h.read_again();
     let again = h.push_spans(0, 3, spans(0));
     h.push_spans(1, 3, spans(1));
     h.push_spans(2, 3, spans(2));
@@ -1200,6 +1211,7 @@ async fn after_a_released_request_failed_the_next_ones_are_held_until_one_succee
     first.extend(h.push(1, 3));
     tokio::time::sleep(secs(2)).await;
     assert_eq!(rewound_seqs(&h.events()), [0, 1]);
+    h.read_again();
     let c = h.push(2, 3);
     let d = h.push(3, 3);
     h.finish().await;
@@ -1254,7 +1266,9 @@ async fn a_request_past_its_byte_bound_is_read_again_when_its_answer_is_lost() {
     let events = h.events();
     assert_eq!(rewound_seqs(&events), [0, 1], "read again, both");
     assert!(acked_seqs(&events).is_empty());
-    // The next batch goes in a request of its own, which is answered.
+    // The next batch (read again) goes in a request of its own, which is
+    // answered.
+    h.read_again();
     let next = h.push(2, 3);
     h.finish().await;
     let bodies: Vec<Vec<u8>> = h.attempts().iter().map(|x| x.body.to_vec()).collect();
@@ -1266,6 +1280,34 @@ async fn a_request_past_its_byte_bound_is_read_again_when_its_answer_is_lost() {
     assert_eq!(acked_seqs(&h.events()), [2]);
     assert_eq!(requests(&h, "read_again"), 1);
     assert_eq!(requests(&h, "inserted"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn batches_of_a_lane_being_read_again_are_discarded_not_inserted() {
+    // A released request fails; the batch queued behind it is of the same
+    // lane, which the partition is read again past: inserting it would
+    // land its rows twice. It is discarded and reported as read again;
+    // the new lane's batch is inserted.
+    let script = vec![network()];
+    let mut h = Harness::start_with(vec![script], no_jitter(100, 400), streaming_held(1000, 4));
+    let mut first = h.push(0, 3);
+    first.extend(h.push(1, 3));
+    tokio::time::sleep(secs(2)).await;
+    assert_eq!(rewound_seqs(&h.events()), [0, 1]);
+    // Sealed by the driver before the controller stopped the old lane.
+    h.push(2, 3);
+    h.read_again();
+    let again = h.push(0, 3);
+    h.finish().await;
+    let bodies: Vec<Vec<u8>> = h.attempts().iter().map(|x| x.body.to_vec()).collect();
+    assert_eq!(
+        bodies,
+        [first, again],
+        "the old lane's queued batch not sent"
+    );
+    let events = h.events();
+    assert_eq!(rewound_seqs(&events), [2], "discarded, to be read again");
+    assert_eq!(acked_seqs(&events), [0]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -1290,6 +1332,7 @@ async fn after_a_refused_request_is_read_again_the_shard_inserts_batch_by_batch(
     h.push(1, 3);
     tokio::time::sleep(secs(2)).await;
     assert_eq!(rewound_seqs(&h.events()), [0, 1]);
+    h.read_again();
     // Within the window that follows a refusal: one request per batch.
     let a = h.push(2, 2);
     let b = h.push(3, 2);
