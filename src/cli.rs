@@ -420,10 +420,11 @@ pub struct RunArgs {
     #[arg(long, env = "SPATE_INSERT_REQUEST_ROWS", default_value_t = 1_000_000,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub insert_request_rows: u64,
-    /// End a streamed request at this many bytes of batches (K, M, G
-    /// suffixes); they stay in memory until it is confirmed, to send it
-    /// again whole if its answer is lost [default: a quarter of
-    /// --max-buffered-bytes, split over the shards].
+    /// Keep a streamed request's batches in memory up to this many bytes
+    /// (K, M, G suffixes) until it is confirmed, to send it again whole if
+    /// its answer is lost; past it they are released (or, with
+    /// --insert-request-release=false, the request ends there) [default:
+    /// a quarter of --max-buffered-bytes, split over the shards].
     #[arg(long, env = "SPATE_INSERT_REQUEST_BYTES", value_parser = parse_bytes)]
     pub insert_request_bytes: Option<usize>,
     /// Let a streamed request run past --insert-request-bytes: its

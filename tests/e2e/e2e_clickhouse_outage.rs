@@ -23,10 +23,11 @@
 //! This test stops the shared server, so it holds the exclusive ClickHouse
 //! lock (every other e2e test holds it shared).
 //!
-//! Three times:
+//! Four times:
 //! - with one insert request per batch (`--insert-request 0`): spate waits
 //!   the outage out, as above;
-//! - with streamed requests (`--insert-request 1s`: several batches per
+//! - with streamed requests that keep their batches (`--insert-request
+//!   1s --insert-request-release=false`: several batches per
 //!   request, `spate_clickhouse::sink::worker` `stream`), where the freeze
 //!   lands in the middle of open requests (its log must show a request
 //!   that failed, to be sent again). While ClickHouse is down, spate is
@@ -35,11 +36,14 @@
 //!   pass an acknowledged request), and a second run must finish the load
 //!   with every offset in;
 //! - with streamed requests whose batches are released once sent
-//!   (`--insert-request-release`, `--insert-request-bytes 64KiB`, far
-//!   below a request's size): a
+//!   (`--insert-request-release`, the default, with `--insert-request-bytes
+//!   64KiB`, far below a request's size): a
 //!   request the outage fails cannot be sent again, so its partitions are
 //!   read again from Kafka from their acknowledged offsets (the log must
-//!   say so), and the run must end with every offset in and committed.
+//!   say so), and the run must end with every offset in and committed;
+//! - the same, with spate killed during the outage once a released
+//!   request failed, and the same check of the committed offsets as for
+//!   held requests: a read again never lets offsets pass an answer.
 //!
 //! ClickHouse 18.16 only: the outage is driven by `scripts/services.sh`
 //! (SIGSTOP, SIGKILL, ch-start on the same data), and what is tested is
@@ -93,6 +97,11 @@ fn clickhouse_outage_mid_released_requests_reads_them_again() {
     outage(Mode::Released);
 }
 
+#[test]
+fn clickhouse_outage_mid_released_requests_never_commits_past_an_answer() {
+    outage(Mode::ReleasedKilled);
+}
+
 /// How spate inserts during the outage.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -104,6 +113,9 @@ enum Mode {
     /// 64KiB --insert-request-release`): their batches are released once
     /// sent, and a failed one is read again from Kafka.
     Released,
+    /// [`Released`](Mode::Released), and spate is killed during the
+    /// outage once a released request failed, as in `Streamed`.
+    ReleasedKilled,
 }
 
 fn outage(mode: Mode) {
@@ -113,10 +125,18 @@ fn outage(mode: Mode) {
         Mode::PerBatch => "e2e_clickhouse_outage",
         Mode::Streamed => "e2e_clickhouse_outage_streamed",
         Mode::Released => "e2e_clickhouse_outage_released",
+        Mode::ReleasedKilled => "e2e_clickhouse_outage_released_killed",
     });
     // Streamed: spate is killed during the outage, its requests
     // unanswered (see the module header).
-    let streamed = mode == Mode::Streamed;
+    let streamed = matches!(mode, Mode::Streamed | Mode::ReleasedKilled);
+    let released = matches!(mode, Mode::Released | Mode::ReleasedKilled);
+    // The line the kill waits for: a request that failed (held, sent
+    // again), or one that failed after its batches were released.
+    let failed = match mode {
+        Mode::ReleasedKilled => "failed after its batches were released",
+        _ => "a streamed insert request failed",
+    };
     let _lock = ch_exclusive_lock();
     let ch = Ch::connect(&svc.clickhouse_url);
     let topic = unique("t_outage");
@@ -146,7 +166,11 @@ fn outage(mode: Mode) {
         ]
         .map(String::from),
     );
-    if mode == Mode::Released {
+    if mode == Mode::Streamed {
+        // Held requests, whatever their size.
+        args.push("--insert-request-release=false".into());
+    }
+    if released {
         args.extend(
             [
                 "--insert-request-bytes",
@@ -186,7 +210,6 @@ fn outage(mode: Mode) {
     // them was seen failing (the kill raced the log line of the request
     // the SIGKILL broke, seen under load).
     let killed = streamed.then(|| {
-        let failed = "a streamed insert request failed";
         let by = Instant::now() + Duration::from_secs(15);
         let spate = running.as_mut().expect("spate");
         while !spate.stderr_so_far().contains(failed) && Instant::now() < by {
@@ -202,10 +225,9 @@ fn outage(mode: Mode) {
     Ch::wait_up(&svc.clickhouse_url, Duration::from_secs(60));
     guard.disarm();
     if let Some((fin, at_kill)) = killed {
-        let failed = "a streamed insert request failed";
         assert!(
             fin.stderr.contains(failed),
-            "no streamed request failed: the freeze did not meet an open request; stderr tail:\n{}",
+            "no \"{failed}\" in spate's log: the freeze did not meet an open request; stderr tail:\n{}",
             fin.tail(30)
         );
         // Nothing has inserted since the kill: the table holds what the
@@ -254,10 +276,9 @@ fn outage(mode: Mode) {
         fin.elapsed
     );
     assert_eq!(uniq, N as u64, "every (partition, offset) present");
-    let failed = "a streamed insert request failed";
     match mode {
         Mode::PerBatch => assert!(!fin.stderr.contains(failed), "--insert-request 0 streamed"),
-        Mode::Streamed => {}
+        Mode::Streamed | Mode::ReleasedKilled => {}
         Mode::Released => {
             // The outage met released requests, and their partitions
             // were read again (the rows above came back that way).

@@ -4,7 +4,7 @@
 //! n-th seeks its partition back to the first offset it delivered, without
 //! starting a new lane, so librdkafka delivers what the lane already
 //! delivered again, as it has done by itself around a cooperative rebalance
-//! (`KafkaLane::poll` drops such repeats). Compiled only with
+//! (`KafkaLane::poll` reports such repeats). Compiled only with
 //! `debug_assertions` or the `fault-injection` feature (which `make test`
 //! turns on for its release build), so the release binary users build
 //! cannot trigger it.

@@ -11,9 +11,13 @@
 //! message fails the lane when it cannot clear, or when it keeps coming
 //! with no message in between (see [`fetch_error`](crate::fetch_error)),
 //! in one line naming the topic, the partition and the offset. Within a
-//! lane offsets only grow: a message below the lane's next offset is a
-//! repeat of one it delivered (librdkafka has re-fetched from an older
-//! position), dropped with a warning.
+//! lane offsets only grow, unless librdkafka moved the partition's fetch
+//! position back: a re-fetch of what the lane delivered (it has done so
+//! around a cooperative rebalance, confluentinc/librdkafka#4637), or an
+//! offset reset after a log truncation or a recreated topic, where the
+//! messages at those offsets are not the ones delivered. The lane cannot
+//! tell the two apart, so it delivers them (duplicates, never a gap) and
+//! says so: one warning per poll with the count (`redelivered`).
 
 use crate::context::SpateContext;
 use crate::fetch_error::{disposition, Disposition, FetchErrors, FETCH_ERROR_PERSIST};
@@ -52,6 +56,9 @@ pub struct KafkaLane {
     until_end: bool,
     ended_tx: Sender<LaneEnd>,
     next_offset: Option<i64>,
+    /// The highest `next_offset` so far: a message below it was delivered
+    /// before, at least its offset.
+    reached: Option<i64>,
     ended: bool,
     /// Transient fetch errors since the last message.
     fetch_errors: FetchErrors,
@@ -83,6 +90,7 @@ impl KafkaLane {
             until_end,
             ended_tx,
             next_offset: None,
+            reached: None,
             ended: false,
             fetch_errors: FetchErrors::default(),
             fence,
@@ -117,7 +125,7 @@ impl Lane for KafkaLane {
             return Ok(LanePoll::Ended);
         }
         let mut n = 0;
-        // (first offset, count) of messages delivered again by librdkafka.
+        // (first offset, count) of messages below an offset already reached.
         let mut repeated: Option<(i64, u64)> = None;
         while n < max {
             let Some(tenure) = self.fence.hold() else {
@@ -147,15 +155,7 @@ impl Lane for KafkaLane {
                     }
                     continue;
                 }
-                if self.next_offset.is_some_and(|next| m.offset < next) {
-                    // Within one tenure a partition's offsets only grow
-                    // (a rewind starts a new lane). librdkafka has re-fetched
-                    // from an older position before (confluentinc/librdkafka
-                    // #4637, a resume around a cooperative rebalance); the
-                    // copy was delivered already, so it is dropped here.
-                    repeated.get_or_insert((m.offset, 0)).1 += 1;
-                    continue;
-                }
+                let again = self.reached.is_some_and(|r| m.offset < r);
                 let msg = Message {
                     topic: &self.partition.topic,
                     partition: m.partition,
@@ -167,7 +167,11 @@ impl Lane for KafkaLane {
                 };
                 deliver(&msg)?;
                 self.fetch_errors.on_message();
+                if again {
+                    repeated.get_or_insert((m.offset, 0)).1 += 1;
+                }
                 self.next_offset = Some(m.offset + 1);
+                self.reached = self.reached.max(self.next_offset);
                 self.first_offset.get_or_insert(m.offset);
                 n += 1;
             }
@@ -207,14 +211,14 @@ impl KafkaLane {
     }
 
     fn report_repeats(&self, repeated: Option<(i64, u64)>) {
-        if let Some((from, count)) = repeated {
+        if let Some((from, redelivered)) = repeated {
             tracing::warn!(
                 topic = %self.partition.topic,
                 partition = self.partition.partition,
                 offset = from,
-                count,
-                next_offset = ?self.next_offset,
-                "the consumer delivered messages this lane had already delivered; dropped the repeats"
+                redelivered,
+                reached = ?self.reached,
+                "the consumer went back to offsets this lane had delivered (a re-fetch, or an offset reset); delivering them again: duplicates of what was read before"
             );
         }
     }

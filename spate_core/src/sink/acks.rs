@@ -21,13 +21,14 @@ use crate::checkpoint::AckRange;
 use crate::source::LaneId;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError, RwLock};
 
 #[derive(Debug, Default)]
 struct Retired {
     /// Set once a lane was retired: the common case reads one flag.
     any: AtomicBool,
-    lanes: Mutex<HashSet<LaneId>>,
+    /// Read by every worker for each batch once a lane was retired.
+    lanes: RwLock<HashSet<LaneId>>,
 }
 
 /// Sending side of the acknowledgement channel (sink workers →
@@ -65,7 +66,7 @@ impl AckSender {
         let mut lanes = self
             .retired
             .lanes
-            .lock()
+            .write()
             .unwrap_or_else(PoisonError::into_inner);
         lanes.extend(ranges.iter().map(|r| r.lane));
         self.retired.any.store(true, Ordering::Release);
@@ -81,7 +82,7 @@ impl AckSender {
         let lanes = self
             .retired
             .lanes
-            .lock()
+            .read()
             .unwrap_or_else(PoisonError::into_inner);
         ranges.iter().all(|r| lanes.contains(&r.lane))
     }

@@ -6,7 +6,7 @@
 //! chains (driver threads) ──Chunk──▶ ShardQueues[shard] ──▶ worker 0..W (tokio tasks)
 //!                                                              │ INSERT … FORMAT RowBinary/Native
 //!                                                              │ retry: capped exponential backoff + jitter
-//! controller ◀── AckEvent::{Acked, Abandoned, Fatal} ◀─────────┘
+//! controller ◀── AckEvent::{Acked, Abandoned, Rewind, Fatal} ◀─┘
 //! ```
 //!
 //! By feature, imports only downwards (`pool` → `worker` → `shared`,

@@ -128,12 +128,17 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
         self.pace.is_abandoned() || self.shared.failed.load(Ordering::Acquire)
     }
 
-    /// `chunk`, if it is to be inserted. Abandoned when giving up; with no
-    /// row (offsets the error policy skipped), acknowledged as soon as it
-    /// arrives here.
+    /// `chunk`, if it is to be inserted. Abandoned when giving up;
+    /// discarded when all its lanes are being read again
+    /// ([`discard_retired`](Self::discard_retired)); with no row (offsets
+    /// the error policy skipped), acknowledged as soon as it arrives here.
     fn to_insert(&self, chunk: Chunk) -> Option<Chunk> {
         if self.giving_up() {
             self.abandon_chunk(chunk);
+            return None;
+        }
+        if self.acks.all_retired(&chunk.acks) {
+            self.discard_retired(chunk);
             return None;
         }
         if chunk.rows == 0 {
@@ -173,22 +178,13 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
     /// The next chunk, or `None` when the queue is closed and empty or the
     /// drain deadline passed.
     async fn next(&mut self) -> Option<Chunk> {
-        loop {
-            let chunk = {
-                let mut rx = self.rx.lock().await;
-                if self.pace.is_abandoned() {
-                    rx.try_recv()
-                } else {
-                    tokio::select! {
-                        chunk = rx.recv() => chunk,
-                        () = self.pace.deadline() => rx.try_recv(),
-                    }
-                }
-            };
-            match chunk {
-                Some(chunk) if self.acks.all_retired(&chunk.acks) => self.discard_retired(chunk),
-                other => return other,
-            }
+        let mut rx = self.rx.lock().await;
+        if self.pace.is_abandoned() {
+            return rx.try_recv();
+        }
+        tokio::select! {
+            chunk = rx.recv() => chunk,
+            () = self.pace.deadline() => rx.try_recv(),
         }
     }
 
@@ -197,10 +193,9 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
     /// twice; its ranges are reported as rewound (never committed past),
     /// its buffers go back to the shard.
     fn discard_retired(&self, chunk: Chunk) {
-        tracing::debug!(
-            shard = %self.shard.label,
+        tracing::info!(
             rows = chunk.rows,
-            "batch of lanes being read again discarded"
+            "a batch of partitions being read again from Kafka was discarded: its rows come back read again"
         );
         let Chunk {
             shard,

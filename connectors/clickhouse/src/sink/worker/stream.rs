@@ -291,18 +291,6 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
     /// request's batches are acknowledged (their bytes can hold the
     /// shard's lanes paused).
     async fn next_until(&mut self, due: Instant) -> Next {
-        loop {
-            let next = self.next_or_due(due).await;
-            match next {
-                Next::Chunk(Some(chunk)) if self.acks.all_retired(&chunk.acks) => {
-                    self.discard_retired(chunk);
-                }
-                next => return next,
-            }
-        }
-    }
-
-    async fn next_or_due(&mut self, due: Instant) -> Next {
         let rx = self.rx.clone();
         let mut rx = tokio::select! {
             rx = rx.lock() => rx,
