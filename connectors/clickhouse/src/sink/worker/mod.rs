@@ -39,6 +39,7 @@ use crate::sink::insert::outcome::Attempt;
 use crate::sink::insert::pace::Pace;
 use crate::sink::insert::shard::Shard;
 use crate::sink::insert::target::InsertTarget;
+use spate_core::checkpoint::AckRange;
 use spate_core::error::FatalError;
 use spate_core::policy::Rejections;
 use spate_core::sink::{AckEvent, AckSender, Chunk, QueueDepths, ShardReceiver, Spare};
@@ -197,6 +198,12 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
             rows = chunk.rows,
             "a batch of partitions being read again from Kafka was discarded: its rows come back read again"
         );
+        self.give_back(chunk, AckEvent::Rewind);
+    }
+
+    /// Report `chunk`'s ranges as `event`, take it out of its queue's
+    /// depth, then hand its buffers to the shard's next seal.
+    fn give_back(&self, chunk: Chunk, event: fn(Vec<AckRange>) -> AckEvent) {
         let Chunk {
             shard,
             data,
@@ -206,7 +213,8 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
             stamps,
             ..
         } = chunk;
-        let _ = self.acks.send(AckEvent::Rewind(acks));
+        let _ = self.acks.send(event(acks));
+        // Out of the depth first, then back to the shard's next seal.
         drop(ticket);
         let rows = index.rows;
         self.depths.recycle(shard, Spare { data, rows, stamps });
@@ -232,20 +240,7 @@ impl<C: InsertTarget, L: Intents> Worker<C, L> {
         chunk.stamps.observe(&self.shared.latency, unix_ms());
         self.shared.inserted_chunks.fetch_add(1, Ordering::AcqRel);
         self.shared.inserted_rows.fetch_add(rows, Ordering::AcqRel);
-        let Chunk {
-            shard,
-            data,
-            acks,
-            ticket,
-            index,
-            stamps,
-            ..
-        } = chunk;
-        let _ = self.acks.send(AckEvent::Acked(acks));
-        // Out of the depth first, then back to the shard's next seal.
-        drop(ticket);
-        let rows = index.rows;
-        self.depths.recycle(shard, Spare { data, rows, stamps });
+        self.give_back(chunk, AckEvent::Acked);
     }
 
     fn abandon_chunk(&self, chunk: Chunk) {
