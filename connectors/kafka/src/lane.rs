@@ -17,7 +17,9 @@
 //! offset reset after a log truncation or a recreated topic, where the
 //! messages at those offsets are not the ones delivered. The lane cannot
 //! tell the two apart, so it delivers them (duplicates, never a gap) and
-//! says so: one warning per poll with the count (`redelivered`).
+//! says so: one warning per poll with the count (`redelivered`). Under
+//! `--delivery exactly-once` the chain drops them instead
+//! (`ShardWriter::written_before`): an offset is a message's identity there.
 
 use crate::context::SpateContext;
 use crate::fetch_error::{disposition, Disposition, FetchErrors, FETCH_ERROR_PERSIST};
@@ -218,7 +220,7 @@ impl KafkaLane {
                 offset = from,
                 redelivered,
                 reached = ?self.reached,
-                "the consumer went back to offsets this lane had delivered (a re-fetch, or an offset reset); delivering them again: duplicates of what was read before"
+                "the consumer went back to offsets this lane had delivered (a re-fetch, or an offset reset); delivering them again: at-least-once writes them twice, exactly-once drops them"
             );
         }
     }

@@ -517,6 +517,16 @@ impl<E: RowEncode> Chain for EncodeChain<E> {
         if self.held.get(slot) == Some(&true) {
             return Ok(());
         }
+        if self.writer.written_before(slot, Offset(msg.offset)) {
+            // Exactly-once, and the consumer delivered the message again:
+            // its rows are in the lane's blocks already (the Kafka lane
+            // reports how many, `redelivered`).
+            self.metrics
+                .messages_skipped
+                .with_label_values(&[msg.topic, "redelivered"])
+                .inc();
+            return Ok(());
+        }
         self.writer.stamp_next(msg.timestamp_ms);
         let t = if self.router.is_some() {
             // A tombstone the policy skips needs no table.

@@ -856,3 +856,59 @@ fn messages_without_a_table_do_not_count_toward_the_decode_limits() {
         }
     }
 }
+
+/// The consumer delivers offsets a lane already read (a librdkafka
+/// re-fetch; the eager rebalance storm found such duplicates under
+/// exactly-once): an exactly-once chain writes each offset once, its
+/// blocks cover the partition without overlap and the watermark reaches
+/// the end; an at-least-once chain writes the repeated offsets again.
+#[test]
+fn offsets_delivered_again_are_written_once_exactly_once() {
+    // 0..6, then the consumer goes back to 2 and reads on to 10, with a
+    // tombstone (a skipped offset) among the repeated ones.
+    let offsets: Vec<i64> = (0..6).chain(2..10).collect();
+    for exactly_once in [true, false] {
+        let (ctx, mut rx) = ctx(1, 4);
+        let mut chain = EncodeChain::new(Changes { keyed: false }, &ctx);
+        if exactly_once {
+            chain = chain.exactly_once(Arc::new(Recorded(vec![])));
+        }
+        let mut cp = crate::checkpoint::Checkpointer::new();
+        let gate = cp.add_lane(LaneId(1), PartitionId::new("t", 0), 1000);
+        let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), Some(gate));
+        chain.set_epoch(slot, 1);
+        for &o in &offsets {
+            if o == 3 {
+                tombstone(&mut chain, slot, o).unwrap();
+            } else {
+                push(&mut chain, slot, o, b"r").unwrap();
+            }
+        }
+        chain.flush().unwrap();
+        let (mut rows, mut ranges) = (0, Vec::new());
+        while let Some(c) = rx[0].try_recv() {
+            rows += c.rows;
+            for a in &c.acks {
+                cp.ack(a);
+                ranges.push((a.start.0, a.end.0));
+            }
+        }
+        if exactly_once {
+            assert_eq!(rows, 9, "each offset but the tombstone once: {ranges:?}");
+            ranges.sort_unstable();
+            for pair in ranges.windows(2) {
+                assert!(pair[0].1 < pair[1].0, "ranges overlap: {ranges:?}");
+            }
+            assert_eq!(
+                cp.watermark(LaneId(1)),
+                Some(crate::record::Watermark(10)),
+                "{ranges:?}"
+            );
+            let text = ctx.metrics.encode_text();
+            let needle = "spate_messages_skipped_total{reason=\"redelivered\",topic=\"t\"} 4";
+            assert!(text.contains(needle), "{needle} in\n{text}");
+        } else {
+            assert_eq!(rows, 9 + 3, "at-least-once writes 2, 4 and 5 again");
+        }
+    }
+}

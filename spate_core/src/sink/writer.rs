@@ -251,6 +251,7 @@ impl ShardWriter {
             block: (self.plans.is_some()).then(|| LaneBlock::new(self.open.len())),
             epoch: None,
             skipped: false,
+            next: None,
         };
         if let Some(slot) = self.lanes.iter().position(Option::is_none) {
             self.lanes[slot] = Some(state);
@@ -306,6 +307,21 @@ impl ShardWriter {
         encode: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
     ) -> Result<Result<(), E>, ChainError> {
         self.append_keeping(slot, shard, offset, None, |out| encode(out).map(|()| 1))
+    }
+
+    /// Exactly-once: whether lane `slot` has already written or skipped
+    /// `offset` (the consumer delivered it again: a librdkafka re-fetch).
+    /// In that mode an offset is its message's identity, as the replay of
+    /// recorded blocks after a restart takes it, so the chain drops such a
+    /// message instead of cutting a second block over it under another
+    /// token. Always false for at-least-once, which writes it again and
+    /// reports it (the Kafka lane's `redelivered`).
+    #[must_use]
+    pub fn written_before(&self, slot: usize, offset: Offset) -> bool {
+        self.plans.is_some()
+            && (self.lanes.get(slot).and_then(Option::as_ref))
+                .and_then(|l| l.next)
+                .is_some_and(|next| offset < next)
     }
 
     /// Whether lanes write exactly-once blocks, which take several rows
@@ -427,6 +443,7 @@ impl ShardWriter {
             .as_mut()
             .expect("skip on a registered lane");
         lane.end = offset;
+        lane.next = lane.next.max(Some(Offset(offset.0 + 1)));
         if lane.open_parts == 0 && !lane.skipped {
             lane.skipped = true;
             if self.skip_deadline.is_none() {
@@ -597,6 +614,7 @@ impl ShardWriter {
         });
         let full = block.rows >= limits.rows || block.bytes >= limits.bytes;
         let complete = block.complete(full);
+        lane.next = lane.next.max(Some(Offset(offset.0 + 1)));
         lane.fed |= super::queue::shard_bit(shard);
         if let Some(g) = &lane.gate {
             // Acknowledgements release the rows of the parts, each row.

@@ -56,6 +56,9 @@ pub(super) struct LaneState {
     pub(super) epoch: Option<u64>,
     /// The open segment covers skipped offsets (see [`ShardWriter::skip`]).
     pub(super) skipped: bool,
+    /// Exactly-once: the offset past the last one the lane wrote or
+    /// skipped ([`ShardWriter::written_before`]).
+    pub(super) next: Option<Offset>,
 }
 
 impl LaneState {
