@@ -147,6 +147,14 @@ fn reported_unacknowledged(stderr: &str) -> u64 {
     total
 }
 
+/// Messages a member reports the consumer delivered again.
+fn redelivered(stderr: &str) -> u64 {
+    (stderr.lines())
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v["fields"]["redelivered"].as_u64())
+        .sum()
+}
+
 fn member_args(svc: &Services, topic: &str, group: &str, table: &str) -> Vec<String> {
     let mut args = run_args(svc, topic, group, table);
     args.extend(
@@ -259,6 +267,14 @@ fn storm(svc: &Services, ch: &Ch, table: &str, extra: &[&str]) -> u64 {
 
     let mut args = member_args(&svc, &topic, &group, &table);
     args.extend(extra.iter().map(|a| a.to_string()));
+    // One line for every member: the summary must stay within the part of
+    // a failing test's output a CI record keeps.
+    eprintln!(
+        "[rebalance_storm] members: spate {} (stderr: {}/storm-m*)",
+        args.join(" "),
+        log_dir().display()
+    );
+    let _quiet = quiet_spawns();
     // In start order: the front is the member that has run longest.
     // Members are labelled m0, m1, ... in start order.
     let mut members: Vec<Running> = (0..3)
@@ -433,6 +449,7 @@ fn storm(svc: &Services, ch: &Ch, table: &str, extra: &[&str]) -> u64 {
         .map(|f| reported_unacknowledged(&f.stderr))
         .sum();
     let lost: usize = finished.iter().map(|f| lost_events(&f.stderr)).sum();
+    let again: u64 = finished.iter().map(|f| redelivered(&f.stderr)).sum();
     let kill_bound: u64 = kills.iter().map(|k| k.rows).sum();
     let kill_dups: u64 = kills
         .iter()
@@ -462,7 +479,8 @@ fn storm(svc: &Services, ch: &Ch, table: &str, extra: &[&str]) -> u64 {
          {kill_dups} after {} SIGKILL (bound: {kill_bound} rows at or above the committed \
          offsets at the kills), {clean_dups} after {clean_stops} SIGTERM mid-storm, the \
          revocations and the final stops (bound: {clean_bound} rows reported unacknowledged \
-         at a deadline); {lost} lost-assignment events",
+         at a deadline, {again} of them delivered again by the consumer); {lost} \
+         lost-assignment events",
         kills.len()
     );
     assert!(clean_stops >= 3);

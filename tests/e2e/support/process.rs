@@ -1,11 +1,36 @@
 //! Running the `spate` binary with a deadline, stderr captured to a file.
 
 use super::env::{log_dir, unique, wait_for, Services, SESSION_TIMEOUT_MS};
+use std::cell::Cell;
 use std::fs::File;
 use std::io::{Read as _, Seek as _, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+
+thread_local! {
+    static QUIET: Cell<bool> = const { Cell::new(false) };
+}
+
+/// While the guard lives, this thread's spawns and exits print no
+/// `[support]` line: for a test running many members, whose own summary
+/// must stay near the top of its output (a CI record keeps about the first
+/// 30 lines of a failing test's output).
+pub struct QuietSpawns(bool);
+
+pub fn quiet_spawns() -> QuietSpawns {
+    QuietSpawns(QUIET.with(|q| q.replace(true)))
+}
+
+impl Drop for QuietSpawns {
+    fn drop(&mut self) {
+        QUIET.with(|q| q.set(self.0));
+    }
+}
+
+fn quiet() -> bool {
+    QUIET.with(Cell::get)
+}
 
 /// Arguments every `spate run` of a test passes.
 pub fn run_args(svc: &Services, topic: &str, group: &str, table: &str) -> Vec<String> {
@@ -116,11 +141,13 @@ pub fn spawn_with_env(label: &str, args: &[String], env: &[(&str, &str)]) -> Run
     for (k, v) in env {
         cmd.env(k, v);
     }
-    eprintln!(
-        "[support] {label}: spate {} (stderr: {})",
-        args.join(" "),
-        stderr_path.display()
-    );
+    if !quiet() {
+        eprintln!(
+            "[support] {label}: spate {} (stderr: {})",
+            args.join(" "),
+            stderr_path.display()
+        );
+    }
     let child = cmd.spawn().expect("spawn spate");
     Running {
         child: Some(child),
@@ -256,13 +283,15 @@ impl Running {
                         elapsed: self.started.elapsed(),
                         label: self.label.clone(),
                     };
-                    eprintln!(
-                        "[support] {}: exited {:?} after {:.1?}; last line: {}",
-                        fin.label,
-                        fin.status,
-                        fin.elapsed,
-                        fin.last_line()
-                    );
+                    if !quiet() {
+                        eprintln!(
+                            "[support] {}: exited {:?} after {:.1?}; last line: {}",
+                            fin.label,
+                            fin.status,
+                            fin.elapsed,
+                            fin.last_line()
+                        );
+                    }
                     return fin;
                 }
                 Ok(None) => {}
