@@ -110,13 +110,7 @@ fn messages_the_consumer_delivers_again_are_written_once_exactly_once() {
     let _lock = ch_shared_lock();
     let _timer = Timer::start("e2e_refetch_exactly_once");
     let ch = Ch::connect(&svc.clickhouse_url);
-    let db = ch.fresh_db("e2e_refetch_eos");
-    let table = format!("{db}.t");
-    ch.exec(&format!(
-        "CREATE TABLE {table} (n UInt64, s String, _partition UInt32, _offset UInt64) \
-         ENGINE = ReplicatedMergeTree('/clickhouse/tables/{db}/t', 'r1') ORDER BY (_partition, _offset) \
-         SETTINGS replicated_deduplication_window = 10000"
-    ));
+    let (_, table) = ch.deduplicating_table(false, "e2e_refetch_eos", 0, Some(10_000));
     let (count, uniq, reported) = refetched(&svc, &ch, &table, &["--delivery", "exactly-once"]);
     assert!(reported > 0, "the seek back delivered nothing again");
     assert_eq!(count, uniq, "exactly-once wrote re-delivered offsets twice");

@@ -215,13 +215,7 @@ fn rebalance_storm_exactly_once_has_no_duplicates() {
     let _timer = Timer::start("rebalance_storm_exactly_once");
     let _lock = ch_shared_lock();
     let ch = Ch::connect(&svc.clickhouse_url);
-    let db = ch.fresh_db("storm_eos");
-    let table = format!("{db}.t");
-    ch.exec(&format!(
-        "CREATE TABLE {table} (n UInt64, s String, _partition UInt32, _offset UInt64) \
-         ENGINE = ReplicatedMergeTree('/clickhouse/tables/{db}/t', 'r1') ORDER BY (_partition, _offset) \
-         SETTINGS replicated_deduplication_window = 10000"
-    ));
+    let (_, table) = ch.deduplicating_table(false, "storm_eos", 0, Some(10_000));
     let dups = storm(&svc, &ch, &table, &["--delivery", "exactly-once"]);
     assert_eq!(dups, 0, "exactly-once storm left duplicates");
 }
@@ -235,13 +229,7 @@ fn rebalance_storm_exactly_once_eager_has_no_duplicates() {
     let _timer = Timer::start("rebalance_storm_exactly_once_eager");
     let _lock = ch_shared_lock();
     let ch = Ch::connect(&svc.clickhouse_url);
-    let db = ch.fresh_db("storm_eos_eager");
-    let table = format!("{db}.t");
-    ch.exec(&format!(
-        "CREATE TABLE {table} (n UInt64, s String, _partition UInt32, _offset UInt64) \
-         ENGINE = ReplicatedMergeTree('/clickhouse/tables/{db}/t', 'r1') ORDER BY (_partition, _offset) \
-         SETTINGS replicated_deduplication_window = 10000"
-    ));
+    let (_, table) = ch.deduplicating_table(false, "storm_eos_eager", 0, Some(10_000));
     let extra = [
         "--delivery",
         "exactly-once",

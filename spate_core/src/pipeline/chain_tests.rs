@@ -432,6 +432,24 @@ fn a_schema_switch_waits_for_a_half_cut_replay() {
     );
 }
 
+/// `encoder`'s chain, exactly-once over `recorded` blocks if given, with
+/// one lane of `t/0` counted by a checkpointer: `(chain, checkpointer, slot)`.
+fn gated_chain<E: RowEncode>(
+    encoder: E,
+    ctx: &ChainCtx,
+    recorded: Option<Vec<(i64, i64)>>,
+) -> (EncodeChain<E>, crate::checkpoint::Checkpointer, usize) {
+    let mut chain = EncodeChain::new(encoder, ctx);
+    if let Some(recorded) = recorded {
+        chain = chain.exactly_once(Arc::new(Recorded(recorded)));
+    }
+    let mut cp = crate::checkpoint::Checkpointer::new();
+    let gate = cp.add_lane(LaneId(1), PartitionId::new("t", 0), 1000);
+    let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), Some(gate));
+    chain.set_epoch(slot, 1);
+    (chain, cp, slot)
+}
+
 /// Exactly-once plans: partition 0 recorded these blocks `(first, last)`.
 #[derive(Debug)]
 struct Recorded(Vec<(i64, i64)>);
@@ -478,12 +496,8 @@ fn exactly_once_rowless_messages_reach_the_end() {
     for script in scripts {
         for recorded in [vec![], vec![(0, 1)], vec![(0, 1), (3, 4)]] {
             let (ctx, mut rx) = ctx(1, 1000);
-            let mut chain = EncodeChain::new(Changes { keyed: false }, &ctx)
-                .exactly_once(Arc::new(Recorded(recorded.clone())));
-            let mut cp = crate::checkpoint::Checkpointer::new();
-            let gate = cp.add_lane(LaneId(1), PartitionId::new("t", 0), 1000);
-            let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), Some(gate));
-            chain.set_epoch(slot, 1);
+            let (mut chain, mut cp, slot) =
+                gated_chain(Changes { keyed: false }, &ctx, Some(recorded.clone()));
             let mut end = 0;
             for step in script {
                 match *step {
@@ -592,14 +606,8 @@ fn a_barrier_acts_after_the_rows_before_it_are_acknowledged() {
     for exactly_once in [false, true] {
         let log = Arc::new(std::sync::Mutex::new(Vec::new()));
         let (ctx, mut rx) = ctx(1, 1000);
-        let mut chain = EncodeChain::new(Acts { log: log.clone() }, &ctx);
-        if exactly_once {
-            chain = chain.exactly_once(Arc::new(Recorded(vec![])));
-        }
-        let mut cp = crate::checkpoint::Checkpointer::new();
-        let gate = cp.add_lane(LaneId(1), PartitionId::new("t", 0), 1000);
-        let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), Some(gate));
-        chain.set_epoch(slot, 1);
+        let (mut chain, mut cp, slot) =
+            gated_chain(Acts { log: log.clone() }, &ctx, exactly_once.then(Vec::new));
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         // The sink and the checkpointer: acknowledge every chunk, a while
         // after it arrives, and log which offsets.
@@ -869,14 +877,8 @@ fn offsets_delivered_again_are_written_once_exactly_once() {
     let offsets: Vec<i64> = (0..6).chain(2..10).collect();
     for exactly_once in [true, false] {
         let (ctx, mut rx) = ctx(1, 4);
-        let mut chain = EncodeChain::new(Changes { keyed: false }, &ctx);
-        if exactly_once {
-            chain = chain.exactly_once(Arc::new(Recorded(vec![])));
-        }
-        let mut cp = crate::checkpoint::Checkpointer::new();
-        let gate = cp.add_lane(LaneId(1), PartitionId::new("t", 0), 1000);
-        let slot = chain.add_lane(LaneId(1), &PartitionId::new("t", 0), Some(gate));
-        chain.set_epoch(slot, 1);
+        let (mut chain, mut cp, slot) =
+            gated_chain(Changes { keyed: false }, &ctx, exactly_once.then(Vec::new));
         for &o in &offsets {
             if o == 3 {
                 tombstone(&mut chain, slot, o).unwrap();
