@@ -151,12 +151,7 @@ fn refetched(svc: &Services, ch: &Ch, table: &str, extra: &[&str]) -> (u64, u64,
         "the fault did not fire:\n{}",
         fin.tail(20)
     );
-    let reported: u64 = fin
-        .stderr
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|v| v["fields"]["redelivered"].as_u64())
-        .sum();
+    let reported = fin.redelivered();
     let count = ch.u64(&format!("SELECT count() FROM {table}"));
     let uniq = ch.u64(&format!(
         "SELECT uniqExact(_partition, _offset) FROM {table}"

@@ -118,8 +118,9 @@ fn produce_paced(
 }
 
 /// Rows spate reports it could not get acknowledged before a deadline
-/// (revocation or shutdown), and messages it reports the consumer
-/// delivered again: the only sources of duplicates after clean stops.
+/// (revocation or shutdown): with the messages it reports the consumer
+/// delivered again ([`Finished::redelivered`]), the only sources of
+/// duplicates after clean stops.
 fn reported_unacknowledged(stderr: &str) -> u64 {
     let mut total = 0;
     for line in stderr.lines() {
@@ -129,10 +130,6 @@ fn reported_unacknowledged(stderr: &str) -> u64 {
         let fields = &v["fields"];
         if let Some(n) = fields["pending_rows"].as_i64() {
             total += n.max(0) as u64;
-        }
-        // Messages the consumer delivered again (a librdkafka re-fetch).
-        if let Some(n) = fields["redelivered"].as_u64() {
-            total += n;
         }
         if let Some(drain) = fields["drain"].as_str() {
             if let Some(rest) = drain.split("abandoned_rows: ").nth(1) {
@@ -145,14 +142,6 @@ fn reported_unacknowledged(stderr: &str) -> u64 {
         }
     }
     total
-}
-
-/// Messages a member reports the consumer delivered again.
-fn redelivered(stderr: &str) -> u64 {
-    (stderr.lines())
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|v| v["fields"]["redelivered"].as_u64())
-        .sum()
 }
 
 fn member_args(svc: &Services, topic: &str, group: &str, table: &str) -> Vec<String> {
@@ -435,12 +424,15 @@ fn storm(svc: &Services, ch: &Ch, table: &str, extra: &[&str]) -> u64 {
         "SELECT uniqExact(_partition, _offset) FROM {table}"
     ));
     let dups = count - uniq;
+    // Messages the consumer delivered again (a librdkafka re-fetch) are
+    // duplicates spate reported too.
+    let again: u64 = finished.iter().map(Finished::redelivered).sum();
     let clean_bound: u64 = finished
         .iter()
         .map(|f| reported_unacknowledged(&f.stderr))
-        .sum();
+        .sum::<u64>()
+        + again;
     let lost: usize = finished.iter().map(|f| lost_events(&f.stderr)).sum();
-    let again: u64 = finished.iter().map(|f| redelivered(&f.stderr)).sum();
     let kill_bound: u64 = kills.iter().map(|k| k.rows).sum();
     let kill_dups: u64 = kills
         .iter()

@@ -78,6 +78,15 @@ impl Finished {
         self.status.code()
     }
 
+    /// Messages the run reported the consumer delivered again (the Kafka
+    /// lane's `redelivered` warnings; `--log-format json`).
+    pub fn redelivered(&self) -> u64 {
+        (self.stderr.lines())
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|v| v["fields"]["redelivered"].as_u64())
+            .sum()
+    }
+
     /// The last `n` lines of stderr, for assertion messages.
     pub fn tail(&self, n: usize) -> String {
         tail_lines(&self.stderr, n)
